@@ -1,0 +1,9 @@
+"""Bulk-synchronous collectives: algorithms (per-rank step schedules) and their simpy driver."""
+
+from .algorithms import BUSBW_FACTOR, DEFAULT_ALGORITHM, OPS, REGISTRY, Algorithm, Layout, make_algorithm
+from .runner import CollectiveResult, FlowGroupCache, collective_process, run_collective, start_groups
+
+__all__ = [
+    "BUSBW_FACTOR", "DEFAULT_ALGORITHM", "OPS", "REGISTRY", "Algorithm", "Layout", "make_algorithm",
+    "CollectiveResult", "FlowGroupCache", "collective_process", "run_collective", "start_groups",
+]

@@ -1,0 +1,172 @@
+"""Drive collective algorithms over a :class:`~simfuse.network.FlowNetwork` as simpy processes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from ..engine import Simulation
+from ..errors import SpecError
+from ..network import Fabric, FlowNetwork
+from ..spec import TopologySpec
+from .algorithms import BUSBW_FACTOR, Algorithm, Layout, make_algorithm
+
+
+class FlowGroupCache:
+    """Memoises ``fabric.flow_groups`` for repeated identical steps (rings repeat one step ``2(n-1)`` times)."""
+
+    def __init__(self, fabric: Fabric):
+        self.fabric = fabric
+        self._cache: dict = {}
+
+    def __call__(self, src: int, dsts: np.ndarray, sizes: np.ndarray):
+        key = (src, dsts.tobytes(), np.asarray(sizes, dtype=float).tobytes())
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self.fabric.flow_groups(src, dsts, sizes)
+            if len(self._cache) < 4096:
+                self._cache[key] = hit
+        return hit
+
+
+def start_groups(net: FlowNetwork, groups, tag=None) -> list[simpy.Event]:
+    """Start flow groups on the network; returns their completion events."""
+    return [net.transfer(g.links, g.size_bytes, g.latency_s, count=g.count, weights=g.weights, tag=tag)
+            for g in groups]
+
+
+def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: Algorithm, *,
+                       launch_s: float = 0.0, sync_s: float = 0.0, name: str | None = None,
+                       rank: int = 0, groups_fn=None):
+    """A simpy process running ``algo`` from start to finish (all ranks, or the representative under symmetry).
+
+    Timing assumptions: ``launch_s`` elapses before the first step (kernel launch); each rank's step ``s``
+    starts when its step ``s-1`` sends are done and its step ``s-1`` receives have arrived; ``sync_s`` is added
+    at the end (completion signalling).  Returns the finishing time (s).
+    """
+    env = sim.env
+    t0 = env.now
+    label = name or f"{algo.op}:{algo.name}"
+    groups_fn = groups_fn or FlowGroupCache(fabric)
+    if launch_s > 0:
+        yield env.timeout(launch_s)
+    if fabric.symmetric:
+        if not algo.symmetric:
+            raise RuntimeError(f"{label} is not symmetric on this layout; use a full fabric")
+        for dsts, sizes in algo.steps(0):
+            evs = start_groups(net, groups_fn(0, dsts, sizes), tag=label)
+            if evs:
+                yield simpy.AllOf(env, evs)
+    else:
+        yield from _full_mode(sim, fabric, net, algo, groups_fn, label)
+    if sync_s > 0:
+        yield env.timeout(sync_s)
+    sim.recorder.add("collective", label, "collectives", rank, t0, env.now, size_bytes=algo.size_bytes,
+                     ranks=fabric.n_ranks)
+    return env.now
+
+
+def _full_mode(sim, fabric, net, algo, groups_fn, label):
+    env = sim.env
+    n = fabric.n_ranks
+    schedules = [algo.steps(r) for r in range(n)]
+    n_steps = max((len(s) for s in schedules), default=0)
+    if n_steps == 0:
+        return
+    incoming = np.zeros((n, n_steps), dtype=np.int64)
+    for steps in schedules:
+        for s, (dsts, _sizes) in enumerate(steps):
+            np.add.at(incoming[:, s], dsts, 1)
+    remaining = incoming.copy()
+    recv = [[env.event() for _ in range(n_steps)] for _ in range(n)]
+    for r in range(n):
+        for s in range(n_steps):
+            if incoming[r, s] == 0:
+                recv[r][s].succeed()
+
+    def arrived(dst_ranks, s):
+        def cb(_ev):
+            for d in dst_ranks:
+                remaining[d, s] -= 1
+                if remaining[d, s] == 0:
+                    recv[d][s].succeed()
+        return cb
+
+    def rank_proc(r):
+        steps = schedules[r]
+        for s, (dsts, sizes) in enumerate(steps):
+            if s > 0:
+                yield recv[r][s - 1]
+            evs = []
+            for grp in groups_fn(r, dsts, sizes):
+                ev = net.transfer(grp.links, grp.size_bytes, grp.latency_s, count=grp.count,
+                                  weights=grp.weights, tag=label)
+                ev.callbacks.append(arrived(grp.dsts.tolist(), s))
+                evs.append(ev)
+            if evs:
+                yield simpy.AllOf(env, evs)
+        yield recv[r][n_steps - 1]
+
+    procs = [env.process(rank_proc(r)) for r in range(n)]
+    yield simpy.AllOf(env, procs)
+
+
+@dataclass
+class CollectiveResult:
+    op: str
+    algorithm: str
+    size_bytes: float
+    nodes: int
+    gpus_per_node: int
+    ranks: int
+    time_s: float
+    algbw_gbps: float
+    busbw_gbps: float
+    mode: str
+    events: int
+    wall_s: float
+    injected_bytes: float
+    delivered_bytes: float
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: float, *, algorithm: str | None = None,
+                   gpus_per_node: int | None = None, mode: str = "auto", seed: int = 0,
+                   include_overheads: bool = True, record_usage: bool = False, record: bool = False,
+                   return_sim: bool = False):
+    """Simulate one bulk collective; returns a :class:`CollectiveResult` (and the simulation objects when
+    ``return_sim``).  ``mode``: ``auto`` (symmetric fast path when exact), ``symmetric`` or ``full``."""
+    wall0 = time.perf_counter()
+    g = gpus_per_node or topology.scale_up.gpus_per_node
+    layout = Layout(nodes, g)
+    algo = make_algorithm(op, algorithm, layout, size_bytes, topology.collectives.channels)
+    if mode not in ("auto", "symmetric", "full"):
+        raise SpecError("<argument>", "mode", f"unknown mode {mode!r}; expected auto, symmetric or full")
+    if mode == "symmetric" and not algo.symmetric:
+        raise SpecError("<argument>", "mode", f"{op}:{algo.name} is not symmetric with these channels")
+    symmetric = algo.symmetric if mode == "auto" else mode == "symmetric"
+    fabric = Fabric(topology, nodes, gpus_per_node=g, symmetric=symmetric)
+    sim = Simulation(seed=seed, record=record)
+    net = FlowNetwork(sim, fabric.capacities, fabric.names, record_usage=record_usage)
+    co = topology.collectives
+    proc = sim.process(collective_process(sim, fabric, net, algo,
+                                          launch_s=co.launch_s if include_overheads else 0.0,
+                                          sync_s=co.sync_s if include_overheads else 0.0))
+    sim.run(until=proc)
+    t = sim.now
+    n = layout.n
+    algbw = size_bytes / t / 1e9 if t > 0 else 0.0
+    res = CollectiveResult(op=op, algorithm=algo.name, size_bytes=float(size_bytes), nodes=nodes,
+                           gpus_per_node=g, ranks=n, time_s=t, algbw_gbps=algbw,
+                           busbw_gbps=algbw * BUSBW_FACTOR[op](n) if n > 1 else 0.0,
+                           mode="symmetric" if symmetric else "full", events=sim.events,
+                           wall_s=time.perf_counter() - wall0, injected_bytes=net.injected_bytes,
+                           delivered_bytes=net.delivered_bytes)
+    if return_sim:
+        return res, sim, fabric, net
+    return res

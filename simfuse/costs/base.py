@@ -1,0 +1,60 @@
+"""Cost-model interface: how long does one workgroup of this kernel take on this device?
+
+A kernel is a grid of identical workgroups (:class:`KernelWork`).  The engine asks the cost model for the
+duration of one workgroup when ``concurrent_wgs`` workgroups are resident on the device at once (a full wave
+or a partial last wave) and for the launch latency of the kernel.  Implementations: :class:`~simfuse.costs.
+analytic.RooflineCostModel` (from the device spec) and ``simfuse.costs.calibrated.CalibratedCostModel`` (fitted
+from measured traces, falling back to the roofline for kernels it has no data for).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """A compute kernel as ``num_workgroups`` identical workgroups.
+
+    ``name`` identifies the kernel family for calibrated lookups (``embedding_bag``, ``gemv``, ``gemm``,
+    ``mlp``, ``elementwise`` ...); ``variant`` is ``compute`` for a plain kernel and ``fused`` for the compute
+    part of a fused kernel (which may run slower: extra registers, stores to peers).  ``shape`` carries the
+    operator parameters (for calibrated lookups and for traces).  Sizes are per workgroup, in FLOP and bytes.
+    """
+
+    name: str
+    num_workgroups: int
+    flops_per_wg: float
+    bytes_per_wg: float
+    dtype: str = "bf16"
+    variant: str = "compute"
+    shape: tuple[tuple[str, float], ...] = field(default=())
+    max_wgs_per_cu: int | None = None  # occupancy limit of this kernel; None = the device's
+
+    @property
+    def total_flops(self) -> float:
+        return self.flops_per_wg * self.num_workgroups
+
+    @property
+    def total_bytes(self) -> float:
+        return self.bytes_per_wg * self.num_workgroups
+
+    def shape_dict(self) -> dict[str, float]:
+        return dict(self.shape)
+
+
+class CostModel(Protocol):
+    """What the engine needs from a cost model.  All times in seconds."""
+
+    def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
+        """Duration of one workgroup while ``concurrent_wgs`` workgroups (of this kernel) are resident."""
+        ...
+
+    def launch_latency_s(self, work: KernelWork) -> float:
+        """Time from the launch call to the first workgroup starting."""
+        ...
+
+    def slots(self, work: KernelWork) -> int:
+        """Workgroups of this kernel resident at once on one device (one full wave)."""
+        ...

@@ -1,0 +1,3 @@
+from .simulation import Record, Recorder, Simulation
+
+__all__ = ['Record', 'Recorder', 'Simulation']

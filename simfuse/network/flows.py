@@ -1,0 +1,210 @@
+"""Flow-level network: concurrent flows share link bandwidth max-min fairly (fluid model).
+
+A *flow group* stands for ``count`` identical flows (same size, same start, same path *class*).  Its path is a
+list of ``(link, weight)`` entries: the group adds ``weight * rate`` to that link's load, where ``rate`` is the
+rate of one of its flows.  In full simulation every group has ``count = 1`` and weights 1; under symmetry a
+group of ``count`` flows from the representative rank crosses class links with weight ``count``.
+
+Rates are recomputed (progressive filling, vectorised with numpy) only when a group starts or finishes; all
+starts and finishes at the same simulated instant are coalesced into one recomputation.  A flow's last byte
+arrives ``latency_s`` after it leaves (so an uncongested transfer takes ``latency_s + size_bytes / bw``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import simpy
+
+_EPS_BYTES = 1e-6  # bytes; a group with less remaining is complete (guards float round-off)
+
+
+class FlowNetwork:
+    """Links with capacities (bytes/s) carrying flow groups.
+
+    ``record_usage=True`` keeps the piecewise-constant load of every link (``usage`` list of
+    ``(t_start_s, t_end_s, loads_bytes_per_s)``) for invariant checks; ``carried_bytes`` always integrates
+    the bytes each link carried.
+    """
+
+    def __init__(self, sim, capacities_bytes_per_s: Sequence[float], names: Sequence[str] | None = None,
+                 record_usage: bool = False):
+        self.sim = sim
+        self.env: simpy.Environment = sim.env
+        self.capacity = np.asarray(capacities_bytes_per_s, dtype=float)
+        if np.any(self.capacity <= 0) or not np.all(np.isfinite(self.capacity)):
+            raise ValueError("link capacities must be positive and finite")
+        self.names = list(names) if names is not None else [f"link{i}" for i in range(len(self.capacity))]
+        self.n_links = len(self.capacity)
+        self.record_usage = record_usage
+        self.usage: list[tuple[float, float, np.ndarray]] = []
+        self.carried_bytes = np.zeros(self.n_links)
+        self.delivered_bytes = 0.0  # sum over completed flows of size (count * size)
+        self.injected_bytes = 0.0
+        self.completed_groups = 0
+        # active groups (parallel python lists; rebuilt arrays on each recompute)
+        self._groups: list[_Group] = []
+        self._last_t = 0.0
+        self._version = 0
+        self._pending = False
+        self._loads = np.zeros(self.n_links)
+
+    # -- public API -------------------------------------------------------------------------------------
+    def transfer(self, links: Sequence[int], size_bytes: float, latency_s: float = 0.0, *, count: int = 1,
+                 weights: Sequence[float] | None = None, tag=None) -> simpy.Event:
+        """Start ``count`` identical flows of ``size_bytes`` each over ``links``; returns an event that fires
+        when the last byte of every flow has arrived (``latency_s`` after it left).
+
+        ``weights[i]`` is the multiplicity on ``links[i]`` (default ``count`` on every link).
+        """
+        if size_bytes < 0 or latency_s < 0 or count < 1:
+            raise ValueError("size_bytes and latency_s must be >= 0 and count >= 1")
+        done = self.env.event()
+        links_arr = np.asarray(links, dtype=np.int64)
+        w = np.full(len(links_arr), float(count)) if weights is None else np.asarray(weights, dtype=float)
+        if len(w) != len(links_arr):
+            raise ValueError("weights must match links")
+        self.injected_bytes += size_bytes * count
+        if size_bytes <= 0 or len(links_arr) == 0:
+            # nothing crosses a link (local copy or empty message): only the latency
+            self._finish_later(done, latency_s, size_bytes, count)
+            return done
+        self._advance()
+        self._groups.append(_Group(links_arr, w, float(size_bytes), float(latency_s), count, done, tag))
+        self._request_recompute()
+        return done
+
+    @property
+    def active_groups(self) -> int:
+        return len(self._groups)
+
+    def link_loads(self) -> np.ndarray:
+        """Current load of every link (bytes/s)."""
+        return self._loads.copy()
+
+    # -- internals --------------------------------------------------------------------------------------
+    def _finish_later(self, done: simpy.Event, latency_s: float, size_bytes: float, count: int) -> None:
+        def fire(_ev, done=done, b=size_bytes * count):
+            self.delivered_bytes += b
+            self.completed_groups += 1
+            done.succeed()
+
+        if latency_s > 0:
+            self.env.timeout(latency_s).callbacks.append(fire)
+        else:
+            fire(None)
+
+    def _advance(self) -> None:
+        """Move every active group forward to ``now`` at its current rate."""
+        now = float(self.env.now)
+        dt = now - self._last_t
+        if dt > 0:
+            if self._groups:
+                for g in self._groups:
+                    g.remaining -= g.rate * dt
+                self.carried_bytes += self._loads * dt
+            if self.record_usage and self._groups:
+                self.usage.append((self._last_t, now, self._loads.copy()))
+        self._last_t = now
+
+    def _request_recompute(self) -> None:
+        if not self._pending:
+            self._pending = True
+            self.env.timeout(0).callbacks.append(self._on_wakeup_now)
+
+    def _on_wakeup_now(self, _ev) -> None:
+        self._pending = False
+        self._update()
+
+    def _on_timer(self, version: int) -> None:
+        if version != self._version:
+            return  # superseded by a later recomputation
+        self._update()
+
+    def _update(self) -> None:
+        self._advance()
+        # complete the groups whose bytes have all left
+        still = []
+        now = float(self.env.now)
+        t_tol = 1e-13 + 1e-12 * now  # below float resolution of the clock: treat as done
+        for g in self._groups:
+            if g.remaining <= _EPS_BYTES + 1e-9 * g.size_bytes or (g.rate > 0 and g.remaining / g.rate <= t_tol):
+                self._finish_later(g.done, g.latency_s, g.size_bytes, g.count)
+            else:
+                still.append(g)
+        self._groups = still
+        self._compute_rates()
+        self._version += 1
+        if self._groups:
+            t_next = min((g.remaining / g.rate if g.rate > 0 else np.inf) for g in self._groups)
+            if not np.isfinite(t_next):
+                raise RuntimeError("flow network stalled: an active flow group has zero rate")
+            version = self._version
+            self.env.timeout(max(t_next, 0.0)).callbacks.append(lambda _ev, v=version: self._on_timer(v))
+
+    def _compute_rates(self) -> None:
+        groups = self._groups
+        n = len(groups)
+        self._loads = np.zeros(self.n_links)
+        if n == 0:
+            return
+        lens = np.fromiter((len(g.links) for g in groups), dtype=np.int64, count=n)
+        e_group = np.repeat(np.arange(n), lens)
+        e_link = np.concatenate([g.links for g in groups])
+        e_w = np.concatenate([g.weights for g in groups])
+        rates = max_min_rates(self.capacity, e_group, e_link, e_w, n)
+        for g, r in zip(groups, rates):
+            g.rate = float(r)
+        self._loads = np.bincount(e_link, weights=e_w * rates[e_group], minlength=self.n_links)
+
+
+def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
+                  n_groups: int) -> np.ndarray:
+    """Weighted max-min fair rates by progressive filling.
+
+    Entry ``i`` says group ``e_group[i]`` loads link ``e_link[i]`` with ``e_w[i] * rate``.  Every group's rate
+    rises together until a link saturates; the groups on it freeze; repeat.  Returns one rate per group.
+    """
+    n_links = len(capacity)
+    rates = np.zeros(n_groups)
+    frozen = np.zeros(n_groups, dtype=bool)
+    remaining = capacity.astype(float).copy()
+    level = 0.0
+    active_entries = np.ones(len(e_group), dtype=bool)
+    for _ in range(n_groups + 1):
+        if not active_entries.any():
+            break
+        denom = np.bincount(e_link[active_entries], weights=e_w[active_entries], minlength=n_links)
+        used = denom > 0
+        share = np.full(n_links, np.inf)
+        share[used] = remaining[used] / denom[used]
+        inc = share.min()
+        if not np.isfinite(inc):
+            break
+        inc = max(inc, 0.0)
+        level += inc
+        remaining[used] -= inc * denom[used]
+        bottleneck = used & (share <= inc * (1 + 1e-9) + 1e-300)
+        hit = active_entries & bottleneck[e_link]
+        newly = np.unique(e_group[hit])
+        rates[newly] = level
+        frozen[newly] = True
+        active_entries &= ~frozen[e_group]
+        remaining = np.maximum(remaining, 0.0)
+    return rates
+
+
+class _Group:
+    __slots__ = ("links", "weights", "size_bytes", "remaining", "latency_s", "count", "done", "tag", "rate")
+
+    def __init__(self, links, weights, size_bytes, latency_s, count, done, tag):
+        self.links = links
+        self.weights = weights
+        self.size_bytes = size_bytes
+        self.remaining = size_bytes
+        self.latency_s = latency_s
+        self.count = count
+        self.done = done
+        self.tag = tag
+        self.rate = 0.0

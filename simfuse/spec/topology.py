@@ -1,0 +1,237 @@
+"""System (topology) specs: device, scale-up fabric, scale-out fabric, GPU-initiated communication costs.
+
+YAML files use human units named in the keys (``bw_gbps`` = 1e9 bytes/s per direction, ``latency_us``,
+``nic_bw_gbit`` = link rate in 1e9 bits/s); the dataclasses hold SI units (bytes/s, seconds).
+The node count is a run parameter, not part of the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SpecError
+from ..units import gbit_to_bytes_per_s, gbps_to_bytes_per_s
+from ._fields import Fields, load_yaml_mapping
+
+FABRICS = ("fat_tree", "rail_optimized")
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One GPU.  ``peak_flops`` maps dtype -> FLOP/s (dense); efficiencies are achievable fractions of peak."""
+
+    name: str
+    compute_units: int
+    max_workgroups_per_cu: int
+    peak_flops: dict[str, float]
+    hbm_bw_bytes_per_s: float
+    hbm_efficiency: float = 0.9
+    flops_efficiency: float = 0.75
+    kernel_launch_latency_s: float = 4e-6
+    memory_bytes: float = 141e9
+
+    @property
+    def workgroup_slots(self) -> int:
+        """Workgroups resident at once on the whole device (one wave)."""
+        return self.compute_units * self.max_workgroups_per_cu
+
+    def flops(self, dtype: str) -> float:
+        if dtype not in self.peak_flops:
+            raise SpecError("<device>", "peak_tflops", f"no peak FLOP/s given for dtype {dtype!r}")
+        return self.peak_flops[dtype]
+
+
+@dataclass(frozen=True)
+class ScaleUpSpec:
+    """Switched NVLink-class fabric inside a node: every GPU has one port of ``bw_bytes_per_s`` each way."""
+
+    gpus_per_node: int
+    bw_bytes_per_s: float
+    latency_s: float
+    efficiency: float = 1.0
+
+    @property
+    def effective_bw_bytes_per_s(self) -> float:
+        return self.bw_bytes_per_s * self.efficiency
+
+
+@dataclass(frozen=True)
+class ScaleOutSpec:
+    """NICs and the inter-node fabric.
+
+    ``fabric``: ``fat_tree`` (every inter-node byte crosses the node's leaf uplinks, whose capacity is the
+    node's NIC bandwidth over ``oversubscription``) or ``rail_optimized`` (NIC i of every node sits on leaf i;
+    same-rail traffic stays on the leaf, cross-rail traffic crosses the oversubscribed spine).
+    """
+
+    nics_per_node: int
+    nic_bw_bytes_per_s: float
+    latency_s: float
+    fabric: str = "fat_tree"
+    oversubscription: float = 1.0
+    efficiency: float = 1.0
+
+    @property
+    def effective_nic_bw_bytes_per_s(self) -> float:
+        return self.nic_bw_bytes_per_s * self.efficiency
+
+
+@dataclass(frozen=True)
+class GpuInitiatedSpec:
+    """Costs of GPU-initiated communication used by fused operators.
+
+    ``put_issue_s``: time a workgroup spends issuing one put/store burst (instruction overhead).
+    ``nic_proxy_latency_s``: doorbell/proxy latency before an inter-node put reaches the wire.
+    ``flag_latency_s``: time from the data's arrival to the receiver observing the flag (fence + flag write).
+    ``occupancy_loss``: fraction of workgroup slots lost to communication state in fused kernels.
+    """
+
+    put_issue_s: float = 0.5e-6
+    store_issue_s: float = 0.1e-6
+    nic_proxy_latency_s: float = 2.0e-6
+    flag_latency_s: float = 1.0e-6
+    occupancy_loss: float = 0.0
+
+
+@dataclass(frozen=True)
+class CollectiveOverheadSpec:
+    """Per-collective costs of the bulk-synchronous baselines."""
+
+    launch_s: float = 5e-6
+    sync_s: float = 2e-6
+    channels: int = 0  # ring channels; 0 means one per NIC (or one per GPU inside a node)
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    name: str
+    device: DeviceSpec
+    scale_up: ScaleUpSpec
+    scale_out: ScaleOutSpec
+    gpu_initiated: GpuInitiatedSpec = field(default_factory=GpuInitiatedSpec)
+    collectives: CollectiveOverheadSpec = field(default_factory=CollectiveOverheadSpec)
+    calibration: str | None = None  # path of a calibration profile (resolved against the topology file)
+    source: str = "<memory>"
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.scale_up.gpus_per_node
+
+    def replace(self, **changes) -> TopologySpec:
+        return dataclasses.replace(self, **changes)
+
+    def with_overrides(self, overrides: dict[str, float | str]) -> TopologySpec:
+        """Return a copy with dotted-path overrides such as ``{"scale_out.nic_bw_bytes_per_s": 25e9}``."""
+        spec = self
+        for key, value in overrides.items():
+            parts = key.split(".")
+            if len(parts) == 1:
+                if not hasattr(spec, parts[0]):
+                    raise SpecError("<override>", key, "unknown topology field")
+                spec = dataclasses.replace(spec, **{parts[0]: value})
+                continue
+            if len(parts) != 2 or not hasattr(spec, parts[0]):
+                raise SpecError("<override>", key, "unknown topology field")
+            sub = getattr(spec, parts[0])
+            if not dataclasses.is_dataclass(sub) or not hasattr(sub, parts[1]):
+                raise SpecError("<override>", key, "unknown topology field")
+            spec = dataclasses.replace(spec, **{parts[0]: dataclasses.replace(sub, **{parts[1]: value})})
+        return spec
+
+
+def _device(f: Fields) -> DeviceSpec:
+    flops = f.sub("peak_tflops")
+    peak: dict[str, float] = {}
+    for dtype in list(flops.data):
+        if dtype not in DTYPES:
+            raise SpecError(f.source, flops.name(dtype), f"unknown dtype; expected one of {', '.join(DTYPES)}")
+        peak[dtype] = flops.number(dtype, positive=True) * 1e12
+    if not peak:
+        raise SpecError(f.source, f.name("peak_tflops"), "give at least one dtype")
+    dev = DeviceSpec(
+        name=f.string("name"),
+        compute_units=f.integer("compute_units", min_value=1),
+        max_workgroups_per_cu=f.integer("max_workgroups_per_cu", min_value=1),
+        peak_flops=peak,
+        hbm_bw_bytes_per_s=gbps_to_bytes_per_s(f.number("hbm_bw_gbps", positive=True)),
+        hbm_efficiency=f.number("hbm_efficiency", 0.9, positive=True, max_value=1.0),
+        flops_efficiency=f.number("flops_efficiency", 0.75, positive=True, max_value=1.0),
+        kernel_launch_latency_s=f.number("kernel_launch_latency_us", 4.0, min_value=0.0) * 1e-6,
+        memory_bytes=f.number("memory_gb", 141.0, positive=True) * 1e9,
+    )
+    f.reject_unknown()
+    return dev
+
+
+def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
+    """Validate a topology mapping (as loaded from YAML) into a :class:`TopologySpec`."""
+    root = Fields(data, source)
+    device = _device(root.sub("device"))
+
+    su = root.sub("scale_up")
+    scale_up = ScaleUpSpec(
+        gpus_per_node=su.integer("gpus_per_node", min_value=1),
+        bw_bytes_per_s=gbps_to_bytes_per_s(su.number("bw_gbps", positive=True)),
+        latency_s=su.number("latency_us", min_value=0.0) * 1e-6,
+        efficiency=su.number("efficiency", 1.0, positive=True, max_value=1.0),
+    )
+    su.string("kind", "nvswitch", choices=("nvswitch",))
+    su.reject_unknown()
+
+    so = root.sub("scale_out")
+    scale_out = ScaleOutSpec(
+        nics_per_node=so.integer("nics_per_node", min_value=1),
+        nic_bw_bytes_per_s=gbit_to_bytes_per_s(so.number("nic_bw_gbit", positive=True)),
+        latency_s=so.number("latency_us", min_value=0.0) * 1e-6,
+        fabric=so.string("fabric", "fat_tree", choices=FABRICS),
+        oversubscription=so.number("oversubscription", 1.0, min_value=1.0),
+        efficiency=so.number("efficiency", 1.0, positive=True, max_value=1.0),
+    )
+    so.reject_unknown()
+    if scale_up.gpus_per_node % scale_out.nics_per_node != 0:
+        raise SpecError(source, "scale_out.nics_per_node",
+                        f"must divide scale_up.gpus_per_node ({scale_up.gpus_per_node})")
+
+    gi = root.sub("gpu_initiated", required=False)
+    gpu_initiated = GpuInitiatedSpec(
+        put_issue_s=gi.number("put_issue_us", 0.5, min_value=0.0) * 1e-6,
+        store_issue_s=gi.number("store_issue_us", 0.1, min_value=0.0) * 1e-6,
+        nic_proxy_latency_s=gi.number("nic_proxy_latency_us", 2.0, min_value=0.0) * 1e-6,
+        flag_latency_s=gi.number("flag_latency_us", 1.0, min_value=0.0) * 1e-6,
+        occupancy_loss=gi.number("occupancy_loss", 0.0, min_value=0.0, max_value=0.9),
+    )
+    gi.reject_unknown()
+
+    co = root.sub("collectives", required=False)
+    collectives = CollectiveOverheadSpec(
+        launch_s=co.number("launch_us", 5.0, min_value=0.0) * 1e-6,
+        sync_s=co.number("sync_us", 2.0, min_value=0.0) * 1e-6,
+        channels=co.integer("channels", 0, min_value=0),
+    )
+    co.reject_unknown()
+
+    calibration = None
+    if root.has("calibration"):
+        calibration = root.string("calibration")
+        if source not in ("<memory>",) and not Path(calibration).is_absolute():
+            calibration = str((Path(source).parent / calibration).resolve())
+    spec = TopologySpec(
+        name=root.string("name"),
+        device=device,
+        scale_up=scale_up,
+        scale_out=scale_out,
+        gpu_initiated=gpu_initiated,
+        collectives=collectives,
+        calibration=calibration,
+        source=source,
+    )
+    root.reject_unknown(extra_allowed=("description",))
+    return spec
+
+
+def load_topology(path: str | Path) -> TopologySpec:
+    """Load and validate a topology YAML file; errors name the file and the field."""
+    return topology_from_dict(load_yaml_mapping(path), source=str(path))

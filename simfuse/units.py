@@ -1,0 +1,52 @@
+"""Unit parsing and formatting.  Inside the engine everything is seconds and bytes."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import SpecError
+
+_SIZE_UNITS = {
+    "": 1, "B": 1,
+    "K": 1024, "KIB": 1024, "KB": 1000,
+    "M": 1024**2, "MIB": 1024**2, "MB": 1000**2,
+    "G": 1024**3, "GIB": 1024**3, "GB": 1000**3,
+    "T": 1024**4, "TIB": 1024**4, "TB": 1000**4,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+GB = 1e9  # nccl-tests and datasheets use decimal GB/s
+
+
+def parse_size_bytes(text: str | int | float, source: str = "<argument>", field: str = "size") -> int:
+    """Parse ``64MiB``, ``1GB``, ``4096`` ... into bytes (KiB/MiB/GiB binary, KB/MB/GB decimal)."""
+    if isinstance(text, bool):
+        raise SpecError(source, field, f"expected a size, got {text!r}")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m or m.group(2).upper() not in _SIZE_UNITS:
+            raise SpecError(source, field, f"cannot parse size {text!r} (use e.g. 64MiB, 1GB, 4096)")
+        value = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+    if value < 0:
+        raise SpecError(source, field, f"size must be non-negative, got {text!r}")
+    return int(round(value))
+
+
+def format_size(size_bytes: float) -> str:
+    """Human-readable binary size (``64MiB``)."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size_bytes >= factor and size_bytes % factor == 0:
+            return f"{int(size_bytes // factor)}{unit}"
+    return f"{int(size_bytes)}B"
+
+
+def gbps_to_bytes_per_s(bw_gbps: float) -> float:
+    """GB/s (decimal, 1e9 bytes) to bytes/s."""
+    return float(bw_gbps) * GB
+
+
+def gbit_to_bytes_per_s(bw_gbit_per_s: float) -> float:
+    """Gb/s (link rate, 1e9 bits) to bytes/s."""
+    return float(bw_gbit_per_s) * 1e9 / 8.0

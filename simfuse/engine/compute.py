@@ -1,0 +1,137 @@
+"""GPU compute: kernels as grids of workgroups dispatched in waves onto the compute units.
+
+Timing assumptions.  A kernel starts ``launch_latency_s`` after it is launched.  The device holds ``slots``
+workgroups at once (compute units x resident workgroups per unit, less any occupancy lost to communication
+state, capped by a persistent grid size).  Workgroups are dispatched in index order (or the order given);
+workgroup ``i`` runs in wave ``i // slots`` and takes ``cost.workgroup_time_s(work, wave_size)`` plus its own
+overhead (``wg_overhead_s(i)``, e.g. issuing a put) plus optional jitter.
+
+Two equivalent execution modes:
+
+* aggregated (default): one simpy event per wave; a wave lasts as long as its slowest workgroup.  Exact when
+  workgroups of a wave are identical, which is the common case (see ``tests/engine``).
+* per-workgroup: ``slots`` worker processes each take the next workgroup when they free up (the hardware
+  dispatcher's behaviour); one event per workgroup.  Used to validate the aggregated mode and to produce
+  per-workgroup traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..costs.base import CostModel, KernelWork
+from .simulation import Simulation
+
+CompletionFn = Callable[[np.ndarray, float], None]  # (completed workgroup indices, time_s)
+
+
+@dataclass
+class KernelResult:
+    """Outcome of one simulated kernel: total ``time_s`` (launch latency + makespan), waves, slots and, in
+    per-workgroup mode, ``records`` of ``(wg_index, start_s, end_s, slot)``."""
+
+    time_s: float
+    waves: int
+    slots: int
+    records: list[tuple[int, float, float, int]] = field(default_factory=list)
+    events: int = 0
+
+
+def effective_slots(cost: CostModel, work: KernelWork, occupancy_loss: float = 0.0,
+                    persistent_grid: int | None = None) -> int:
+    """Workgroups resident at once: the cost model's slots, less occupancy loss, capped by a persistent grid."""
+    slots = cost.slots(work)
+    slots = max(1, int(np.floor(slots * (1.0 - occupancy_loss) + 1e-9)))
+    if persistent_grid:
+        slots = max(1, min(slots, int(persistent_grid)))
+    return slots
+
+
+def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int = 0,
+               order: Sequence[int] | None = None, on_complete: CompletionFn | None = None,
+               wg_overhead_s: Callable[[np.ndarray], np.ndarray] | None = None, occupancy_loss: float = 0.0,
+               persistent_grid: int | None = None, per_workgroup: bool = False, jitter_cv: float = 0.0,
+               launch: bool = True, track: str | None = None, records: list | None = None):
+    """simpy process executing ``work`` on one GPU.  ``on_complete(indices, t)`` is called as workgroups finish
+    (grouped per wave in aggregated mode).  ``wg_overhead_s(indices) -> seconds`` adds per-workgroup time
+    (e.g. put issue).  Returns the end time (s)."""
+    env = sim.env
+    W = int(work.num_workgroups)
+    idx = np.arange(W, dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
+    if len(idx) != W:
+        raise ValueError("order must list every workgroup once")
+    slots = effective_slots(cost, work, occupancy_loss, persistent_grid)
+    t0 = env.now
+    if launch:
+        lat = cost.launch_latency_s(work)
+        if lat > 0:
+            yield env.timeout(lat)
+    t_start = env.now
+    full_t = cost.workgroup_time_s(work, slots) if W >= slots else 0.0
+    rem = W % slots
+    rem_t = cost.workgroup_time_s(work, rem) if rem else 0.0
+    rng = sim.rng
+
+    def durations(lo: int, hi: int) -> np.ndarray:
+        size = min(slots, W - (lo // slots) * slots)
+        base = full_t if size == slots else rem_t
+        d = np.full(hi - lo, base)
+        if wg_overhead_s is not None:
+            d = d + np.asarray(wg_overhead_s(idx[lo:hi]), dtype=float)
+        if jitter_cv > 0:
+            d = d * np.maximum(0.05, 1.0 + jitter_cv * rng.standard_normal(hi - lo))
+        return d
+
+    if not per_workgroup:
+        for lo in range(0, W, slots):
+            hi = min(W, lo + slots)
+            d = durations(lo, hi)
+            yield env.timeout(float(d.max()))
+            if records is not None:
+                records.extend((int(i), env.now - float(d.max()), env.now, j) for j, i in enumerate(idx[lo:hi]))
+            if on_complete is not None:
+                on_complete(idx[lo:hi], env.now)
+    else:
+        all_d = np.concatenate([durations(lo, min(W, lo + slots)) for lo in range(0, W, slots)]) if W else []
+        state = {"next": 0}
+
+        def worker(slot: int):
+            while state["next"] < W:
+                k = state["next"]
+                state["next"] += 1
+                s = env.now
+                yield env.timeout(float(all_d[k]))
+                if records is not None:
+                    records.append((int(idx[k]), s, env.now, slot))
+                if on_complete is not None:
+                    on_complete(idx[k:k + 1], env.now)
+
+        import simpy
+
+        procs = [env.process(worker(s)) for s in range(min(slots, W))]
+        if procs:
+            yield simpy.AllOf(env, procs)
+    sim.recorder.add("kernel", work.name, track or f"gpu{rank}/compute", rank, t_start, env.now,
+                     variant=work.variant, workgroups=W, slots=slots, launched_s=t0)
+    return env.now
+
+
+def simulate_kernel(work: KernelWork, cost_model: CostModel, per_workgroup: bool = False, start_s: float = 0.0,
+                    *, occupancy_loss: float = 0.0, persistent_grid: int | None = None, jitter_cv: float = 0.0,
+                    seed: int = 0) -> KernelResult:
+    """Simulate one kernel alone on one GPU: ``time_s`` = launch latency + makespan.  In per-workgroup mode
+    ``records`` holds ``(wg_index, start_s, end_s, slot)`` for every workgroup (times offset by ``start_s``)."""
+    sim = Simulation(seed=seed, record=False)
+    recs: list = []
+    proc = sim.process(run_kernel(sim, work, cost_model, per_workgroup=per_workgroup, occupancy_loss=occupancy_loss,
+                                  persistent_grid=persistent_grid, jitter_cv=jitter_cv, records=recs))
+    sim.run(until=proc)
+    slots = effective_slots(cost_model, work, occupancy_loss, persistent_grid)
+    waves = -(-int(work.num_workgroups) // slots)
+    if start_s:
+        recs = [(i, s + start_s, e + start_s, sl) for (i, s, e, sl) in recs]
+    return KernelResult(time_s=sim.now, waves=waves, slots=slots, records=recs if per_workgroup else [],
+                        events=sim.events)

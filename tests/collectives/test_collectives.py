@@ -1,0 +1,144 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simfuse.collectives import REGISTRY, Layout, make_algorithm, run_collective
+from simfuse.errors import SpecError
+
+from ..conftest import make_topology
+
+MiB = 2**20
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_all_reduce_one_node_closed_form(n):
+    t = make_topology(gpus_per_node=n, nics_per_node=1, nvl_gbps=400, nvl_lat_us=1.0)
+    size = 64 * MiB
+    r = run_collective(t, 1, "all_reduce", size, algorithm="ring")
+    expect = 2 * (n - 1) / n * size / 400e9 + 2 * (n - 1) * 1e-6
+    assert r.time_s == pytest.approx(expect, rel=0.01)
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_all_to_all_one_node_closed_form(n):
+    t = make_topology(gpus_per_node=n, nics_per_node=1, nvl_gbps=400, nvl_lat_us=1.0)
+    size = 16 * MiB
+    r = run_collective(t, 1, "all_to_all", size)
+    assert r.time_s == pytest.approx((n - 1) / n * size / 400e9 + 1e-6, rel=0.01)
+    assert r.busbw_gbps == pytest.approx(size / r.time_s / 1e9 * (n - 1) / n)
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_all_to_all_multi_node_nic_bound(nodes):
+    g = 8
+    t = make_topology(gpus_per_node=g, nics_per_node=g, nvl_gbps=450, nic_gbit=400, nic_lat_us=3.0)
+    size = 64 * MiB
+    n = nodes * g
+    r = run_collective(t, nodes, "all_to_all", size)
+    inter = size * (n - g) / n / 50e9 + 3e-6
+    intra = size * (g - 1) / n / 450e9 + 1e-6
+    assert r.time_s == pytest.approx(max(inter, intra), rel=0.01)
+
+
+def test_direct_all_reduce_and_ring_gather_closed_form():
+    n = 4
+    t = make_topology(gpus_per_node=n, nics_per_node=1, nvl_gbps=400, nvl_lat_us=1.0)
+    size = 32 * MiB
+    d = run_collective(t, 1, "all_reduce", size, algorithm="direct")
+    assert d.time_s == pytest.approx(2 * ((n - 1) / n * size / 400e9 + 1e-6), rel=0.01)
+    ag = run_collective(t, 1, "all_gather", size, algorithm="ring")
+    assert ag.time_s == pytest.approx((n - 1) / n * size / 400e9 + (n - 1) * 1e-6, rel=0.01)
+
+
+def test_overheads_added():
+    t0 = make_topology(gpus_per_node=4, nics_per_node=1)
+    t1 = make_topology(gpus_per_node=4, nics_per_node=1, launch_us=5.0, sync_us=2.0)
+    a = run_collective(t0, 1, "all_reduce", MiB)
+    b = run_collective(t1, 1, "all_reduce", MiB)
+    assert b.time_s - a.time_s == pytest.approx(7e-6, rel=1e-6)
+
+
+def test_oversubscription_slows_inter_node():
+    fast = run_collective(make_topology(fabric="fat_tree"), 4, "all_to_all", 64 * MiB)
+    slow = run_collective(make_topology(fabric="fat_tree", oversub=2.0), 4, "all_to_all", 64 * MiB)
+    assert slow.time_s > 1.8 * fast.time_s
+
+
+def test_unknown_names():
+    with pytest.raises(SpecError):
+        make_algorithm("all_to_some", None, Layout(1, 8), 1)
+    with pytest.raises(SpecError):
+        make_algorithm("all_reduce", "butterfly", Layout(1, 8), 1)
+    with pytest.raises(SpecError):
+        make_algorithm("all_reduce", "ring", Layout(1, 8), -5)
+
+
+@st.composite
+def small_systems(draw):
+    g = draw(st.sampled_from([1, 2, 4]))
+    k = draw(st.sampled_from([d for d in (1, 2, 4) if g % d == 0]))
+    topo = make_topology(gpus_per_node=g, nics_per_node=k, nvl_gbps=draw(st.floats(50, 500)),
+                         nic_gbit=draw(st.floats(50, 800)), fabric=draw(st.sampled_from(["fat_tree", "rail_optimized"])),
+                         oversub=draw(st.sampled_from([1.0, 2.0])), nvl_lat_us=draw(st.floats(0, 3)),
+                         nic_lat_us=draw(st.floats(0, 5)))
+    nodes = draw(st.integers(1, 3))
+    op = draw(st.sampled_from(sorted(REGISTRY)))
+    alg = draw(st.sampled_from(sorted(REGISTRY[op])))
+    size = draw(st.integers(1, 8 * MiB))
+    return topo, nodes, op, alg, size
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_systems())
+def test_collective_invariants(system):
+    topo, nodes, op, alg, size = system
+    res, sim, fabric, net = run_collective(topo, nodes, op, size, algorithm=alg, mode="full", record_usage=True,
+                                           include_overheads=False, return_sim=True)
+    # bytes sent = bytes received, and equal to the schedule's total
+    algo = make_algorithm(op, alg, Layout(nodes, fabric.gpus_per_node), size)
+    scheduled = sum(float(np.sum(sz)) for r in range(fabric.n_ranks) for _d, sz in algo.steps(r))
+    assert net.delivered_bytes == pytest.approx(net.injected_bytes, rel=1e-9)
+    assert net.injected_bytes == pytest.approx(scheduled, rel=1e-9)
+    # no link above capacity
+    for _a, _b, loads in net.usage:
+        assert np.all(loads <= fabric.capacities * (1 + 1e-9))
+    # time >= busiest link bytes / capacity
+    if len(fabric.capacities):
+        bound = float(np.max(net.carried_bytes / fabric.capacities))
+        assert res.time_s >= bound * (1 - 1e-9)
+    # symmetric fast path agrees with full simulation where it applies
+    if algo.symmetric:
+        sym = run_collective(topo, nodes, op, size, algorithm=alg, mode="symmetric", include_overheads=False)
+        assert sym.time_s == pytest.approx(res.time_s, rel=1e-6)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "simfuse.cli", *args], capture_output=True, text=True)
+
+
+def test_cli_json_and_determinism(root):
+    args = ["collective", "--topology", str(root / "topologies/h200_nvl8_ib_ndr.yaml"), "--nodes", "2",
+            "--op", "all_to_all", "--size", "64MiB", "--format", "json"]
+    a, b = _cli(*args), _cli(*args)
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout
+    d = json.loads(a.stdout)
+    assert {"time_s", "algbw_gbps", "busbw_gbps"} <= set(d)
+    assert d["algbw_gbps"] == pytest.approx(64 * MiB / d["time_s"] / 1e9)
+
+
+def test_cli_range_writes_csv(root, tmp_path):
+    out = tmp_path / "t.csv"
+    r = _cli("collective", "--topology", str(root / "topologies/h200_nvl8_ib_ndr.yaml"), "--op", "all_reduce",
+             "-b", "1KiB", "-e", "1MiB", "-f", "4", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    import pandas as pd
+
+    df = pd.read_csv(out)
+    assert list(df["size_bytes"]) == [1024, 4096, 16384, 65536, 262144, 1048576]
+    assert df["time_s"].is_monotonic_increasing

@@ -1,0 +1,39 @@
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def h200():
+    from simfuse.spec import load_topology
+
+    return load_topology(ROOT / "topologies" / "h200_nvl8_ib_ndr.yaml")
+
+
+def make_topology(gpus_per_node=8, nics_per_node=8, nvl_gbps=450.0, nvl_lat_us=1.0, nic_gbit=400.0,
+                  nic_lat_us=3.0, fabric="fat_tree", oversub=1.0, launch_us=0.0, sync_us=0.0, **extra):
+    """A topology dict with round numbers for closed-form checks (efficiencies 1)."""
+    from simfuse.spec import topology_from_dict
+
+    d = {
+        "name": "test",
+        "device": {"name": "dev", "compute_units": 100, "max_workgroups_per_cu": 2,
+                   "peak_tflops": {"bf16": 1000, "fp32": 100, "fp16": 1000}, "hbm_bw_gbps": 4000,
+                   "hbm_efficiency": 1.0, "flops_efficiency": 1.0, "kernel_launch_latency_us": 2.0},
+        "scale_up": {"gpus_per_node": gpus_per_node, "bw_gbps": nvl_gbps, "latency_us": nvl_lat_us},
+        "scale_out": {"nics_per_node": nics_per_node, "nic_bw_gbit": nic_gbit, "latency_us": nic_lat_us,
+                      "fabric": fabric, "oversubscription": oversub},
+        "collectives": {"launch_us": launch_us, "sync_us": sync_us},
+    }
+    for k, v in extra.items():
+        d[k] = v
+    return topology_from_dict(d, "<test>")

@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simfuse.engine import Simulation
+from simfuse.network import FlowNetwork, max_min_rates
+
+
+def _run(caps, flows, record_usage=True):
+    """flows: list of (links, size, latency, start_s). Returns (sim, net, finish times)."""
+    sim = Simulation(record=False)
+    net = FlowNetwork(sim, caps, record_usage=record_usage)
+    done = {}
+
+    def starter(i, links, size, lat, t0):
+        yield sim.env.timeout(t0)
+        yield net.transfer(links, size, lat)
+        done[i] = sim.now
+
+    for i, (links, size, lat, t0) in enumerate(flows):
+        sim.process(starter(i, links, size, lat, t0))
+    sim.run()
+    return sim, net, done
+
+
+def test_single_flow_alpha_beta():
+    _, _, done = _run([10e9], [([0], 1e6, 2e-6, 0.0)])
+    assert done[0] == pytest.approx(2e-6 + 1e6 / 10e9, rel=1e-12)
+
+
+def test_two_flows_share_fairly_then_speed_up():
+    # both start at 0 on one link: 1 MB and 3 MB at 10 GB/s
+    _, _, done = _run([10e9], [([0], 1e6, 0.0, 0.0), ([0], 3e6, 0.0, 0.0)])
+    assert done[0] == pytest.approx(2e6 / 10e9)          # 1 MB at 5 GB/s
+    assert done[1] == pytest.approx(4e6 / 10e9)          # all 4 MB through the link
+
+
+def test_max_min_bottlenecks():
+    # link0 cap 10 carries A,B; link1 cap 2 carries B only -> B=2, A=8
+    rates = max_min_rates(np.array([10.0, 2.0]), np.array([0, 1, 1]), np.array([0, 0, 1]), np.ones(3), 2)
+    assert rates == pytest.approx([8.0, 2.0])
+
+
+def test_weighted_groups():
+    # a group of 4 flows (weight 4) and 1 single flow on a 10 B/s link: each flow 2 B/s
+    rates = max_min_rates(np.array([10.0]), np.array([0, 1]), np.array([0, 0]), np.array([4.0, 1.0]), 2)
+    assert rates == pytest.approx([2.0, 2.0])
+
+
+def test_zero_size_and_local_flows_complete_after_latency():
+    _, _, done = _run([1e9], [([], 1e6, 1e-6, 0.0), ([0], 0.0, 3e-6, 0.0)])
+    assert done[0] == pytest.approx(1e-6) and done[1] == pytest.approx(3e-6)
+
+
+def test_rejects_bad_input():
+    sim = Simulation()
+    with pytest.raises(ValueError):
+        FlowNetwork(sim, [0.0])
+    net = FlowNetwork(sim, [1.0])
+    with pytest.raises(ValueError):
+        net.transfer([0], -1.0)
+
+
+flows_strategy = st.lists(
+    st.tuples(st.lists(st.integers(0, 4), min_size=1, max_size=3, unique=True),
+              st.floats(1.0, 1e6), st.floats(0.0, 1e-5), st.floats(0.0, 1e-4)),
+    min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(caps=st.lists(st.floats(1e6, 1e10), min_size=5, max_size=5), flows=flows_strategy)
+def test_invariants_random_networks(caps, flows):
+    sim, net, done = _run(caps, flows)
+    # every byte sent is received
+    assert net.delivered_bytes == pytest.approx(net.injected_bytes, rel=1e-9)
+    assert net.delivered_bytes == pytest.approx(sum(f[1] for f in flows), rel=1e-9)
+    # no link above its capacity at any moment
+    for _t0, _t1, loads in net.usage:
+        assert np.all(loads <= np.asarray(caps) * (1 + 1e-9))
+    # per-link carried bytes match what the flows put on it
+    expect = np.zeros(5)
+    for links, size, _lat, _t in flows:
+        for link in links:
+            expect[link] += size
+    assert net.carried_bytes == pytest.approx(expect, rel=1e-6, abs=1e-3)
+    # each flow takes at least latency + size / (slowest link on its path)
+    for i, (links, size, lat, t0) in enumerate(flows):
+        assert done[i] - t0 >= lat + size / min(caps[l] for l in links) * (1 - 1e-9)
+    # the whole run is at least the busiest link's bytes over its capacity
+    assert sim.now >= max(expect[l] / caps[l] for l in range(5)) * (1 - 1e-9)

@@ -1,0 +1,371 @@
+"""Fused computation-collective operators and their bulk-synchronous baselines.
+
+A fused operator is a compute kernel whose workgroups push their output to peer GPUs as soon as they finish.
+The model (see docs/design.md):
+
+* compute: the kernel's grid runs in waves (:mod:`simfuse.engine.compute`); the fused variant may lose
+  occupancy to communication state and pays HBM traffic for what NICs read back (``hbm_comm_factor``);
+* slices: consecutive workgroups (in execution order) with the same destination form slices of ``slice_wgs``
+  workgroups; the last workgroup of a slice issues the transfer: intra-node a direct store burst over NVLink
+  (``store_issue_s`` of that workgroup's time), inter-node a NIC put (``put_issue_s``, then the doorbell/proxy
+  latency ``nic_proxy_latency_s`` before the wire); then a completion flag (``flag_latency_s``);
+* tile order: ``remote_first`` runs the workgroups whose output leaves the node first, then other GPUs of the
+  node, then the local ones; ``natural`` keeps the operator's index order;
+* the consumer is ready when every slice addressed to it has arrived and its flag is visible.
+
+The baseline is the same kernel unfused, the collective's launch gap, then the bulk collective.
+
+Symmetric mode simulates the representative rank 0 (its peers are relabellings of it) on class links; full
+mode simulates every rank on physical links.  Both are checked against each other in the tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from ..collectives import Layout, collective_process, make_algorithm
+from ..costs import CostModel, KernelWork, RooflineCostModel
+from ..engine import Simulation, run_kernel
+from ..errors import SpecError
+from ..network import INTRA, SELF, Fabric, FlowNetwork
+from ..spec import TopologySpec
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp64": 8}
+
+
+@dataclass(frozen=True)
+class FusedKnobs:
+    """Parameters of the fused execution (defaults follow the paper's description, facts.md)."""
+
+    slice_wgs: int = 1                 # workgroups per put (1 = every workgroup pushes its own output)
+    tile_order: str = "remote_first"   # or "natural"
+    persistent_grid: int = 0           # 0 = not persistent (grid = tiles); else resident programs
+    occupancy_loss: float | None = None  # None = the topology's gpu_initiated.occupancy_loss
+    hbm_comm_factor: float = 1.0       # HBM bytes per byte put over the NIC (NIC reads the staged output)
+    baseline_algorithm: str | None = None  # bulk collective algorithm of the baseline (None = default)
+
+    def validate(self, source: str = "<knobs>") -> None:
+        if self.slice_wgs < 1:
+            raise SpecError(source, "slice_wgs", f"must be >= 1, got {self.slice_wgs}")
+        if self.tile_order not in ("remote_first", "natural"):
+            raise SpecError(source, "tile_order", f"unknown {self.tile_order!r}; expected remote_first or natural")
+        if self.persistent_grid < 0:
+            raise SpecError(source, "persistent_grid", "must be >= 0")
+        if self.occupancy_loss is not None and not 0 <= self.occupancy_loss < 1:
+            raise SpecError(source, "occupancy_loss", "must be in [0, 1)")
+        if self.hbm_comm_factor < 0:
+            raise SpecError(source, "hbm_comm_factor", "must be >= 0")
+
+
+@dataclass
+class OpResult:
+    """Baseline and fused times of one operator instance, with a breakdown (seconds)."""
+
+    op: str
+    ranks: int
+    nodes: int
+    gpus_per_node: int
+    baseline_time_s: float
+    fused_time_s: float
+    baseline_compute_s: float
+    baseline_exposed_comm_s: float
+    fused_compute_s: float
+    fused_exposed_comm_s: float
+    comm_bytes_per_rank: float
+    mode: str
+    events: int
+    params: dict = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_time_s / self.fused_time_s if self.fused_time_s > 0 else float("nan")
+
+    @property
+    def time_reduction(self) -> float:
+        return 1.0 - self.fused_time_s / self.baseline_time_s if self.baseline_time_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "params"}
+        d["speedup"] = self.speedup
+        d["time_reduction"] = self.time_reduction
+        d["breakdown"] = {
+            "baseline": {"compute_s": self.baseline_compute_s, "exposed_comm_s": self.baseline_exposed_comm_s},
+            "fused": {"compute_s": self.fused_compute_s, "exposed_comm_s": self.fused_exposed_comm_s},
+        }
+        d["params"] = dict(self.params)
+        return d
+
+
+class FusedOp:
+    """Base class.  Subclasses describe the compute kernel and where each workgroup's output goes."""
+
+    name = "fused_op"
+    collective = "all_to_all"
+
+    def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
+        self.layout = layout
+        self.source = source
+        self.params = dict(params)
+
+    # --- to implement ---------------------------------------------------------------------------------
+    def work(self, variant: str) -> KernelWork:
+        raise NotImplementedError
+
+    def wg_destinations(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(dst_rank[W], out_bytes[W])``: where workgroup ``i`` of ``rank`` sends its output."""
+        raise NotImplementedError
+
+    def collective_size_bytes(self) -> float:
+        """Per-rank buffer of the baseline's bulk collective (nccl-tests convention)."""
+        raise NotImplementedError
+
+    # --- shared ---------------------------------------------------------------------------------------
+    def order(self, rank: int, fabric: Fabric, tile_order: str) -> np.ndarray:
+        """Execution order of the workgroups of ``rank``.
+
+        ``remote_first``: workgroups bound for other nodes first, then other GPUs of the node, then local ones;
+        destinations are visited in *shifted* order (node offset, then local offset from this rank), so at every
+        moment each receiver is targeted by one sender per position: rank r's schedule is a relabelling of rank
+        0's, which makes the representative-rank simulation exact.  ``natural``: the operator's index order,
+        the same for every rank (every rank starts with rank 0's slice: incast; simulated in full mode).
+        """
+        dst, _ = self.wg_destinations(rank)
+        W = len(dst)
+        if tile_order == "natural":
+            return np.arange(W, dtype=np.int64)
+        g, N = self.layout.gpus_per_node, self.layout.nodes
+        node_shift = (dst // g - rank // g) % N
+        local_shift = (dst % g - rank % g) % g
+        prio = np.where(node_shift != 0, 0, np.where(local_shift != 0, 1, 2))
+        return np.lexsort((np.arange(W), local_shift, node_shift, prio)).astype(np.int64)
+
+def dtype_bytes(dtype: str, source: str, field_name: str = "dtype") -> int:
+    if dtype not in DTYPE_BYTES:
+        raise SpecError(source, field_name, f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
+
+
+def _slices(order: np.ndarray, dst: np.ndarray, slice_wgs: int) -> np.ndarray:
+    """Slice id of each workgroup: runs of equal destination in execution order, cut every ``slice_wgs``."""
+    W = len(order)
+    slice_of = np.empty(W, dtype=np.int64)
+    if W == 0:
+        return slice_of
+    d_in_order = dst[order]
+    new_run = np.ones(W, dtype=bool)
+    new_run[1:] = d_in_order[1:] != d_in_order[:-1]
+    run_id = np.cumsum(new_run) - 1
+    run_start = np.flatnonzero(new_run)
+    pos_in_run = np.arange(W) - run_start[run_id]
+    cut = new_run | (pos_in_run % slice_wgs == 0)
+    slice_of[order] = np.cumsum(cut) - 1
+    return slice_of
+
+
+class PushEngine:
+    """Runs the fused kernel of one rank and pushes completed slices into the network (a simpy process)."""
+
+    def __init__(self, sim: Simulation, fabric: Fabric, net: FlowNetwork, op: FusedOp, cost: CostModel,
+                 knobs: FusedKnobs, topology: TopologySpec, rank: int, on_arrival=None):
+        self.sim, self.fabric, self.net, self.op, self.cost = sim, fabric, net, op, cost
+        self.knobs, self.topo, self.rank = knobs, topology, rank
+        self.on_arrival = on_arrival  # callback(dsts ndarray, wg slice ids, time) when a slice's data lands
+        dst, out_bytes = op.wg_destinations(rank)
+        self.dst, self.out_bytes = dst, out_bytes
+        self.order = op.order(rank, fabric, knobs.tile_order)
+        self.slice_of = _slices(self.order, dst, knobs.slice_wgs)
+        n_slices = int(self.slice_of.max()) + 1 if len(self.slice_of) else 0
+        self.slice_left = np.bincount(self.slice_of, minlength=n_slices)
+        self.slice_bytes = np.bincount(self.slice_of, weights=out_bytes, minlength=n_slices)
+        self.slice_dst = np.zeros(n_slices, dtype=np.int64)
+        self.slice_dst[self.slice_of] = dst
+        self.slice_cls = fabric.route_class(rank, self.slice_dst)
+        # the last workgroup (in execution order) of each slice pays the issue overhead
+        pos = np.empty(len(self.order), dtype=np.int64)
+        pos[self.order] = np.arange(len(self.order))
+        last_pos = np.full(n_slices, -1, dtype=np.int64)
+        np.maximum.at(last_pos, self.slice_of, pos)
+        gi = topology.gpu_initiated
+        issue = np.where(self.slice_cls == SELF, 0.0, np.where(self.slice_cls == INTRA, gi.store_issue_s,
+                                                               gi.put_issue_s))
+        self.wg_overhead = np.zeros(len(self.order))
+        self.wg_overhead[self.order[last_pos]] = issue
+        self.pending: list[simpy.Event] = []
+        self.last_arrival_s = 0.0
+        # a slice as large as the kernel: every output leaves after the last workgroup (bulk, no launch gap)
+        self.hold_all = knobs.slice_wgs >= len(self.order) > 0
+        self._held: list[np.ndarray] = []
+        self._left_total = len(self.order)
+
+    def _complete(self, indices: np.ndarray, t: float) -> None:
+        if self.hold_all:
+            self._held.append(indices)
+            self._left_total -= len(indices)
+            if self._left_total > 0:
+                return
+            indices = np.concatenate(self._held)
+        sl = self.slice_of[indices]
+        np.subtract.at(self.slice_left, sl, 1)
+        done = np.unique(sl[self.slice_left[sl] == 0])
+        if len(done) == 0:
+            return
+        gi = self.topo.gpu_initiated
+        # slices finishing together and bound for the same rank leave as one flow (same path, same start)
+        dsts_all = self.slice_dst[done]
+        local = dsts_all == self.rank
+        if self.on_arrival is not None and local.any():
+            self.on_arrival(dsts_all[local], done[local], t, self.rank)
+        if local.all():
+            return
+        rdone, rdst = done[~local], dsts_all[~local]
+        udst, inv = np.unique(rdst, return_inverse=True)
+        usize = np.bincount(inv.reshape(-1), weights=self.slice_bytes[rdone])
+        for grp in self.fabric.flow_groups(self.rank, udst, usize):
+            extra = gi.flag_latency_s + (gi.nic_proxy_latency_s if grp.route_class not in (SELF, INTRA) else 0.0)
+            ev = self.net.transfer(grp.links, grp.size_bytes, grp.latency_s + extra, count=grp.count,
+                                   weights=grp.weights, tag=self.op.name)
+            members = rdone[np.isin(rdst, grp.dsts)] if self.on_arrival is not None else None
+            ev.callbacks.append(self._arrived(members))
+            self.pending.append(ev)
+
+    def _arrived(self, slices):
+        def cb(_ev):
+            self.last_arrival_s = max(self.last_arrival_s, self.sim.now)
+            if self.on_arrival is not None:
+                self.on_arrival(self.slice_dst[slices], slices, self.sim.now, self.rank)
+        return cb
+
+    def process(self, work: KernelWork, occupancy_loss: float, record_track: str | None = None):
+        """Run the kernel and wait for every push to land.  Returns (kernel_end_s, all_arrived_s)."""
+        env = self.sim.env
+        kernel_end = yield env.process(run_kernel(
+            self.sim, work, self.cost, rank=self.rank, order=self.order, on_complete=self._complete,
+            wg_overhead_s=lambda idx: self.wg_overhead[idx], occupancy_loss=occupancy_loss,
+            persistent_grid=self.knobs.persistent_grid or None, track=record_track))
+        if self.pending:
+            yield simpy.AllOf(env, self.pending)
+        return kernel_end, env.now
+
+
+def fused_work(op: FusedOp, knobs: FusedKnobs, fabric: Fabric, rank: int = 0) -> KernelWork:
+    """The fused kernel's work: the compute work (variant ``fused``) plus HBM bytes that NIC puts read back."""
+    base = op.work("fused")
+    dst, out = op.wg_destinations(rank)
+    cls = fabric.route_class(rank, dst)
+    inter = float(np.sum(out[(cls != SELF) & (cls != INTRA)]))
+    extra = knobs.hbm_comm_factor * inter / max(1, base.num_workgroups)
+    return dataclasses.replace(base, bytes_per_wg=base.bytes_per_wg + extra)
+
+
+def baseline_algorithms(op: FusedOp, knobs: FusedKnobs, symmetric: bool) -> list[str]:
+    """Bulk algorithms to try for the baseline: the forced one, or every registered one (the baseline is the
+    fastest of them, as NCCL's tuner would pick); under symmetry only those that are symmetric here."""
+    from ..collectives import REGISTRY
+
+    if knobs.baseline_algorithm:
+        return [knobs.baseline_algorithm]
+    names = []
+    for name in REGISTRY[op.collective]:
+        algo = make_algorithm(op.collective, name, op.layout, op.collective_size_bytes())
+        if algo.symmetric or not symmetric:
+            names.append(name)
+    return names
+
+
+def simulate_baseline(op: FusedOp, topology: TopologySpec, fabric: Fabric, cost: CostModel, algorithm: str,
+                      sim: Simulation, net: FlowNetwork, ranks: list[int]):
+    """simpy process: compute kernel on every simulated rank, the collective's launch gap, the bulk collective.
+    Returns (compute_end_s, end_s)."""
+    env = sim.env
+    work = op.work("compute")
+    procs = [env.process(run_kernel(sim, work, cost, rank=r)) for r in ranks]
+    yield simpy.AllOf(env, procs)
+    t_compute = env.now
+    algo = make_algorithm(op.collective, algorithm, op.layout, op.collective_size_bytes(),
+                          topology.collectives.channels)
+    if fabric.symmetric and not algo.symmetric:
+        raise SpecError("<knobs>", "baseline_algorithm", f"{algo.name} is not symmetric here; use --mode full")
+    co = topology.collectives
+    yield env.process(collective_process(sim, fabric, net, algo, launch_s=co.launch_s, sync_s=co.sync_s,
+                                         name=f"{op.name}:baseline"))
+    return t_compute, env.now
+
+
+def run_op(op: FusedOp, topology: TopologySpec, nodes: int, *, knobs: FusedKnobs | None = None,
+           cost: CostModel | None = None, mode: str = "auto", seed: int = 0, record: bool = False,
+           record_usage: bool = False, return_sims: bool = False):
+    """Simulate baseline and fused execution of ``op``; returns an :class:`OpResult`."""
+    knobs = knobs or FusedKnobs()
+    knobs.validate()
+    if mode not in ("auto", "symmetric", "full"):
+        raise SpecError("<argument>", "mode", f"unknown mode {mode!r}")
+    if mode == "symmetric" and knobs.tile_order != "remote_first":
+        raise SpecError("<knobs>", "tile_order", "natural order is not symmetric (incast); use --mode full")
+    symmetric = mode == "symmetric" or (mode == "auto" and knobs.tile_order == "remote_first")
+    if cost is None:
+        from ..costs import cost_model_for
+
+        cost = cost_model_for(topology)
+    g = op.layout.gpus_per_node
+    occ = topology.gpu_initiated.occupancy_loss if knobs.occupancy_loss is None else knobs.occupancy_loss
+    sims = {}
+    times = {}
+    t_wall = time.perf_counter()
+    events = 0
+    def fresh():
+        fabric = Fabric(topology, nodes, gpus_per_node=g, symmetric=symmetric)
+        sim = Simulation(seed=seed, record=record)
+        net = FlowNetwork(sim, fabric.capacities, fabric.names, record_usage=record_usage)
+        return sim, fabric, net
+
+    best = None
+    for alg in baseline_algorithms(op, knobs, symmetric):
+        sim, fabric, net = fresh()
+        ranks = [0] if symmetric else list(range(fabric.n_ranks))
+        proc = sim.process(simulate_baseline(op, topology, fabric, cost, alg, sim, net, ranks))
+        sim.run(until=proc)
+        events += sim.events
+        if best is None or proc.value[1] < best[0][1]:
+            best = (proc.value, alg, (sim, fabric, net))
+    times["baseline"], baseline_alg, sims["baseline"] = best
+    sim, fabric, net = fresh()
+    ranks = [0] if symmetric else list(range(fabric.n_ranks))
+    proc = sim.process(op.fused_process(sim, fabric, net, cost, knobs, topology, ranks, occ))
+    sim.run(until=proc)
+    times["fused"] = proc.value
+    events += sim.events
+    sims["fused"] = (sim, fabric, net)
+    b_c, b_end = times["baseline"]
+    f_c, f_end = times["fused"]
+    res = OpResult(op=op.name, ranks=op.layout.n, nodes=nodes, gpus_per_node=g, baseline_time_s=b_end,
+                   fused_time_s=f_end, baseline_compute_s=b_c, baseline_exposed_comm_s=b_end - b_c,
+                   fused_compute_s=f_c, fused_exposed_comm_s=max(0.0, f_end - f_c),
+                   comm_bytes_per_rank=op.collective_size_bytes(), mode="symmetric" if symmetric else "full",
+                   events=events, params={**op.params, "baseline_algorithm": baseline_alg,
+                                                  "wall_s": time.perf_counter() - t_wall})
+    if return_sims:
+        return res, sims
+    return res
+
+
+class PushOp(FusedOp):
+    """A fused operator whose collective is an all-to-all of each workgroup's output (embedding, MoE GEMM)."""
+
+    def fused_process(self, sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss):
+        env = sim.env
+        engines = [PushEngine(sim, fabric, net, self, cost, knobs, topology, r) for r in ranks]
+        procs = [env.process(e.process(fused_work(self, knobs, fabric, e.rank), occupancy_loss)) for e in engines]
+        yield simpy.AllOf(env, procs)
+        kernel_end = max(p.value[0] for p in procs)
+        end = max(p.value[1] for p in procs)
+        sim.recorder.add("fused", self.name, "fused_ops", 0, 0.0, end)
+        return kernel_end, end
+
+
+def default_cost(topology: TopologySpec) -> CostModel:
+    return RooflineCostModel(topology.device)

@@ -1,0 +1,269 @@
+"""The three fused operators: embedding-bag + All-to-All, GEMM + All-to-All (MoE), GEMV + AllReduce."""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from ..collectives import Layout
+from ..costs import KernelWork
+from ..errors import SpecError
+from .base import PushEngine, PushOp, FusedOp, dtype_bytes, fused_work
+
+
+def _pos_int(params: dict, key: str, source: str, default=None) -> int:
+    val = params.get(key, default)
+    if val is None:
+        raise SpecError(source, key, "missing required parameter")
+    try:
+        ival = int(val)
+    except (TypeError, ValueError):
+        raise SpecError(source, key, f"expected an integer, got {val!r}") from None
+    if ival != float(val) or ival < 1:
+        raise SpecError(source, key, f"must be a positive integer, got {val!r}")
+    return ival
+
+
+def _largest_divisor_at_most(n: int, cap: int) -> int:
+    for d in range(min(cap, n), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+class EmbeddingAllToAll(PushOp):
+    """Embedding-bag pooling + All-to-All (DLRM, model-parallel tables, data-parallel consumers).
+
+    Each rank holds ``tables_per_gpu`` tables (``rows`` x ``dim``) and pools ``global_batch`` bags of
+    ``pooling`` lookups for each; rank ``d`` owns batch slice ``d`` (``global_batch / ranks`` bags) and receives
+    its pooled rows from every rank.  A workgroup pools ``bags_per_wg`` bags of one table.
+    """
+
+    name = "embedding_all_to_all"
+    collective = "all_to_all"
+    defaults = {"tables_per_gpu": 8, "rows": 1_000_000, "dim": 128, "pooling": 32, "global_batch": 16384,
+                "dtype": "fp32", "bags_per_wg": 4, "index_bytes": 8}
+
+    def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
+        p = {**self.defaults, **params}
+        super().__init__(p, layout, source)
+        self.T = _pos_int(p, "tables_per_gpu", source)
+        self.rows = _pos_int(p, "rows", source)
+        self.D = _pos_int(p, "dim", source)
+        self.P = float(p["pooling"])
+        if not self.P > 0:
+            raise SpecError(source, "pooling", f"must be positive, got {p['pooling']!r}")
+        self.B = _pos_int(p, "global_batch", source)
+        self.eb = dtype_bytes(str(p["dtype"]), source)
+        self.idx_b = _pos_int(p, "index_bytes", source)
+        n = layout.n
+        if self.B % n:
+            raise SpecError(source, "global_batch", f"{self.B} is not divisible by the {n} ranks")
+        self.local_b = self.B // n
+        self.bags = _largest_divisor_at_most(self.local_b, _pos_int(p, "bags_per_wg", source))
+        self.blocks_per_table = self.B // self.bags
+        self.W = self.T * self.blocks_per_table
+
+    def work(self, variant: str) -> KernelWork:
+        bags, P, D, eb = self.bags, self.P, self.D, self.eb
+        bytes_wg = bags * P * (D * eb + self.idx_b) + bags * D * eb
+        return KernelWork("embedding_bag", self.W, bags * P * D, bytes_wg, "fp32" if eb == 4 else "fp16",
+                          variant, (("bags", self.B), ("dim", D), ("pooling", P), ("tables", self.T)))
+
+    def wg_destinations(self, rank: int):
+        i = np.arange(self.W, dtype=np.int64)
+        block = i % self.blocks_per_table
+        dst = (block * self.bags) // self.local_b
+        return dst, np.full(self.W, float(self.bags * self.D * self.eb))
+
+    def collective_size_bytes(self) -> float:
+        return float(self.B * self.T * self.D * self.eb)
+
+
+class GemmAllToAll(PushOp):
+    """MoE expert GEMM + All-to-All: expert outputs go back to the ranks that own the tokens.
+
+    Every rank owns ``tokens`` tokens; with ``top_k`` routing spread uniformly over all experts, each rank's
+    ``experts_per_gpu`` experts process ``tokens * top_k`` rows, ``tokens * top_k / ranks`` from every owner.
+    The GEMM is the expert's down projection ``[rows, ffn] x [ffn, hidden]``; tiles are ``tile_m`` x
+    ``tile_n`` (``tile_m`` shrinks to the rows per (expert, owner) so a tile has one owner).  HBM bytes per tile
+    assume full L2 reuse (unique bytes / tiles); calibration replaces this.
+    """
+
+    name = "gemm_all_to_all"
+    collective = "all_to_all"
+    defaults = {"tokens": 4096, "hidden": 7168, "ffn": 2048, "experts_per_gpu": 4, "top_k": 2, "dtype": "bf16",
+                "tile_m": 128, "tile_n": 128}
+
+    def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
+        p = {**self.defaults, **params}
+        super().__init__(p, layout, source)
+        self.T = _pos_int(p, "tokens", source)
+        self.H = _pos_int(p, "hidden", source)
+        self.F = _pos_int(p, "ffn", source)
+        self.E = _pos_int(p, "experts_per_gpu", source)
+        self.k = _pos_int(p, "top_k", source)
+        self.eb = dtype_bytes(str(p["dtype"]), source)
+        self.dtype = str(p["dtype"])
+        n = layout.n
+        self.M = self.T * self.k
+        if self.M % (self.E * n):
+            raise SpecError(source, "tokens", f"tokens*top_k ({self.M}) must divide evenly over "
+                                              f"experts_per_gpu*ranks ({self.E * n})")
+        self.rows_eo = self.M // (self.E * n)  # rows per (expert, owner)
+        self.BM = _largest_divisor_at_most(self.rows_eo, _pos_int(p, "tile_m", source))
+        self.BN = _largest_divisor_at_most(self.H, _pos_int(p, "tile_n", source))
+        self.row_blocks = self.M // self.BM
+        self.col_blocks = self.H // self.BN
+        self.W = self.row_blocks * self.col_blocks
+
+    def work(self, variant: str) -> KernelWork:
+        unique = (self.M * self.F + self.E * self.F * self.H + self.M * self.H) * self.eb
+        return KernelWork("gemm", self.W, 2.0 * self.BM * self.BN * self.F, unique / self.W, self.dtype, variant,
+                          (("m", self.M), ("n", self.H), ("k", self.F), ("experts", self.E)))
+
+    def wg_destinations(self, rank: int):
+        i = np.arange(self.W, dtype=np.int64)
+        rb = i // self.col_blocks
+        rows_per_expert = self.M // self.E
+        dst = ((rb * self.BM) % rows_per_expert) // self.rows_eo
+        return dst, np.full(self.W, float(self.BM * self.BN * self.eb))
+
+    def collective_size_bytes(self) -> float:
+        return float(self.M * self.H * self.eb)
+
+
+class GemvAllReduce(FusedOp):
+    """Tensor-parallel GEMV + AllReduce (decode): ``y[tokens, N] = sum_r W_r[N, K/n] x_r[tokens, K/n]``.
+
+    Fused variant: direct two-phase.  Output rows are split into ``n`` chunks, chunk ``c`` owned by rank ``c``.
+    Each workgroup computes ``rows_per_wg`` rows of the partial result and pushes them to the chunk's owner
+    (one flag per peer per workgroup); when all ``n`` partials of a slice are there the owner reduces it
+    (``n * slice`` bytes at its workgroup's HBM share) and pushes the reduced slice to every peer.
+    """
+
+    name = "gemv_all_reduce"
+    collective = "all_reduce"
+    defaults = {"n": 8192, "k": 8192, "tokens": 1, "dtype": "bf16", "rows_per_wg": 32}
+
+    def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
+        p = {**self.defaults, **params}
+        super().__init__(p, layout, source)
+        self.N = _pos_int(p, "n", source)
+        self.K = _pos_int(p, "k", source)
+        self.M = _pos_int(p, "tokens", source)
+        if self.M > 64:
+            raise SpecError(source, "tokens", f"GEMV expects few tokens (1..64), got {self.M}")
+        self.eb = dtype_bytes(str(p["dtype"]), source)
+        self.dtype = str(p["dtype"])
+        n = layout.n
+        if self.N % n:
+            raise SpecError(source, "n", f"{self.N} output rows do not split over {n} ranks")
+        if self.K % n:
+            raise SpecError(source, "k", f"{self.K} does not split over {n} ranks")
+        self.chunk = self.N // n
+        self.rows = _largest_divisor_at_most(self.chunk, _pos_int(p, "rows_per_wg", source))
+        self.k_local = self.K // n
+        self.W = self.N // self.rows
+        self.wgs_per_chunk = self.chunk // self.rows
+
+    def work(self, variant: str) -> KernelWork:
+        rows, kl, eb, M = self.rows, self.k_local, self.eb, self.M
+        return KernelWork("gemv", self.W, 2.0 * M * rows * kl, (rows * kl + M * kl + M * rows) * eb, self.dtype,
+                          variant, (("n", self.N), ("k", self.k_local), ("tokens", M)))
+
+    def wg_destinations(self, rank: int):
+        i = np.arange(self.W, dtype=np.int64)
+        return i // self.wgs_per_chunk, np.full(self.W, float(self.M * self.rows * self.eb))
+
+    def collective_size_bytes(self) -> float:
+        return float(self.M * self.N * self.eb)
+
+    def fused_process(self, sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss):
+        env = sim.env
+        n = self.layout.n
+        gi = topology.gpu_initiated
+        dev = topology.device
+        symmetric = fabric.symmetric
+        engines = {}
+        phase2: list[simpy.Event] = []
+        # per owner: contributions counted per slice position (0..slices_per_chunk-1)
+        state: dict[int, dict] = {}
+
+        def slice_pos_map(engine):
+            # position of each slice inside its chunk (in execution order)
+            sl_dst = engine.slice_dst
+            pos = np.zeros(len(sl_dst), dtype=np.int64)
+            for c in np.unique(sl_dst):
+                ids = np.flatnonzero(sl_dst == c)
+                pos[ids] = np.arange(len(ids))
+            return pos
+
+        def reduce_and_push(owner: int, j: int, slice_bytes: float):
+            reduce_s = n * slice_bytes / (dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units)
+            yield env.timeout(reduce_s + gi.store_issue_s)
+            peers = np.array([d for d in range(n) if d != owner], dtype=np.int64)
+            if len(peers):
+                evs = []
+                for grp in fabric.flow_groups(owner, peers, np.full(len(peers), slice_bytes)):
+                    extra = gi.flag_latency_s + (gi.nic_proxy_latency_s if grp.route_class > 1 else 0.0)
+                    evs.append(net.transfer(grp.links, grp.size_bytes, grp.latency_s + extra, count=grp.count,
+                                            weights=grp.weights, tag=f"{self.name}:allgather"))
+                yield simpy.AllOf(env, evs)
+
+        def on_arrival(dsts, slices, t, src):
+            eng = engines[src]
+            posmap = eng.slice_pos
+            for d, s in zip(np.asarray(dsts).tolist(), np.asarray(slices).tolist()):
+                j = int(posmap[s])
+                sb = float(eng.slice_bytes[s])
+                if symmetric:
+                    # rank 0's push to chunk owner d stands for the push every rank makes at the same position;
+                    # owner 0 therefore receives one contribution per position: count them all as owner 0's.
+                    owner = 0
+                else:
+                    owner = int(d)
+                st = state.setdefault(owner, {})
+                cnt = st.get(j, 0) + 1
+                st[j] = cnt
+                if cnt == n:
+                    phase2.append(env.process(reduce_and_push(owner, j, sb)))
+
+        for r in ranks:
+            eng = PushEngine(sim, fabric, net, self, cost, knobs, topology, r, on_arrival=on_arrival)
+            eng.slice_pos = slice_pos_map(eng)
+            engines[r] = eng
+        procs = [env.process(e.process(fused_work(self, knobs, fabric, e.rank), occupancy_loss))
+                 for e in engines.values()]
+        yield simpy.AllOf(env, procs)
+        kernel_end = max(p.value[0] for p in procs)
+        # wait until every slice of every owner was reduced and pushed
+        expected = len(engines[ranks[0]].slice_pos) // n if symmetric else None
+        while True:
+            pending = [p for p in phase2 if not p.processed]
+            if pending:
+                yield simpy.AllOf(env, pending)
+                continue
+            break
+        total = sum(len(v) for v in state.values())
+        need = expected if symmetric else len(engines[0].slice_pos)  # slices per chunk x owners
+        if symmetric and total != expected:
+            raise RuntimeError("gemv_all_reduce: not every slice was reduced (internal error)")
+        if not symmetric and total != need:
+            raise RuntimeError("gemv_all_reduce: not every slice was reduced (internal error)")
+        end = env.now
+        sim.recorder.add("fused", self.name, "fused_ops", 0, 0.0, end)
+        return kernel_end, end
+
+
+OPS: dict[str, type[FusedOp]] = {
+    EmbeddingAllToAll.name: EmbeddingAllToAll,
+    GemvAllReduce.name: GemvAllReduce,
+    GemmAllToAll.name: GemmAllToAll,
+}
+
+
+def make_op(name: str, params: dict, nodes: int, gpus_per_node: int, source: str = "<params>") -> FusedOp:
+    if name not in OPS:
+        raise SpecError(source, "op", f"unknown fused operator {name!r}; expected one of {', '.join(OPS)}")
+    return OPS[name](params, Layout(nodes, gpus_per_node), source)

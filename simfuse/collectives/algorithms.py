@@ -228,9 +228,45 @@ class AllReduceHierarchical(Algorithm):
         return steps
 
 
+class AllReduceHierarchicalRHD(Algorithm):
+    """Intra-node direct reduce-scatter; inter-node recursive halving (reduce-scatter) then recursive doubling
+    (all-gather) among same-index GPUs, ``log2(nodes)`` steps each (Rabenseifner; log latency like NCCL's
+    trees at scale); intra-node direct all-gather.  Node counts that are not powers of two use a ring between
+    nodes instead."""
+
+    def __post_init__(self):
+        self.name, self.op = "hierarchical_rhd", "all_reduce"
+
+    def steps(self, rank):
+        L = self.layout
+        g, N = L.gpus_per_node, L.nodes
+        node, local = divmod(rank, g)
+        steps: list[Step] = []
+        local_peers = np.array([L.rank(node, j) for j in range(g) if j != local], dtype=np.int64)
+        shard = self.size_bytes / g
+        if len(local_peers):
+            steps.append((local_peers, np.full(len(local_peers), shard)))
+        if N > 1:
+            if N & (N - 1) == 0:
+                levels = N.bit_length() - 1
+                rs = []
+                for k in range(levels):
+                    partner = np.array([L.rank(node ^ (1 << k), local)], dtype=np.int64)
+                    rs.append((partner, np.array([shard / 2 ** (k + 1)])))
+                steps.extend(rs)
+                steps.extend(reversed(rs))
+            else:
+                nxt = np.array([L.rank((node + 1) % N, local)], dtype=np.int64)
+                steps.extend((nxt, np.array([shard / N])) for _ in range(2 * (N - 1)))
+        if len(local_peers):
+            steps.append((local_peers, np.full(len(local_peers), shard)))
+        return steps
+
+
 REGISTRY: dict[str, dict[str, type[Algorithm]]] = {
     "all_to_all": {"direct": AllToAllDirect, "hierarchical": AllToAllHierarchical},
-    "all_reduce": {"ring": AllReduceRing, "direct": AllReduceDirect, "hierarchical": AllReduceHierarchical},
+    "all_reduce": {"ring": AllReduceRing, "direct": AllReduceDirect, "hierarchical": AllReduceHierarchical,
+                   "hierarchical_rhd": AllReduceHierarchicalRHD},
     "reduce_scatter": {"ring": ReduceScatterRing, "direct": ReduceScatterDirect},
     "all_gather": {"ring": AllGatherRing, "direct": AllGatherDirect},
 }

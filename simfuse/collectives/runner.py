@@ -21,12 +21,14 @@ class FlowGroupCache:
     def __init__(self, fabric: Fabric):
         self.fabric = fabric
         self._cache: dict = {}
+        # collectives are rank-symmetric: with rank classes, a rank's partners receive as much as it does
+        self.same_class = True
 
     def __call__(self, src: int, dsts: np.ndarray, sizes: np.ndarray):
         key = (src, dsts.tobytes(), np.asarray(sizes, dtype=float).tobytes())
         hit = self._cache.get(key)
         if hit is None:
-            hit = self.fabric.flow_groups(src, dsts, sizes)
+            hit = self.fabric.flow_groups(src, dsts, sizes, same_class=self.same_class)
             if len(self._cache) < 4096:
                 self._cache[key] = hit
         return hit
@@ -40,7 +42,7 @@ def start_groups(net: FlowNetwork, groups, tag=None) -> list[simpy.Event]:
 
 def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: Algorithm, *,
                        launch_s: float = 0.0, sync_s: float = 0.0, name: str | None = None,
-                       rank: int = 0, groups_fn=None):
+                       rank: int = 0, groups_fn=None, record: bool = True):
     """A simpy process running ``algo`` from start to finish (all ranks, or the representative under symmetry).
 
     Timing assumptions: ``launch_s`` elapses before the first step (kernel launch); each rank's step ``s``
@@ -56,16 +58,17 @@ def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: 
     if fabric.symmetric:
         if not algo.symmetric:
             raise RuntimeError(f"{label} is not symmetric on this layout; use a full fabric")
-        for dsts, sizes in algo.steps(0):
-            evs = start_groups(net, groups_fn(0, dsts, sizes), tag=label)
+        for dsts, sizes in algo.steps(rank):
+            evs = start_groups(net, groups_fn(rank, dsts, sizes), tag=label)
             if evs:
                 yield simpy.AllOf(env, evs)
     else:
         yield from _full_mode(sim, fabric, net, algo, groups_fn, label)
     if sync_s > 0:
         yield env.timeout(sync_s)
-    sim.recorder.add("collective", label, "collectives", rank, t0, env.now, size_bytes=algo.size_bytes,
-                     ranks=fabric.n_ranks)
+    if record:
+        sim.recorder.add("collective", label, f"gpu{rank}/comm", rank, t0, env.now, size_bytes=algo.size_bytes,
+                         ranks=fabric.n_ranks)
     return env.now
 
 

@@ -171,10 +171,11 @@ class PushEngine:
     """Runs the fused kernel of one rank and pushes completed slices into the network (a simpy process)."""
 
     def __init__(self, sim: Simulation, fabric: Fabric, net: FlowNetwork, op: FusedOp, cost: CostModel,
-                 knobs: FusedKnobs, topology: TopologySpec, rank: int, on_arrival=None):
+                 knobs: FusedKnobs, topology: TopologySpec, rank: int, on_arrival=None, on_transfer=None):
         self.sim, self.fabric, self.net, self.op, self.cost = sim, fabric, net, op, cost
         self.knobs, self.topo, self.rank = knobs, topology, rank
         self.on_arrival = on_arrival  # callback(dsts ndarray, wg slice ids, time) when a slice's data lands
+        self.on_transfer = on_transfer  # callback(flow group spec, completion event) for every transfer started
         dst, out_bytes = op.wg_destinations(rank)
         self.dst, self.out_bytes = dst, out_bytes
         self.order = op.order(rank, fabric, knobs.tile_order)
@@ -232,6 +233,8 @@ class PushEngine:
             members = rdone[np.isin(rdst, grp.dsts)] if self.on_arrival is not None else None
             ev.callbacks.append(self._arrived(members))
             self.pending.append(ev)
+            if self.on_transfer is not None:
+                self.on_transfer(grp, ev)
 
     def _arrived(self, slices):
         def cb(_ev):

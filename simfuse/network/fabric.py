@@ -84,15 +84,12 @@ class Fabric:
         fat_core = self.fabric_kind == "fat_tree" and self.oversub > 1.0 and N > 1
         rail_core = self.fabric_kind == "rail_optimized" and self.oversub > 1.0 and N > 1
         self.has_core = fat_core or rail_core
+        self.class_mult: list[float] = []
+        self._class_links_tx: list[dict] = []
+        self._class_links_rx: list[dict] = []
+        self.class_of_rank = np.zeros(self.n_ranks, dtype=np.int64)
         if self.symmetric:
-            share = 1.0 / self.gpus_per_nic  # each rank's share of its NIC
-            self.c_nvl_tx = self._add("nvl_tx", self.nvl_bw)
-            self.c_nvl_rx = self._add("nvl_rx", self.nvl_bw)
-            self.c_nic_tx = self._add("nic_tx", self.nic_bw * share)
-            self.c_nic_rx = self._add("nic_rx", self.nic_bw * share)
-            if self.has_core:
-                self.c_up = self._add("core_up", self.nic_bw * share / self.oversub)
-                self.c_down = self._add("core_down", self.nic_bw * share / self.oversub)
+            self._build_class(float(self.n_ranks))
         else:
             self.nvl_tx0 = len(self._caps)
             for r in range(self.n_ranks):
@@ -127,6 +124,48 @@ class Fabric:
         self.capacities = np.asarray(self._caps)
         self.names = list(self._names)
 
+    def _build_class(self, multiplicity: float) -> int:
+        cid = len(self.class_mult)
+        sfx = "" if cid == 0 else f"[c{cid}]"
+        share = 1.0 / self.gpus_per_nic  # each rank's share of its NIC
+        tx = {"nvl": self._add(f"nvl_tx{sfx}", self.nvl_bw), "nic": self._add(f"nic_tx{sfx}", self.nic_bw * share)}
+        rx = {"nvl": self._add(f"nvl_rx{sfx}", self.nvl_bw), "nic": self._add(f"nic_rx{sfx}", self.nic_bw * share)}
+        if self.has_core:
+            tx["core"] = self._add(f"core_up{sfx}", self.nic_bw * share / self.oversub)
+            rx["core"] = self._add(f"core_down{sfx}", self.nic_bw * share / self.oversub)
+        self._class_links_tx.append(tx)
+        self._class_links_rx.append(rx)
+        self.class_mult.append(float(multiplicity))
+        self.capacities = np.asarray(self._caps)
+        self.names = list(self._names)
+        return cid
+
+    def set_rank_classes(self, class_of_rank) -> int:
+        """Partition the ranks into classes (symmetric mode only): ranks of a class behave alike, classes
+        differ (uneven table placement).  Each class gets its own send and receive links.  A group of ``k``
+        flows from the representative of class ``a`` to ranks of class ``b`` loads class ``a``'s send links
+        with weight ``k`` and class ``b``'s receive links with ``k * n_a / n_b`` (the class-``a`` senders'
+        flows spread evenly over the ``n_b`` receivers).  With one class this is the plain symmetric mode, which
+        is exact; with several it assumes each class's flows spread evenly (checked against full simulation in
+        the tests).  Returns the number of classes."""
+        if not self.symmetric:
+            raise RuntimeError("rank classes need a symmetric fabric")
+        cls = np.asarray(class_of_rank, dtype=np.int64)
+        if cls.shape != (self.n_ranks,) or cls.min() != 0:
+            raise ValueError("class_of_rank must give a class (0..C-1) for every rank")
+        counts = np.bincount(cls)
+        if np.any(counts == 0):
+            raise ValueError("every class needs at least one rank")
+        self.class_mult[0] = float(counts[0])
+        for c in range(1, len(counts)):
+            self._build_class(float(counts[c]))
+        self.class_of_rank = cls
+        return len(counts)
+
+    def representative(self, cls: int) -> int:
+        """The lowest rank of a class."""
+        return int(np.flatnonzero(self.class_of_rank == cls)[0])
+
     # -- geometry ---------------------------------------------------------------------------------------
     def node_of(self, rank):
         return np.asarray(rank) // self.gpus_per_node
@@ -154,15 +193,17 @@ class Fabric:
             return 0.0
         return self.intra_latency_s if route_class == INTRA else self.inter_latency_s
 
-    def _class_links(self, cls: int) -> tuple[int, ...]:
+    def _class_links(self, cls: int, a: int, b: int) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+        """Class links of a route class from class ``a`` to class ``b``, and whether each is a receive link."""
+        tx, rx = self._class_links_tx[a], self._class_links_rx[b]
         if cls == SELF:
-            return ()
+            return (), ()
         if cls == INTRA:
-            return (self.c_nvl_tx, self.c_nvl_rx)
+            return (tx["nvl"], rx["nvl"]), (False, True)
         uses_core = self.has_core and (self.fabric_kind == "fat_tree" or cls == INTER_XRAIL)
         if uses_core:
-            return (self.c_nic_tx, self.c_up, self.c_down, self.c_nic_rx)
-        return (self.c_nic_tx, self.c_nic_rx)
+            return (tx["nic"], tx["core"], rx["core"], rx["nic"]), (False, False, True, True)
+        return (tx["nic"], rx["nic"]), (False, True)
 
     def path(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
         """Physical links and latency of one flow (full mode)."""
@@ -187,27 +228,33 @@ class Fabric:
         links.append(self.nic_rx0 + dnic)
         return tuple(links), lat
 
-    def flow_groups(self, src: int, dsts: np.ndarray, sizes_bytes: np.ndarray) -> list[FlowGroupSpec]:
+    def flow_groups(self, src: int, dsts: np.ndarray, sizes_bytes: np.ndarray,
+                    same_class: bool = False) -> list[FlowGroupSpec]:
         """Flows ``src -> dsts[i]`` of ``sizes_bytes[i]`` as flow groups for this fabric's mode.
 
         Symmetric mode: flows of one route class and size form one group (``count`` flows, weight ``count``
-        on every class link).  Full mode: one group per flow on its physical path.
+        on every class link).  Full mode: one group per flow on its physical path.  ``same_class``: the traffic
+        is rank-symmetric (every rank sends and receives alike, as in a collective), so receivers are taken to be
+        of the sender's class whatever the destination's class.
         """
         dsts = np.asarray(dsts, dtype=np.int64)
         sizes = np.broadcast_to(np.asarray(sizes_bytes, dtype=float), dsts.shape)
         cls = self.route_class(src, dsts)
         out: list[FlowGroupSpec] = []
         if self.symmetric:
-            keys = np.stack([cls.astype(float), sizes], axis=1)
+            a_cls = int(self.class_of_rank[src])
+            b_cls = np.full(len(dsts), a_cls) if same_class else self.class_of_rank[dsts]
+            keys = np.stack([cls.astype(float), b_cls.astype(float), sizes], axis=1)
             uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
             inverse = inverse.reshape(-1)
-            for j, (c, size) in enumerate(uniq):
-                c = int(c)
+            for j, (c, bc, size) in enumerate(uniq):
+                c, bc = int(c), int(bc)
                 members = dsts[inverse == j]
-                links = self._class_links(c)
+                links, is_rx = self._class_links(c, a_cls, bc)
                 cnt = len(members)
-                out.append(FlowGroupSpec(links, (float(cnt),) * len(links), float(size), self.latency_for(c),
-                                         cnt, c, members))
+                rx_w = cnt * self.class_mult[a_cls] / self.class_mult[bc]
+                weights = tuple(rx_w if rx else float(cnt) for rx in is_rx)
+                out.append(FlowGroupSpec(links, weights, float(size), self.latency_for(c), cnt, c, members))
         else:
             for d, size, c in zip(dsts.tolist(), sizes.tolist(), cls.tolist()):
                 links, lat = self.path(src, d)

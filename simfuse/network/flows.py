@@ -26,6 +26,9 @@ class FlowNetwork:
     ``record_usage=True`` keeps the piecewise-constant load of every link (``usage`` list of
     ``(t_start_s, t_end_s, loads_bytes_per_s)``) for invariant checks; ``carried_bytes`` always integrates
     the bytes each link carried.
+
+    Implementation: flows with the same path and per-flow weights (a *bundle*) always get the same max-min
+    rate, so rates are solved per bundle (few) and applied to the groups (many) with numpy.
     """
 
     def __init__(self, sim, capacities_bytes_per_s: Sequence[float], names: Sequence[str] | None = None,
@@ -43,8 +46,18 @@ class FlowNetwork:
         self.delivered_bytes = 0.0  # sum over completed flows of size (count * size)
         self.injected_bytes = 0.0
         self.completed_groups = 0
-        # active groups (parallel python lists; rebuilt arrays on each recompute)
-        self._groups: list[_Group] = []
+        # bundles: distinct (links, per-flow weights)
+        self._bundle_ids: dict = {}
+        self._b_links: list[np.ndarray] = []
+        self._b_unitw: list[np.ndarray] = []
+        # active groups as parallel numpy arrays
+        self._rem = np.zeros(0)
+        self._rate = np.zeros(0)
+        self._size = np.zeros(0)
+        self._lat = np.zeros(0)
+        self._cnt = np.zeros(0)
+        self._bid = np.zeros(0, dtype=np.int64)
+        self._done: list[simpy.Event] = []
         self._last_t = 0.0
         self._version = 0
         self._pending = False
@@ -61,31 +74,47 @@ class FlowNetwork:
         if size_bytes < 0 or latency_s < 0 or count < 1:
             raise ValueError("size_bytes and latency_s must be >= 0 and count >= 1")
         done = self.env.event()
-        links_arr = np.asarray(links, dtype=np.int64)
-        w = np.full(len(links_arr), float(count)) if weights is None else np.asarray(weights, dtype=float)
-        if len(w) != len(links_arr):
-            raise ValueError("weights must match links")
+        links_t = tuple(int(x) for x in links)
+        if weights is None:
+            unitw = (1.0,) * len(links_t)
+        else:
+            if len(weights) != len(links_t):
+                raise ValueError("weights must match links")
+            unitw = tuple(float(w) / count for w in weights)
         self.injected_bytes += size_bytes * count
-        if size_bytes <= 0 or len(links_arr) == 0:
+        if size_bytes <= 0 or len(links_t) == 0:
             # nothing crosses a link (local copy or empty message): only the latency
-            self._finish_later(done, latency_s, size_bytes, count)
+            self._finish_later(done, latency_s, size_bytes * count)
             return done
+        key = (links_t, unitw)
+        bid = self._bundle_ids.get(key)
+        if bid is None:
+            bid = len(self._b_links)
+            self._bundle_ids[key] = bid
+            self._b_links.append(np.asarray(links_t, dtype=np.int64))
+            self._b_unitw.append(np.asarray(unitw, dtype=float))
         self._advance()
-        self._groups.append(_Group(links_arr, w, float(size_bytes), float(latency_s), count, done, tag))
+        self._rem = np.append(self._rem, float(size_bytes))
+        self._rate = np.append(self._rate, 0.0)
+        self._size = np.append(self._size, float(size_bytes))
+        self._lat = np.append(self._lat, float(latency_s))
+        self._cnt = np.append(self._cnt, float(count))
+        self._bid = np.append(self._bid, bid)
+        self._done.append(done)
         self._request_recompute()
         return done
 
     @property
     def active_groups(self) -> int:
-        return len(self._groups)
+        return len(self._done)
 
     def link_loads(self) -> np.ndarray:
         """Current load of every link (bytes/s)."""
         return self._loads.copy()
 
     # -- internals --------------------------------------------------------------------------------------
-    def _finish_later(self, done: simpy.Event, latency_s: float, size_bytes: float, count: int) -> None:
-        def fire(_ev, done=done, b=size_bytes * count):
+    def _finish_later(self, done: simpy.Event, latency_s: float, nbytes: float) -> None:
+        def fire(_ev, done=done, b=nbytes):
             self.delivered_bytes += b
             self.completed_groups += 1
             done.succeed()
@@ -99,12 +128,10 @@ class FlowNetwork:
         """Move every active group forward to ``now`` at its current rate."""
         now = float(self.env.now)
         dt = now - self._last_t
-        if dt > 0:
-            if self._groups:
-                for g in self._groups:
-                    g.remaining -= g.rate * dt
-                self.carried_bytes += self._loads * dt
-            if self.record_usage and self._groups:
+        if dt > 0 and len(self._done):
+            self._rem -= self._rate * dt
+            self.carried_bytes += self._loads * dt
+            if self.record_usage:
                 self.usage.append((self._last_t, now, self._loads.copy()))
         self._last_t = now
 
@@ -124,38 +151,43 @@ class FlowNetwork:
 
     def _update(self) -> None:
         self._advance()
-        # complete the groups whose bytes have all left
-        still = []
-        now = float(self.env.now)
-        t_tol = 1e-13 + 1e-12 * now  # below float resolution of the clock: treat as done
-        for g in self._groups:
-            if g.remaining <= _EPS_BYTES + 1e-9 * g.size_bytes or (g.rate > 0 and g.remaining / g.rate <= t_tol):
-                self._finish_later(g.done, g.latency_s, g.size_bytes, g.count)
-            else:
-                still.append(g)
-        self._groups = still
+        if len(self._done):
+            now = float(self.env.now)
+            t_tol = 1e-13 + 1e-12 * now  # below float resolution of the clock: treat as done
+            with np.errstate(divide="ignore", invalid="ignore"):
+                fin = (self._rem <= _EPS_BYTES + 1e-9 * self._size) | (
+                    (self._rate > 0) & (self._rem / np.where(self._rate > 0, self._rate, 1.0) <= t_tol))
+            if fin.any():
+                for i in np.flatnonzero(fin).tolist():
+                    self._finish_later(self._done[i], float(self._lat[i]), float(self._size[i] * self._cnt[i]))
+                keep = ~fin
+                self._done = [d for d, k in zip(self._done, keep.tolist()) if k]
+                self._rem, self._rate, self._size = self._rem[keep], self._rate[keep], self._size[keep]
+                self._lat, self._cnt, self._bid = self._lat[keep], self._cnt[keep], self._bid[keep]
         self._compute_rates()
         self._version += 1
-        if self._groups:
-            t_next = min((g.remaining / g.rate if g.rate > 0 else np.inf) for g in self._groups)
-            if not np.isfinite(t_next):
+        if len(self._done):
+            if np.any(self._rate <= 0):
                 raise RuntimeError("flow network stalled: an active flow group has zero rate")
+            t_next = float(np.min(self._rem / self._rate))
             version = self._version
             self.env.timeout(max(t_next, 0.0)).callbacks.append(lambda _ev, v=version: self._on_timer(v))
 
     def _compute_rates(self) -> None:
-        groups = self._groups
-        n = len(groups)
         self._loads = np.zeros(self.n_links)
-        if n == 0:
+        if not len(self._done):
             return
-        lens = np.fromiter((len(g.links) for g in groups), dtype=np.int64, count=n)
-        e_group = np.repeat(np.arange(n), lens)
-        e_link = np.concatenate([g.links for g in groups])
-        e_w = np.concatenate([g.weights for g in groups])
-        rates = max_min_rates(self.capacity, e_group, e_link, e_w, n)
-        for g, r in zip(groups, rates):
-            g.rate = float(r)
+        nb = len(self._b_links)
+        bcount = np.bincount(self._bid, weights=self._cnt, minlength=nb)
+        active = np.flatnonzero(bcount > 0)
+        lens = np.fromiter((len(self._b_links[i]) for i in active), dtype=np.int64, count=len(active))
+        e_group = np.repeat(np.arange(len(active)), lens)
+        e_link = np.concatenate([self._b_links[i] for i in active])
+        e_w = np.concatenate([self._b_unitw[i] * bcount[i] for i in active])
+        rates = max_min_rates(self.capacity, e_group, e_link, e_w, len(active))
+        brate = np.zeros(nb)
+        brate[active] = rates
+        self._rate = brate[self._bid]
         self._loads = np.bincount(e_link, weights=e_w * rates[e_group], minlength=self.n_links)
 
 
@@ -193,18 +225,3 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
         active_entries &= ~frozen[e_group]
         remaining = np.maximum(remaining, 0.0)
     return rates
-
-
-class _Group:
-    __slots__ = ("links", "weights", "size_bytes", "remaining", "latency_s", "count", "done", "tag", "rate")
-
-    def __init__(self, links, weights, size_bytes, latency_s, count, done, tag):
-        self.links = links
-        self.weights = weights
-        self.size_bytes = size_bytes
-        self.remaining = size_bytes
-        self.latency_s = latency_s
-        self.count = count
-        self.done = done
-        self.tag = tag
-        self.rate = 0.0

@@ -15,3 +15,7 @@ __all__ = [
     "CollectiveOverheadSpec", "DeviceSpec", "GpuInitiatedSpec", "ScaleOutSpec", "ScaleUpSpec",
     "TopologySpec", "load_topology", "topology_from_dict",
 ]
+
+from .workload import DLRMSpec, MoESpec, TableSpec, TransformerDecodeSpec, load_workload, workload_from_dict  # noqa: E402
+
+__all__ += ["DLRMSpec", "MoESpec", "TableSpec", "TransformerDecodeSpec", "load_workload", "workload_from_dict"]

@@ -1,0 +1,326 @@
+"""Figures shared by the experiments and the CLI (matplotlib, Agg backend, no pyplot state).
+
+Every function builds its own :class:`matplotlib.figure.Figure` (never ``pyplot``), so nothing leaks between
+calls or threads, and saves it atomically: a temporary file in the target folder, then ``os.replace``.
+Times in the data are seconds; axes show microseconds or milliseconds as labelled.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+__all__ = ["plot_speedup_vs_size", "plot_timeline", "plot_speedup_vs_nodes", "plot_breakdown", "save_figure"]
+
+_DPI = 100
+
+
+def _figure(width_in: float, height_in: float) -> Figure:
+    fig = Figure(figsize=(width_in, height_in), dpi=_DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Figure, path: Path | str) -> Path:
+    """Save ``fig`` to ``path`` (format from the suffix) through a temporary file and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".png", dir=path.parent)
+    os.close(fd)
+    try:
+        # fixed metadata: no creation date / software version, so re-running gives the same bytes
+        meta = {"Software": None} if path.suffix.lower() in ("", ".png") else None
+        fig.savefig(tmp, dpi=_DPI, metadata=meta)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= f:
+            return f"{b / f:g} {unit}"
+    return f"{b:g} B"
+
+
+# -------------------------------------------------------------------------------------------------------
+# fused-operator sweep
+# -------------------------------------------------------------------------------------------------------
+def plot_speedup_vs_size(df, path: Path | str, *, size_col: str = "comm_bytes_per_rank",
+                         title: str | None = None) -> Path:
+    """Speedup (baseline / fused time) against size, one panel per operator, one line per GPU configuration.
+
+    ``df`` needs columns ``op``, ``nodes``, ``gpus_per_node``, ``speedup`` and ``size_col`` (default the
+    per-rank collective buffer in bytes; log x axis).  Several rows at the same size (other parameters
+    varied) are drawn as points and the line joins their mean.
+    """
+    ops = list(dict.fromkeys(df["op"]))
+    n = max(1, len(ops))
+    fig = _figure(4.6 * n, 3.8)
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    for ax, op in zip(axes, ops, strict=False):
+        sub = df[df["op"] == op]
+        configs = sorted({(int(a), int(b)) for a, b in zip(sub["nodes"], sub["gpus_per_node"], strict=False)})
+        cmap = _colors(len(configs))
+        for color, (nodes, g) in zip(cmap, configs, strict=False):
+            c = sub[(sub["nodes"] == nodes) & (sub["gpus_per_node"] == g)]
+            x = c[size_col].to_numpy(dtype=float)
+            y = c["speedup"].to_numpy(dtype=float)
+            label = f"{nodes * g} GPUs ({nodes}x{g})" if nodes > 1 else f"{g} GPUs (1 node)"
+            ax.scatter(x, y, s=9, color=color, alpha=0.45, linewidths=0)
+            ux = np.unique(x)
+            my = [float(np.mean(y[x == v])) for v in ux]
+            ax.plot(ux, my, "-o", ms=3, lw=1.3, color=color, label=label)
+        ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_title(op)
+        ax.set_xlabel("per-rank collective buffer (bytes)" if size_col == "comm_bytes_per_rank" else size_col)
+        ax.set_ylabel("speedup (baseline / fused)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+        ticks = ax.get_xticks()
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([_fmt_bytes(t) if t > 0 else "" for t in ticks], fontsize=7, rotation=30)
+        if len(sub):
+            lo, hi = float(sub[size_col].min()), float(sub[size_col].max())
+            ax.set_xlim(lo / 1.5, hi * 1.5)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def _colors(n: int):
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    return [cmap(v) for v in np.linspace(0.0, 0.9, max(1, n))]
+
+
+# -------------------------------------------------------------------------------------------------------
+# timeline (Gantt) of simulated runs
+# -------------------------------------------------------------------------------------------------------
+def _unpack(run):
+    if len(run) == 4:
+        label, sim, _fabric, net = run
+    elif len(run) == 3:
+        label, sim, net = run
+    else:
+        raise ValueError("each run must be (label, sim, net) or (label, sim, fabric, net)")
+    return label, sim, net
+
+
+def _busy_links(net, max_links: int, names: Sequence[str] | None = None):
+    """``[(name, t0[], t1[], utilisation[])]`` of the busiest links (by bytes carried), in link order, or of
+    the links named in ``names`` (in that order; unknown or idle names are skipped)."""
+    usage = (getattr(net, "usage", None) or []) if net is not None else []
+    if not usage:
+        return []
+    t0 = np.array([u[0] for u in usage])
+    t1 = np.array([u[1] for u in usage])
+    loads = np.vstack([np.asarray(u[2], dtype=float) for u in usage])
+    util = loads / np.asarray(net.capacity, dtype=float)[None, :]
+    carried = (loads * (t1 - t0)[:, None]).sum(axis=0)
+    busy = np.flatnonzero(carried > 0)
+    if names is not None:
+        index = {n: i for i, n in enumerate(net.names)}
+        keep = [index[n] for n in names if n in index and carried[index[n]] > 0]
+    else:
+        keep = sorted(busy[np.argsort(-carried[busy], kind="stable")][:max_links].tolist())
+    out = []
+    for li in keep:
+        on = loads[:, li] > 0
+        out.append((net.names[li], t0[on], t1[on], np.clip(util[on, li], 0.0, 1.0)))
+    return out
+
+
+def plot_timeline(target, runs: Sequence[tuple], *, rank: int = 0, max_links: int = 6,
+                  links: Sequence[str] | None = None, title: str | None = None):
+    """Gantt chart of simulated runs, e.g. one baseline and one fused execution of an operator.
+
+    ``runs``: ``(label, sim, net)`` (or ``(label, sim, fabric, net)``) with the recorder enabled and, for the
+    link rows, ``record_usage=True`` on the network.  For each run and rank ``rank`` the rows are: compute
+    (kernel records), bulk collectives, the fused operator's span, and one row per busy link (the ``max_links``
+    busiest, or those named in ``links``) whose shade is the link's utilisation (load / capacity).  Overlap of compute and communication
+    shows as link activity under the compute bar.  ``target`` is a matplotlib Axes (drawn into, returned) or
+    a path (a figure is made and saved there; the path is returned).
+    """
+    from matplotlib.patches import Patch
+
+    if hasattr(target, "broken_barh"):
+        ax, fig, path = target, None, None
+    else:
+        path = Path(target)
+        rows_guess = sum(3 + min(max_links, len(getattr(_unpack(r)[2], "names", []) or [])) for r in runs)
+        fig = _figure(10.0, 1.2 + 0.32 * max(4, rows_guess))
+        ax = fig.add_subplot(1, 1, 1)
+    colors = {"kernel": "#4C72B0", "collective": "#DD8452", "fused": "#8172B3", "link": "#C44E52"}
+    yticks, ylabels = [], []
+    y = 0.0
+    t_max = 0.0
+    for run in runs:
+        label, sim, net = _unpack(run)
+        recs = [r for r in sim.recorder.records if int(r.rank) == rank] if sim is not None else []
+        rows = [("compute", [r for r in recs if r.kind == "kernel"], "kernel"),
+                ("collective", [r for r in recs if r.kind == "collective"], "collective"),
+                ("fused op", [r for r in recs if r.kind == "fused"], "fused")]
+        rows = [row for row in rows if row[1]]
+        end_run = max([r.end_s for r in recs] + [0.0])
+        for name, rr, kind in rows:
+            spans = [(r.start_s * 1e6, max(r.end_s - r.start_s, 0.0) * 1e6) for r in rr]
+            ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=colors[kind], alpha=0.9)
+            yticks.append(y)
+            ylabels.append(f"{label}: {name}")
+            y += 1
+        for lname, t0, t1, u in _busy_links(net, max_links, links):
+            spans = list(zip((t0 * 1e6).tolist(), ((t1 - t0) * 1e6).tolist(), strict=False))
+            shades = [(0.77, 0.31, 0.32, 0.15 + 0.85 * float(v)) for v in u]
+            ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=shades, linewidth=0)
+            yticks.append(y)
+            ylabels.append(f"{label}: {lname}")
+            end_run = max(end_run, float(t1.max()) if len(t1) else 0.0)
+            y += 1
+        ax.axvline(end_run * 1e6, color="0.3", lw=0.8, ls=":")
+        ax.text(end_run * 1e6, y - 0.5, f" {label} ends {end_run * 1e6:.1f} us", fontsize=7, va="center")
+        t_max = max(t_max, end_run)
+        ax.axhline(y - 0.5, color="0.7", lw=0.6)
+    ax.set_yticks(yticks)
+    ax.set_yticklabels(ylabels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, t_max * 1e6 * 1.18 if t_max > 0 else 1)
+    ax.set_xlabel("time (us)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(handles=[Patch(color=colors["kernel"], label="compute kernel"),
+                       Patch(color=colors["collective"], label="bulk collective"),
+                       Patch(color=colors["fused"], label="fused operator span"),
+                       Patch(color=colors["link"], label="link busy (shade = utilisation)")],
+              fontsize=7, loc="lower right")
+    if title:
+        ax.set_title(title, fontsize=9)
+    if fig is None:
+        return ax
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+# -------------------------------------------------------------------------------------------------------
+# scaling figures (DLRM and others): node count on x
+# -------------------------------------------------------------------------------------------------------
+def _group_cols(df) -> list[str]:
+    return [c for c in ("model", "topology") if c in df.columns]
+
+
+def _group_label(key, cols) -> str:
+    if not cols:
+        return ""
+    key = key if isinstance(key, tuple) else (key,)
+    return ", ".join(str(k) for k in key)
+
+
+def _with_speedup(df):
+    """Fused rows with a ``speedup`` column (computed from the baseline row of the same config if absent)."""
+    cols = _group_cols(df)
+    keys = cols + ["nodes"]
+    fused = df[df["mode"] == "fused"].copy()
+    if "speedup" not in fused.columns or fused["speedup"].isna().all():
+        base = df[df["mode"] == "baseline"][keys + ["iteration_time_s"]].rename(
+            columns={"iteration_time_s": "_base_s"})
+        fused = fused.merge(base, on=keys, how="left")
+        fused["speedup"] = fused["_base_s"] / fused["iteration_time_s"]
+    return fused
+
+
+def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> Path:
+    """Left: speedup of fused over baseline against node count; right: iteration time of both.
+
+    ``df`` columns: ``nodes``, ``gpus``, ``mode`` (``baseline``/``fused``), ``iteration_time_s``; ``speedup`` on
+    fused rows (computed from the matching baseline row when missing); optional ``model`` and/or ``topology``
+    columns draw one line per value.
+    """
+    cols = _group_cols(df)
+    fused = _with_speedup(df)
+    fig = _figure(10.0, 4.0)
+    ax1, ax2 = fig.subplots(1, 2)
+    groups = list(fused.groupby(cols, sort=True)) if cols else [(None, fused)]
+    colors = _colors(len(groups))
+    for color, (key, g) in zip(colors, groups, strict=False):
+        g = g.sort_values("nodes")
+        lab = _group_label(key, cols) or "fused"
+        ax1.plot(g["nodes"], g["speedup"], "-o", ms=4, color=color, label=lab)
+        sel = df[df["mode"] == "baseline"]
+        fsel = df[df["mode"] == "fused"]
+        if cols:
+            kk = key if isinstance(key, tuple) else (key,)
+            for c, v in zip(cols, kk, strict=False):
+                sel = sel[sel[c] == v]
+                fsel = fsel[fsel[c] == v]
+        sel, fsel = sel.sort_values("nodes"), fsel.sort_values("nodes")
+        prefix = f"{lab}: " if cols else ""
+        ax2.plot(sel["nodes"], sel["iteration_time_s"] * 1e3, "--s", ms=4, color=color,
+                 label=f"{prefix}baseline")
+        ax2.plot(fsel["nodes"], fsel["iteration_time_s"] * 1e3, "-o", ms=4, color=color, label=f"{prefix}fused")
+    ax1.axhline(1.0, color="0.5", lw=0.8, ls="--")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("nodes")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    nodes = sorted(set(int(v) for v in df["nodes"]))
+    gpus = {int(n): int(gv) for n, gv in zip(df["nodes"], df["gpus"], strict=False)}
+    for ax in (ax1, ax2):
+        ax.set_xticks(nodes)
+        ax.set_xticklabels([f"{n}\n({gpus[n]} GPUs)" for n in nodes], fontsize=7)
+    ax1.set_ylabel("speedup (baseline / fused)")
+    ax2.set_ylabel("iteration time (ms)")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_breakdown(df, path: Path | str, *, title: str | None = None) -> Path:
+    """Stacked bars per node count: compute and exposed communication, baseline and fused side by side.
+
+    ``df`` columns: ``nodes``, ``mode``, ``compute_time_s``, ``exposed_comm_time_s`` (optional ``model`` /
+    ``topology``: one panel per value).  Bars are in milliseconds.
+    """
+    cols = _group_cols(df)
+    groups = list(df.groupby(cols, sort=True)) if cols else [(None, df)]
+    n = len(groups)
+    fig = _figure(max(5.0, 4.8 * n), 4.0)
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    width = 0.38
+    for ax, (key, g) in zip(axes, groups, strict=False):
+        nodes = sorted(set(int(v) for v in g["nodes"]))
+        x = np.arange(len(nodes))
+        for off, mode, hatch in ((-width / 2, "baseline", ""), (width / 2, "fused", "//")):
+            m = g[g["mode"] == mode].groupby("nodes")[["compute_time_s", "exposed_comm_time_s"]].mean()
+            comp = np.array([m["compute_time_s"].get(v, np.nan) for v in nodes]) * 1e3
+            comm = np.array([m["exposed_comm_time_s"].get(v, np.nan) for v in nodes]) * 1e3
+            ax.bar(x + off, comp, width, color="#4C72B0", hatch=hatch, edgecolor="white",
+                   label=f"{mode}: compute")
+            ax.bar(x + off, comm, width, bottom=comp, color="#DD8452", hatch=hatch, edgecolor="white",
+                   label=f"{mode}: exposed comm")
+        ax.set_xticks(x)
+        ax.set_xticklabels([str(v) for v in nodes])
+        ax.set_xlabel("nodes (left bar baseline, right bar fused)")
+        ax.set_ylabel("time (ms)")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+        lab = _group_label(key, cols)
+        if lab:
+            ax.set_title(lab, fontsize=9)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return save_figure(fig, path)

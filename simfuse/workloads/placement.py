@@ -1,0 +1,92 @@
+"""Embedding-table placement across ranks (model parallel).
+
+``table_wise`` (default): tables whose rows and optimizer state exceed the per-GPU embedding budget are first
+split row-wise into the fewest equal shards that fit (each shard serves ``pooling / shards`` lookups per bag on
+average and still sends a full pooled row per bag: the partial sums are added at the receiver); then units are
+placed largest-first onto the least-loaded rank (LPT; ties to the lowest rank).  ``row_wise``: every table is
+split into one shard per rank.  The load of a unit is the bytes its pooling reads plus the bytes it sends.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SpecError
+from ..fused.base import DTYPE_BYTES
+from ..spec import DLRMSpec
+
+
+@dataclass(frozen=True)
+class Unit:
+    table: int
+    rows: int
+    pooling: float
+    shard: int
+    shards: int
+
+
+def place_tables(spec: DLRMSpec, n_ranks: int, gpu_memory_bytes: float) -> list[list[Unit]]:
+    """Units (tables or row shards) held by each rank."""
+    eb = DTYPE_BYTES[spec.embedding_dtype]
+    row_bytes = spec.dim * eb * (1.0 + spec.optimizer_state_factor)
+    budget = gpu_memory_bytes * spec.embedding_memory_fraction
+    units: list[Unit] = []
+    for t, tab in enumerate(spec.tables):
+        if spec.placement == "row_wise":
+            shards = n_ranks
+        else:
+            shards = max(1, math.ceil(tab.rows * row_bytes / budget))
+        if shards > n_ranks:
+            raise SpecError(spec.source, f"embedding.rows[{t}]",
+                            f"table of {tab.rows} rows needs {shards} GPUs' embedding memory, only {n_ranks} GPUs")
+        for s in range(shards):
+            units.append(Unit(t, math.ceil(tab.rows / shards), tab.pooling / shards, s, shards))
+    B, D = spec.global_batch, spec.dim
+
+    def load(u: Unit) -> float:
+        return B * u.pooling * D * eb + B * D * eb
+
+    per_rank: list[list[Unit]] = [[] for _ in range(n_ranks)]
+    mem = np.zeros(n_ranks)
+    heap = [(0.0, r) for r in range(n_ranks)]
+    order = sorted(range(len(units)), key=lambda i: (-load(units[i]), i))
+    if spec.placement == "row_wise":
+        for i in order:
+            u = units[i]
+            per_rank[u.shard].append(u)
+        return per_rank
+    for i in order:
+        u = units[i]
+        skipped = []
+        while True:
+            if not heap:
+                raise SpecError(spec.source, "embedding", "tables do not fit in the GPUs' embedding memory")
+            ld, r = heapq.heappop(heap)
+            if mem[r] + u.rows * row_bytes <= budget * (1 + 1e-9) and not any(x.table == u.table for x in per_rank[r]):
+                break
+            skipped.append((ld, r))
+        per_rank[r].append(u)
+        mem[r] += u.rows * row_bytes
+        heapq.heappush(heap, (ld + load(u), r))
+        for item in skipped:
+            heapq.heappush(heap, item)
+    return per_rank
+
+
+def rank_classes(per_rank: list[list[Unit]]) -> tuple[np.ndarray, list[tuple[float, ...]]]:
+    """Group ranks with the same load signature (sorted pooling factors).  Returns ``class_of_rank`` (classes
+    numbered by first appearance) and the signature of each class."""
+    sig_to_class: dict[tuple[float, ...], int] = {}
+    sigs: list[tuple[float, ...]] = []
+    cls = np.empty(len(per_rank), dtype=np.int64)
+    for r, units in enumerate(per_rank):
+        sig = tuple(sorted(round(u.pooling, 9) for u in units))
+        if sig not in sig_to_class:
+            sig_to_class[sig] = len(sigs)
+            sigs.append(sig)
+        cls[r] = sig_to_class[sig]
+    return cls, sigs

@@ -119,7 +119,7 @@ def simulate_dlrm(spec: DLRMSpec, topology: TopologySpec, nodes: int, *, gpus_pe
     knobs = knobs or FusedKnobs()
     eb = DTYPE_BYTES[spec.embedding_dtype]
     per_rank = place_tables(spec, n, topology.device.memory_bytes)
-    cls_of_rank, sigs = rank_classes(per_rank)
+    cls_of_rank, sigs = rank_classes(per_rank, g)
     full = sim_mode == "full"
     fabric = Fabric(topology, nodes, gpus_per_node=g, symmetric=not full)
     if full:
@@ -383,6 +383,10 @@ def simulate_dlrm(spec: DLRMSpec, topology: TopologySpec, nodes: int, *, gpus_pe
     for e in entities:
         env.process(allreduce_stream(e))
     sim.run(until=simpy.AllOf(env, procs))
+    for e in entities:
+        for name, t0, t1 in e.phases:
+            if name.startswith(("a2a", "allreduce")):
+                sim.recorder.add("collective", name, f"gpu{e.rank}/comm", e.rank, t0, t1)
     crit = max(entities, key=lambda x: (x.end_s, x.busy_s))
     t_iter = max(e.end_s for e in entities)
     return IterationResult(mode=mode, iteration_time_s=t_iter, compute_time_s=crit.busy_s,

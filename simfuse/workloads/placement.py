@@ -77,16 +77,26 @@ def place_tables(spec: DLRMSpec, n_ranks: int, gpu_memory_bytes: float) -> list[
     return per_rank
 
 
-def rank_classes(per_rank: list[list[Unit]]) -> tuple[np.ndarray, list[tuple[float, ...]]]:
-    """Group ranks with the same load signature (sorted pooling factors).  Returns ``class_of_rank`` (classes
-    numbered by first appearance) and the signature of each class."""
-    sig_to_class: dict[tuple[float, ...], int] = {}
-    sigs: list[tuple[float, ...]] = []
+def rank_classes(per_rank: list[list[Unit]], gpus_per_node: int | None = None) -> tuple[np.ndarray, list]:
+    """Group ranks that behave alike: same load signature (sorted pooling factors) and, when
+    ``gpus_per_node`` is given, the same composition of their node (the multiset of its ranks' signatures), so
+    that a class's intra- and inter-node traffic split is the same for all its members.  Returns
+    ``class_of_rank`` (classes numbered by first appearance) and the key of each class."""
+    own = [tuple(sorted(round(u.pooling, 9) for u in units)) for units in per_rank]
+    keys = []
+    for r, sig in enumerate(own):
+        if gpus_per_node:
+            node = r // gpus_per_node
+            comp = tuple(sorted(own[node * gpus_per_node:(node + 1) * gpus_per_node]))
+            keys.append((sig, comp))
+        else:
+            keys.append((sig, ()))
+    key_to_class: dict = {}
+    out: list = []
     cls = np.empty(len(per_rank), dtype=np.int64)
-    for r, units in enumerate(per_rank):
-        sig = tuple(sorted(round(u.pooling, 9) for u in units))
-        if sig not in sig_to_class:
-            sig_to_class[sig] = len(sigs)
-            sigs.append(sig)
-        cls[r] = sig_to_class[sig]
-    return cls, sigs
+    for r, key in enumerate(keys):
+        if key not in key_to_class:
+            key_to_class[key] = len(out)
+            out.append(key)
+        cls[r] = key_to_class[key]
+    return cls, out

@@ -1,0 +1,62 @@
+"""Benchmark: wall time, events and peak memory of `simfuse run` for DLRM-DCNv2 (both modes).
+
+Usage: python experiments/bench_dlrm.py [--nodes 128,1024]
+Targets (2-core machine): 128 nodes < 10 s, 1,024 nodes < 60 s, peak memory < 4 GiB.  Each node count runs in
+a fresh process so that the peak resident memory is that run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def one(nodes: int, model: str, topology: str) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from simfuse.costs import resolve_topology
+    from simfuse.spec import load_topology, load_workload
+    from simfuse.workloads.run import simulate_workload
+
+    t0 = time.perf_counter()
+    spec = load_workload(model)
+    topo = resolve_topology(load_topology(topology))
+    res = simulate_workload(spec, topo, nodes, mode="both")
+    wall = time.perf_counter() - t0
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"nodes": nodes, "gpus": nodes * topo.scale_up.gpus_per_node, "wall_s": wall,
+            "events": sum(r.events for r in res.values()), "peak_rss_mib": peak_kib / 1024,
+            "speedup": res["baseline"].iteration_time_s / res["fused"].iteration_time_s,
+            "rank_classes": res["fused"].classes}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", default="128,1024")
+    p.add_argument("--model", default=str(ROOT / "models/dlrm_dcnv2.yaml"))
+    p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
+    p.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.one is not None:
+        print(json.dumps(one(args.one, args.model, args.topology)))
+        return 0
+    rows = []
+    for n in [int(x) for x in args.nodes.split(",")]:
+        r = subprocess.run([sys.executable, __file__, "--one", str(n), "--model", args.model, "--topology",
+                            args.topology], capture_output=True, text=True, check=True)
+        row = json.loads(r.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(f"{row['nodes']:5d} nodes ({row['gpus']} GPUs): wall {row['wall_s']:.2f} s, events {row['events']}, "
+              f"peak RSS {row['peak_rss_mib']:.0f} MiB, rank classes {row['rank_classes']}, "
+              f"speedup {row['speedup']:.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

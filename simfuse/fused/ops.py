@@ -8,7 +8,7 @@ import simpy
 from ..collectives import Layout
 from ..costs import KernelWork
 from ..errors import SpecError
-from .base import PushEngine, PushOp, FusedOp, dtype_bytes, fused_work
+from .base import FusedOp, PushEngine, PushOp, dtype_bytes, fused_work
 
 
 def _pos_int(params: dict, key: str, source: str, default=None) -> int:
@@ -214,7 +214,7 @@ class GemvAllReduce(FusedOp):
         def on_arrival(dsts, slices, t, src):
             eng = engines[src]
             posmap = eng.slice_pos
-            for d, s in zip(np.asarray(dsts).tolist(), np.asarray(slices).tolist()):
+            for d, s in zip(np.asarray(dsts).tolist(), np.asarray(slices).tolist(), strict=False):
                 j = int(posmap[s])
                 sb = float(eng.slice_bytes[s])
                 if symmetric:

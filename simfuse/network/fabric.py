@@ -80,7 +80,7 @@ class Fabric:
         return len(self._caps) - 1
 
     def _build(self) -> None:
-        g, k, N = self.gpus_per_node, self.nics_per_node, self.nodes
+        _g, k, N = self.gpus_per_node, self.nics_per_node, self.nodes
         fat_core = self.fabric_kind == "fat_tree" and self.oversub > 1.0 and N > 1
         rail_core = self.fabric_kind == "rail_optimized" and self.oversub > 1.0 and N > 1
         self.has_core = fat_core or rail_core
@@ -256,7 +256,7 @@ class Fabric:
                 weights = tuple(rx_w if rx else float(cnt) for rx in is_rx)
                 out.append(FlowGroupSpec(links, weights, float(size), self.latency_for(c), cnt, c, members))
         else:
-            for d, size, c in zip(dsts.tolist(), sizes.tolist(), cls.tolist()):
+            for d, size, c in zip(dsts.tolist(), sizes.tolist(), cls.tolist(), strict=False):
                 links, lat = self.path(src, d)
                 out.append(FlowGroupSpec(links, (1.0,) * len(links), float(size), lat, 1, int(c),
                                          np.array([d])))

@@ -161,7 +161,7 @@ class FlowNetwork:
                 for i in np.flatnonzero(fin).tolist():
                     self._finish_later(self._done[i], float(self._lat[i]), float(self._size[i] * self._cnt[i]))
                 keep = ~fin
-                self._done = [d for d, k in zip(self._done, keep.tolist()) if k]
+                self._done = [d for d, k in zip(self._done, keep.tolist(), strict=False) if k]
                 self._rem, self._rate, self._size = self._rem[keep], self._rate[keep], self._size[keep]
                 self._lat, self._cnt, self._bid = self._lat[keep], self._cnt[keep], self._bid[keep]
         self._compute_rates()

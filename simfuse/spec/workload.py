@@ -6,7 +6,7 @@ the kind.  Validation errors name the file and the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecError
@@ -110,7 +110,7 @@ def _tables(f: Fields) -> tuple[TableSpec, ...]:
         pooling = emb.list("pooling")
         if len(rows) != len(pooling):
             raise SpecError(f.source, emb.name("pooling"), f"has {len(pooling)} entries but rows has {len(rows)}")
-        for i, (r, p) in enumerate(zip(rows, pooling)):
+        for i, (r, p) in enumerate(zip(rows, pooling, strict=False)):
             if isinstance(r, bool) or not isinstance(r, int) or r < 1:
                 raise SpecError(f.source, f"{emb.name('rows')}[{i}]", f"expected a positive integer, got {r!r}")
             if isinstance(p, bool) or not isinstance(p, (int, float)) or p <= 0:

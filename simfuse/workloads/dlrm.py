@@ -129,7 +129,7 @@ def simulate_dlrm(spec: DLRMSpec, topology: TopologySpec, nodes: int, *, gpus_pe
         n_cls = fabric.set_rank_classes(cls_of_rank)
         entities = [_Entity(fabric.representative(c), c, per_rank[fabric.representative(c)]) for c in range(n_cls)]
         ent_cls = cls_of_rank
-    by_cls = {e.cls: e for e in entities}
+    {e.cls: e for e in entities}
     n_ent = len(entities)
     units_per_rank = np.array([len(u) for u in per_rank], dtype=float)
     sim = Simulation(seed=seed, record=record)

@@ -86,6 +86,6 @@ def test_invariants_random_networks(caps, flows):
     assert net.carried_bytes == pytest.approx(expect, rel=1e-6, abs=1e-3)
     # each flow takes at least latency + size / (slowest link on its path)
     for i, (links, size, lat, t0) in enumerate(flows):
-        assert done[i] - t0 >= lat + size / min(caps[l] for l in links) * (1 - 1e-9)
+        assert done[i] - t0 >= lat + size / min(caps[k] for k in links) * (1 - 1e-9)
     # the whole run is at least the busiest link's bytes over its capacity
-    assert sim.now >= max(expect[l] / caps[l] for l in range(5)) * (1 - 1e-9)
+    assert sim.now >= max(expect[k] / caps[k] for k in range(5)) * (1 - 1e-9)

@@ -210,6 +210,12 @@ class AllReduceHierarchical(Algorithm):
     def __post_init__(self):
         self.name, self.op = "hierarchical", "all_reduce"
 
+    def _inter_steps(self, node: int, local: int, shard: float) -> list[Step]:
+        L = self.layout
+        N = L.nodes
+        nxt = np.array([L.rank((node + 1) % N, local)], dtype=np.int64)
+        return [(nxt, np.array([shard / N])) for _ in range(2 * (N - 1))]
+
     def steps(self, rank):
         L = self.layout
         g, N = L.gpus_per_node, L.nodes
@@ -220,47 +226,28 @@ class AllReduceHierarchical(Algorithm):
         if len(local_peers):
             steps.append((local_peers, np.full(len(local_peers), shard)))
         if N > 1:
-            nxt = np.array([L.rank((node + 1) % N, local)], dtype=np.int64)
-            for _ in range(2 * (N - 1)):
-                steps.append((nxt, np.array([shard / N])))
+            steps.extend(self._inter_steps(node, local, shard))
         if len(local_peers):
             steps.append((local_peers, np.full(len(local_peers), shard)))
         return steps
 
 
-class AllReduceHierarchicalRHD(Algorithm):
-    """Intra-node direct reduce-scatter; inter-node recursive halving (reduce-scatter) then recursive doubling
-    (all-gather) among same-index GPUs, ``log2(nodes)`` steps each (Rabenseifner; log latency like NCCL's
-    trees at scale); intra-node direct all-gather.  Node counts that are not powers of two use a ring between
-    nodes instead."""
+class AllReduceHierarchicalRHD(AllReduceHierarchical):
+    """Like ``hierarchical`` but between nodes recursive halving (reduce-scatter) then recursive doubling
+    (all-gather) among same-index GPUs, ``log2(nodes)`` steps each (Rabenseifner; log latency like NCCL's trees
+    at scale).  Node counts that are not powers of two use the ring between nodes."""
 
     def __post_init__(self):
         self.name, self.op = "hierarchical_rhd", "all_reduce"
 
-    def steps(self, rank):
+    def _inter_steps(self, node: int, local: int, shard: float) -> list[Step]:
         L = self.layout
-        g, N = L.gpus_per_node, L.nodes
-        node, local = divmod(rank, g)
-        steps: list[Step] = []
-        local_peers = np.array([L.rank(node, j) for j in range(g) if j != local], dtype=np.int64)
-        shard = self.size_bytes / g
-        if len(local_peers):
-            steps.append((local_peers, np.full(len(local_peers), shard)))
-        if N > 1:
-            if N & (N - 1) == 0:
-                levels = N.bit_length() - 1
-                rs = []
-                for k in range(levels):
-                    partner = np.array([L.rank(node ^ (1 << k), local)], dtype=np.int64)
-                    rs.append((partner, np.array([shard / 2 ** (k + 1)])))
-                steps.extend(rs)
-                steps.extend(reversed(rs))
-            else:
-                nxt = np.array([L.rank((node + 1) % N, local)], dtype=np.int64)
-                steps.extend((nxt, np.array([shard / N])) for _ in range(2 * (N - 1)))
-        if len(local_peers):
-            steps.append((local_peers, np.full(len(local_peers), shard)))
-        return steps
+        N = L.nodes
+        if N & (N - 1):
+            return super()._inter_steps(node, local, shard)
+        rs = [(np.array([L.rank(node ^ (1 << k), local)], dtype=np.int64), np.array([shard / 2 ** (k + 1)]))
+              for k in range(N.bit_length() - 1)]
+        return rs + rs[::-1]
 
 
 REGISTRY: dict[str, dict[str, type[Algorithm]]] = {

@@ -237,6 +237,13 @@ def simulate_dlrm(spec: DLRMSpec, topology: TopologySpec, nodes: int, *, gpus_pe
             procs.append(env.process(start()))
         return procs
 
+    def bulk_send(e: _Entity, sizes: np.ndarray, entered: dict, started: dict, store: dict, tag: str):
+        """Launch gap, then the bulk exchange; marks this class as entered and as having started all its flows."""
+        yield env.timeout(co.launch_s)
+        entered[e.cls].succeed()
+        yield simpy.AllOf(env, send_to_all(e, sizes, entered, store, tag))
+        started[e.cls].succeed()
+
     def wait_incoming(e: _Entity, started: dict, store: dict):
         yield simpy.AllOf(env, [started[c] for c in started])
         if store[e.cls]:
@@ -286,11 +293,7 @@ def simulate_dlrm(spec: DLRMSpec, topology: TopologySpec, nodes: int, *, gpus_pe
             if U > 0:
                 yield from kernel(e, op.work("compute"), "embedding_fwd")
             t0 = env.now
-            yield env.timeout(co.launch_s)
-            fwd_entered[e.cls].succeed()
-            procs = send_to_all(e, fwd_sizes, fwd_entered, incoming_fwd, "a2a_fwd")
-            yield simpy.AllOf(env, procs)
-            fwd_started[e.cls].succeed()
+            yield from bulk_send(e, fwd_sizes, fwd_entered, fwd_started, incoming_fwd, "a2a_fwd")
             yield from wait_incoming(e, fwd_started, incoming_fwd)
             yield env.timeout(co.sync_s)
             e.phases.append(("a2a_fwd", t0, env.now))
@@ -355,12 +358,7 @@ def simulate_dlrm(spec: DLRMSpec, topology: TopologySpec, nodes: int, *, gpus_pe
                 grad_produced(li)
                 li += 1
         if not fuse_bwd:
-            t0 = env.now
-            yield env.timeout(co.launch_s)
-            bwd_entered[e.cls].succeed()
-            procs = send_to_all(e, bwd_sizes, bwd_entered, incoming_bwd, "a2a_bwd")
-            yield simpy.AllOf(env, procs)
-            bwd_started[e.cls].succeed()
+            yield from bulk_send(e, bwd_sizes, bwd_entered, bwd_started, incoming_bwd, "a2a_bwd")
         for pair in bot_bwd:
             for w in pair:
                 yield from kernel(e, w, "bottom_mlp_bwd")

@@ -142,3 +142,14 @@ def test_cli_range_writes_csv(root, tmp_path):
     df = pd.read_csv(out)
     assert list(df["size_bytes"]) == [1024, 4096, 16384, 65536, 262144, 1048576]
     assert df["time_s"].is_monotonic_increasing
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_rhd_between_nodes_closed_form(nodes):
+    # one GPU per node: log2(N) halving steps then log2(N) doubling steps, sizes S/2, S/4, ...
+    t = make_topology(gpus_per_node=1, nics_per_node=1, nic_gbit=400, nic_lat_us=2.0)
+    size = 64 * MiB
+    r = run_collective(t, nodes, "all_reduce", size, algorithm="hierarchical_rhd")
+    levels = nodes.bit_length() - 1
+    expect = 2 * sum(2e-6 + size / 2 ** (k + 1) / 50e9 for k in range(levels))
+    assert r.time_s == pytest.approx(expect, rel=0.01)

@@ -31,6 +31,14 @@ class KernelWork:
     variant: str = "compute"
     shape: tuple[tuple[str, float], ...] = field(default=())
     max_wgs_per_cu: int | None = None  # occupancy limit of this kernel; None = the device's
+    #: bytes one workgroup *requests* (its tiles' loads and stores, L2 hits included), the definition of
+    #: ``bytes_per_program`` in kernel traces; None = ``bytes_per_wg``.  ``bytes_per_wg`` is HBM traffic (unique
+    #: bytes, the roofline's input); calibrated models, fitted on traces, use the requested bytes.
+    traffic_bytes_per_wg: float | None = None
+
+    @property
+    def requested_bytes_per_wg(self) -> float:
+        return self.bytes_per_wg if self.traffic_bytes_per_wg is None else self.traffic_bytes_per_wg
 
     @property
     def total_flops(self) -> float:

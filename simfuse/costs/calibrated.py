@@ -14,7 +14,9 @@ terms scale like the roofline model does:
   :data:`~simfuse.costs.analytic.PER_CU_BW_HEADROOM`): ``s_b = max(n / slots, s_f / headroom)``;
 * the overhead term does not scale.
 
-The same scale factors are applied to every measured program when fitting, so fit and model agree.  Kernels
+The same scale factors are applied when fitting, so fit and model agree.  A fitted kernel's ``slots`` (the
+most programs seen resident) replace the device's and ``KernelWork.max_wgs_per_cu``; its ``launch_latency_s``
+replaces the device's.  Kernels
 not in the profile fall back to :class:`~simfuse.costs.analytic.RooflineCostModel`.  A ``fused`` kernel without
 its own fit uses its ``compute`` fit times the measured fused/compute slowdown (1 if unmeasured).
 """
@@ -120,7 +122,7 @@ class CalibratedCostModel:
             return self.fallback.workgroup_time_s(work, concurrent_wgs)
         fit, factor = found
         s_b, s_f = occupancy_scales(concurrent_wgs, fit.slots, self.compute_units, fit.bw_headroom)
-        return factor * fit.time_s(work.bytes_per_wg, work.flops_per_wg, s_b, s_f)
+        return factor * fit.time_s(work.requested_bytes_per_wg, work.flops_per_wg, s_b, s_f)
 
     def launch_latency_s(self, work: KernelWork) -> float:
         found = self.lookup(work)

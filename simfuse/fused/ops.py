@@ -119,8 +119,10 @@ class GemmAllToAll(PushOp):
 
     def work(self, variant: str) -> KernelWork:
         unique = (self.M * self.F + self.E * self.F * self.H + self.M * self.H) * self.eb
+        traffic = (self.BM * self.F + self.F * self.BN + self.BM * self.BN) * self.eb
         return KernelWork("gemm", self.W, 2.0 * self.BM * self.BN * self.F, unique / self.W, self.dtype, variant,
-                          (("m", self.M), ("n", self.H), ("k", self.F), ("experts", self.E)))
+                          (("m", self.M), ("n", self.H), ("k", self.F), ("experts", self.E)),
+                          traffic_bytes_per_wg=traffic)
 
     def wg_destinations(self, rank: int):
         i = np.arange(self.W, dtype=np.int64)

@@ -1,0 +1,45 @@
+"""Shared input helpers: open plain or gzip files by content (magic bytes), peek at the start of a file."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+from pathlib import Path
+
+from ..errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+#: Errors a truncated or corrupt gzip stream raises while being read.
+GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def is_gzip(path: str | Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == GZIP_MAGIC
+
+
+def open_binary(path: str | Path) -> io.BufferedIOBase:
+    """Open ``path`` for streaming reads, transparently decompressing gzip (detected by content)."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(str(p), "", "file not found")
+    if is_gzip(p):
+        return gzip.open(p, "rb")  # type: ignore[return-value]
+    return open(p, "rb")
+
+
+def open_text(path: str | Path) -> io.TextIOBase:
+    """Text stream (UTF-8, universal newlines) over a plain or gzip file."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8", newline=None)
+
+
+def peek_text(path: str | Path, max_bytes: int = 65536) -> str:
+    """First ``max_bytes`` of the (decompressed) file as text; undecodable bytes replaced."""
+    try:
+        with open_binary(path) as fh:
+            data = fh.read(max_bytes)
+    except GZIP_ERRORS as exc:
+        raise TraceError(str(path), "", f"corrupt gzip stream ({exc})") from None
+    return data.decode("utf-8", errors="replace")

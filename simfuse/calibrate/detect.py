@@ -1,0 +1,44 @@
+"""Detect the format of a calibration input from its content (gzip is detected by magic bytes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import TraceError
+from ._io import peek_text
+from .kernel_trace import COLUMNS
+from .nccl_tests import looks_like_nccl_tests
+
+KERNEL_TRACE = "kernel_trace"
+TORCH_PROFILER = "torch_profiler"
+NCCL_TESTS = "nccl_tests"
+HELDOUT_CSV = "kernel_measurements"
+HELDOUT_COLUMNS = ("kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps", "median_s",
+                   "p10_s", "p90_s", "flops", "bytes", "device", "date")
+
+
+def detect_format(path: str | Path) -> str:
+    """One of :data:`KERNEL_TRACE`, :data:`TORCH_PROFILER`, :data:`NCCL_TESTS`, :data:`HELDOUT_CSV`."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(str(p), "", "file not found")
+    text = peek_text(p)
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if not stripped:
+        raise TraceError(str(p), "line 1", "empty file")
+    if stripped[0] in "{[":
+        return TORCH_PROFILER
+    if looks_like_nccl_tests(text):
+        return NCCL_TESTS
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        cols = {c.strip() for c in s.split(",")}
+        if set(COLUMNS) <= cols:
+            return KERNEL_TRACE
+        if set(HELDOUT_COLUMNS) - {"device", "date", "p10_s", "p90_s"} <= cols:
+            return HELDOUT_CSV
+        break
+    raise TraceError(str(p), "line 1", "unrecognised input: not a simfuse kernel trace (CSV), a PyTorch profiler "
+                                       "trace (JSON) or an nccl-tests log")

@@ -1,0 +1,237 @@
+"""Calibration profiles: load (validated), apply to a topology, build the cost model.
+
+A profile is the YAML file ``simfuse calibrate`` writes (format: docs/calibration.md).  A topology file
+references it with ``calibration: PATH``; :func:`cost_model_for` then returns a
+:class:`~simfuse.costs.calibrated.CalibratedCostModel` and :func:`apply_to_topology` the topology with the
+fitted fabric and launch parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..costs.analytic import PER_CU_BW_HEADROOM, RooflineCostModel
+from ..costs.base import CostModel
+from ..costs.calibrated import CalibratedCostModel, KernelFit
+from ..errors import SpecError
+from ..spec import TopologySpec
+from ..spec._fields import Fields, load_yaml_mapping
+from .fit import COLLECTIVE_FACTORS
+
+FORMAT_VERSION = 1
+LEVELS = ("scale_up", "scale_out")
+
+
+@dataclass(frozen=True)
+class FabricFit:
+    """Alpha-beta parameters of one fabric level (from the collective named in ``collective``)."""
+
+    level: str
+    collective: str
+    ranks: int
+    hosts: int
+    alpha_s: float
+    beta_bytes_per_s: float  # nccl-tests bus bandwidth per GPU
+
+
+@dataclass
+class CalibrationProfile:
+    """A loaded, validated profile.  ``data`` is the mapping as read (for tools that want every detail)."""
+
+    source: str
+    data: dict
+    compute_units: int | None = None
+    kernel_launch_latency_s: float | None = None
+    kernels: list[KernelFit] = field(default_factory=list)
+    fused_slowdown: list[dict] = field(default_factory=list)
+    fabric: dict[str, FabricFit] = field(default_factory=dict)
+    points: list[dict] = field(default_factory=list)
+
+    def kernel_fits(self) -> dict[tuple[str, str, str], KernelFit]:
+        return {(k.kernel, k.variant, k.dtype): k for k in self.kernels}
+
+    def fused_slowdown_map(self) -> dict[tuple[str, str], float]:
+        """(kernel, dtype) -> median fused/compute makespan ratio over the measured shapes (the fitted model is
+        an effective per-workgroup time for makespans, so the makespan ratio is the consistent slowdown)."""
+        by: dict[tuple[str, str], list[float]] = {}
+        for item in self.fused_slowdown:
+            by.setdefault((item["kernel"], item["dtype"]), []).append(float(item["makespan_ratio"]))
+        out = {}
+        for key, vals in by.items():
+            vals.sort()
+            m = len(vals)
+            out[key] = vals[m // 2] if m % 2 else 0.5 * (vals[m // 2 - 1] + vals[m // 2])
+        return out
+
+
+#: Keys whose value may be null (a dropped term); list them in ``reject_unknown(extra_allowed=...)``.
+OPTIONAL_RATES = ("bw_bytes_per_s", "flops_per_s", "beta_bytes_per_s")
+
+
+def _opt_rate(f: Fields, key: str) -> float | None:
+    """A positive rate, or ``None`` when the key is absent or null."""
+    return f.number(key, positive=True) if f.has(key) else None
+
+
+def profile_from_dict(data: dict, source: str = "<memory>") -> CalibrationProfile:
+    """Validate a profile mapping; errors name ``source`` and the dotted key."""
+    root = Fields(data, source)
+    version = root.integer("simfuse_calibration")
+    if version != FORMAT_VERSION:
+        raise SpecError(source, "simfuse_calibration", f"unsupported profile version {version} (expected "
+                                                       f"{FORMAT_VERSION})")
+    prof = CalibrationProfile(source=source, data=data)
+    dev = root.sub("device", required=False)
+    if dev.has("compute_units"):
+        prof.compute_units = dev.integer("compute_units", min_value=1)
+    if dev.has("kernel_launch_latency_s"):
+        lat = dev.sub("kernel_launch_latency_s")
+        prof.kernel_launch_latency_s = lat.number("value", min_value=0.0)
+    dev.sub("host_launch_overhead_s", required=False)
+    kernels = root.list("kernels", [])
+    for i, item in enumerate(kernels):
+        k = Fields(item, source, f"kernels[{i}]")
+        fit = KernelFit(
+            kernel=k.string("kernel"), variant=k.string("variant"), dtype=k.string("dtype"),
+            overhead_s=k.number("overhead_s", min_value=0.0),
+            bw_bytes_per_s=_opt_rate(k, "bw_bytes_per_s"),
+            flops_per_s=_opt_rate(k, "flops_per_s"),
+            slots=k.integer("slots", min_value=1),
+            launch_latency_s=k.number("launch_latency_s", min_value=0.0),
+            bw_headroom=k.number("bw_headroom", PER_CU_BW_HEADROOM, min_value=1.0),
+        )
+        if fit.overhead_s == 0 and fit.bw_bytes_per_s is None and fit.flops_per_s is None:
+            raise SpecError(source, k.name("overhead_s"), "all terms of the workgroup model are zero")
+        _quality(k, "fit")
+        pf = k.sub("program_fit", required=False)
+        if pf.data:
+            pf.number("overhead_s", min_value=0.0)
+            _opt_rate(pf, "bw_bytes_per_s")
+            _opt_rate(pf, "flops_per_s")
+            pf.number("bw_headroom", PER_CU_BW_HEADROOM, min_value=1.0)
+            _quality(pf, "fit")
+            pf.reject_unknown(extra_allowed=OPTIONAL_RATES)
+        k.sub("launch_latency_fit", required=False)
+        k.sub("host_launch_overhead_s", required=False)
+        k.sub("dispatch_gap_s", required=False)
+        k.sub("slots_fit", required=False)
+        k.integer("runs", 0, min_value=0)
+        k.reject_unknown(extra_allowed=OPTIONAL_RATES)
+        prof.kernels.append(fit)
+    seen = set()
+    for fit in prof.kernels:
+        key = (fit.kernel, fit.variant, fit.dtype)
+        if key in seen:
+            raise SpecError(source, "kernels", f"duplicate entry for {key}")
+        seen.add(key)
+    for i, item in enumerate(root.list("fused_slowdown", [])):
+        s = Fields(item, source, f"fused_slowdown[{i}]")
+        s.string("kernel")
+        s.string("dtype")
+        s.number("wg_time_ratio", positive=True)
+        s.number("makespan_ratio", positive=True)
+        prof.fused_slowdown.append(dict(item))
+    fab = root.sub("fabric", required=False)
+    for level in list(fab.data):
+        if level not in LEVELS:
+            raise SpecError(source, fab.name(level), f"unknown fabric level; expected one of {', '.join(LEVELS)}")
+        lv = fab.sub(level)
+        use = lv.string("use", choices=tuple(COLLECTIVE_FACTORS))
+        ranks = lv.integer("ranks", min_value=2)
+        hosts = lv.integer("hosts", min_value=1)
+        colls = lv.sub("collectives")
+        if use not in colls.data:
+            raise SpecError(source, lv.name("use"), f"collective {use!r} not under {colls.name('')[:-1]}")
+        chosen = None
+        for cname in list(colls.data):
+            if cname not in COLLECTIVE_FACTORS:
+                raise SpecError(source, colls.name(cname), "unknown collective")
+            c = colls.sub(cname)
+            alpha = c.number("alpha_s", min_value=0.0)
+            beta = _opt_rate(c, "beta_bytes_per_s") or math.inf  # absent: the byte term vanished
+            c.integer("ranks", min_value=2)
+            c.list("sources", [])
+            _quality(c, "fit")
+            c.reject_unknown(extra_allowed=OPTIONAL_RATES)
+            if cname == use:
+                chosen = (alpha, beta)
+        lv.reject_unknown()
+        if chosen is not None:  # always set: ``use`` was checked to be among the collectives
+            prof.fabric[level] = FabricFit(level, use, ranks, hosts, chosen[0], chosen[1])
+    for i, item in enumerate(root.list("points", [])):
+        p = Fields(item, source, f"points[{i}]")
+        kind = p.string("kind", choices=("kernel", "collective"))
+        p.string("quantity", "time", choices=("time", "makespan"))
+        p.number("measured_s", positive=True)
+        if kind == "kernel":
+            for key in ("kernel", "variant", "dtype"):
+                p.string(key)
+            p.string("shape", "")
+            p.integer("grid", min_value=1)
+            p.number("flops", min_value=0.0)
+            p.number("bytes", min_value=0.0)
+        else:
+            p.string("level", choices=LEVELS)
+            p.string("collective", choices=tuple(COLLECTIVE_FACTORS))
+            p.integer("ranks", min_value=2)
+            p.number("size_bytes", min_value=0.0)
+        prof.points.append(dict(item))
+    root.reject_unknown(extra_allowed=("generator", "created_utc", "sources", "torch_ops", "notes"))
+    return prof
+
+
+def _quality(f: Fields, key: str) -> None:
+    q = f.sub(key, required=False)
+    if q.data:
+        q.number("rel_residual_rms", min_value=0.0)
+        q.number("rel_residual_max", min_value=0.0)
+        q.integer("points", min_value=0)
+        q.reject_unknown()
+
+
+def load_profile(path: str | Path) -> CalibrationProfile:
+    """Load and validate a calibration profile YAML; errors name the file and the key."""
+    return profile_from_dict(load_yaml_mapping(path), source=str(path))
+
+
+def apply_to_topology(spec: TopologySpec, profile: CalibrationProfile) -> TopologySpec:
+    """The topology with the profile's fitted parameters (unfitted fields keep the topology's values).
+
+    * ``device.kernel_launch_latency_s`` <- the measured launch latency of queued kernels;
+    * ``scale_up.latency_s`` / ``scale_out.latency_s`` <- alpha of the level's chosen collective;
+    * bandwidth: the fitted bus bandwidth beta (per GPU) becomes ``bw x efficiency``: ``efficiency = beta / bw``
+      when beta is below the nominal bandwidth, otherwise ``bw = beta`` and ``efficiency = 1``.  For scale-out
+      the per-GPU beta is converted to per-NIC: ``beta x gpus_per_node / nics_per_node``.
+    """
+    overrides: dict[str, float | str] = {}
+    if profile.kernel_launch_latency_s is not None:
+        overrides["device.kernel_launch_latency_s"] = profile.kernel_launch_latency_s
+    up = profile.fabric.get("scale_up")
+    if up is not None:
+        overrides["scale_up.latency_s"] = up.alpha_s
+        overrides.update(_bw_overrides("scale_up", "bw_bytes_per_s", spec.scale_up.bw_bytes_per_s, up.beta_bytes_per_s))
+    out = profile.fabric.get("scale_out")
+    if out is not None:
+        overrides["scale_out.latency_s"] = out.alpha_s
+        per_nic = out.beta_bytes_per_s * spec.scale_up.gpus_per_node / spec.scale_out.nics_per_node
+        overrides.update(_bw_overrides("scale_out", "nic_bw_bytes_per_s", spec.scale_out.nic_bw_bytes_per_s, per_nic))
+    return spec.with_overrides(overrides)
+
+
+def _bw_overrides(level: str, bw_field: str, nominal: float, fitted: float) -> dict[str, float]:
+    if not math.isfinite(fitted):
+        return {}
+    if fitted <= nominal:
+        return {f"{level}.efficiency": fitted / nominal}
+    return {f"{level}.{bw_field}": fitted, f"{level}.efficiency": 1.0}
+
+
+def cost_model_for(spec: TopologySpec) -> CostModel:
+    """Calibrated cost model when ``spec.calibration`` names a profile, otherwise the roofline."""
+    if not spec.calibration:
+        return RooflineCostModel(spec.device)
+    profile = load_profile(spec.calibration)
+    calibrated_spec = apply_to_topology(spec, profile)
+    return CalibratedCostModel.from_profile(profile, RooflineCostModel(calibrated_spec.device))

@@ -1,0 +1,285 @@
+"""``simfuse validate``: simulated against measured times, for calibration and held-out points.
+
+Kernel points are simulated with the engine's compute model (:func:`simfuse.engine.compute.simulate_kernel`)
+and the topology's cost model (calibrated when the topology names a profile).  Collective points (from
+nccl-tests) are evaluated with the fitted alpha-beta model of their level.  Held-out kernel measurements come from
+a CSV (``kernel,variant,backend,world_size,dtype,shape,grid,num_warps,median_s,p10_s,p90_s,flops,bytes,device,
+date``; flops/bytes are totals of the kernel).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..costs.base import CostModel, KernelWork
+from ..errors import SpecError, TraceError
+from ..spec import load_topology
+from ._io import GZIP_ERRORS, open_text
+from .fit import alpha_beta_time_s
+from .kernel_trace import format_shape, parse_shape
+from .profile import CalibrationProfile, apply_to_topology, cost_model_for, load_profile
+
+MEASUREMENT_COLUMNS = ("kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps",
+                       "median_s", "p10_s", "p90_s", "flops", "bytes", "device", "date")
+_REQUIRED = ("kernel", "variant", "dtype", "shape", "grid", "median_s", "flops", "bytes")
+TABLE_COLUMNS = ("set", "kind", "quantity", "kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps",
+                 "level", "collective", "ranks", "size_bytes", "bytes_per_wg", "flops_per_wg", "in_calibration_range", "measured_s",
+                 "simulated_s", "pct_error")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One held-out kernel measurement (times in seconds, flops/bytes totals of the kernel)."""
+
+    kernel: str
+    variant: str
+    backend: str
+    world_size: int
+    dtype: str
+    shape: str
+    grid: int
+    num_warps: int
+    median_s: float
+    flops: float
+    bytes: float
+    line: int
+
+
+def read_measurements(path: str | Path) -> list[Measurement]:
+    """Read a held-out kernel measurement CSV; errors name the file and line."""
+    p = Path(path)
+    src = str(p)
+    if not p.is_file():
+        raise TraceError(src, "", "file not found")
+    out: list[Measurement] = []
+    lineno = 0
+    try:
+        with open_text(p) as fh:
+            lines = (line for line in fh if line.strip() and not line.lstrip().startswith("#"))
+            reader = csv.DictReader(lines)
+            header = reader.fieldnames or []
+            missing = [c for c in _REQUIRED if c not in header]
+            if missing:
+                raise TraceError(src, "line 1", f"not a kernel measurement table: missing column(s) "
+                                                f"{', '.join(missing)}")
+            for row in reader:
+                lineno = reader.line_num
+                if None in row or any(row.get(c) is None for c in header):
+                    raise TraceError(src, f"line {lineno}", f"expected {len(header)} fields (truncated or extra?)")
+                out.append(_measurement(src, lineno, row))
+    except GZIP_ERRORS as exc:
+        raise TraceError(src, f"line {lineno + 1}", f"corrupt or truncated gzip stream ({exc})") from None
+    except UnicodeDecodeError:
+        raise TraceError(src, f"line {lineno + 1}", "not UTF-8 text") from None
+    except csv.Error as exc:
+        raise TraceError(src, f"line {lineno + 1}", f"malformed CSV ({exc})") from None
+    if not out:
+        raise TraceError(src, "line 1", "measurement table has no rows")
+    return out
+
+
+def _measurement(src: str, lineno: int, row: dict) -> Measurement:
+    where = f"line {lineno}"
+
+    def num(key: str, positive: bool = False, integer: bool = False, default: float | None = None) -> float:
+        text = (row.get(key) or "").strip()
+        if not text and default is not None:
+            return default
+        try:
+            v = float(text)
+        except ValueError:
+            raise TraceError(src, where, f"column {key!r}: {text!r} is not a number") from None
+        if not math.isfinite(v) or v < 0 or (positive and v <= 0) or (integer and not v.is_integer()):
+            raise TraceError(src, where, f"column {key!r}: {text!r} out of range")
+        return v
+
+    shape = format_shape(parse_shape(row["shape"], src, f"{where} shape"))
+    for key in ("kernel", "variant", "dtype"):
+        if not (row.get(key) or "").strip():
+            raise TraceError(src, where, f"column {key!r} is empty")
+    return Measurement(row["kernel"].strip(), row["variant"].strip(), (row.get("backend") or "").strip(),
+                       int(num("world_size", integer=True, default=1)), row["dtype"].strip(), shape,
+                       int(num("grid", positive=True, integer=True)), int(num("num_warps", integer=True, default=0)),
+                       num("median_s", positive=True), num("flops"), num("bytes"), lineno)
+
+
+def kernel_work(kernel: str, variant: str, dtype: str, shape: str, grid: int, flops: float,
+                nbytes: float) -> KernelWork:
+    """The :class:`KernelWork` of a measured kernel (totals split evenly over the ``grid`` programs)."""
+    return KernelWork(name=kernel, num_workgroups=int(grid), flops_per_wg=float(flops) / grid,
+                      bytes_per_wg=float(nbytes) / grid, dtype=dtype, variant=variant,
+                      shape=parse_shape(shape, "<point>", "shape"))
+
+
+def simulated_kernel_time_s(work: KernelWork, cost_model: CostModel) -> float:
+    """Launch latency + makespan of the grid from the engine's compute model."""
+    from ..engine.compute import simulate_kernel
+
+    return float(simulate_kernel(work, cost_model).time_s)
+
+
+def _collective_model(profile: CalibrationProfile, level: str, collective: str) -> tuple[float, float] | None:
+    c = (profile.data.get("fabric") or {}).get(level, {}).get("collectives", {}).get(collective)
+    if not c:
+        return None
+    beta = c.get("beta_bytes_per_s")
+    return float(c["alpha_s"]), float(beta) if beta else math.inf
+
+
+def validation_table(topology_path: str | Path, measurements: str | Path | None = None) -> pd.DataFrame:
+    """One row per calibration point (``set = calibration``) and held-out measurement (``set = held_out``)."""
+    spec = load_topology(topology_path)
+    if not spec.calibration:
+        raise SpecError(str(topology_path), "calibration", "the topology names no calibration profile")
+    profile = load_profile(spec.calibration)
+    spec = apply_to_topology(spec, profile)
+    cost_model = cost_model_for(spec)
+    rows = []
+    for p in profile.points:
+        base = {c: None for c in TABLE_COLUMNS}
+        base.update({k: v for k, v in p.items() if k in TABLE_COLUMNS})
+        base["set"] = "calibration"
+        base["quantity"] = p.get("quantity", "time")
+        if p["kind"] == "kernel":
+            work = kernel_work(p["kernel"], p["variant"], p["dtype"], p.get("shape", ""), int(p["grid"]),
+                               float(p["flops"]), float(p["bytes"]))
+            sim = simulated_kernel_time_s(work, cost_model)
+            base["bytes_per_wg"], base["flops_per_wg"] = work.bytes_per_wg, work.flops_per_wg
+            if p.get("quantity") == "makespan":  # traced launches: compare the grid's makespan
+                sim -= cost_model.launch_latency_s(work)
+        else:
+            model = _collective_model(profile, p["level"], p["collective"])
+            if model is None:
+                continue
+            sim = alpha_beta_time_s(p["collective"], int(p["ranks"]), model[0], model[1], float(p["size_bytes"]))
+        base["simulated_s"] = sim
+        rows.append(base)
+    if measurements is not None:
+        for m in read_measurements(measurements):
+            work = kernel_work(m.kernel, m.variant, m.dtype, m.shape, m.grid, m.flops, m.bytes)
+            row = {c: None for c in TABLE_COLUMNS}
+            row.update(set="held_out", kind="kernel", quantity="time", kernel=m.kernel, variant=m.variant,
+                       backend=m.backend, world_size=m.world_size, dtype=m.dtype, shape=m.shape, grid=m.grid, num_warps=m.num_warps,
+                       bytes_per_wg=work.bytes_per_wg, flops_per_wg=work.flops_per_wg,
+                       measured_s=m.median_s, simulated_s=simulated_kernel_time_s(work, cost_model))
+            rows.append(row)
+    df = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+    _mark_calibration_range(df)
+    df["measured_s"] = df["measured_s"].astype(float)
+    df["simulated_s"] = df["simulated_s"].astype(float)
+    df["pct_error"] = 100.0 * (df["simulated_s"] - df["measured_s"]) / df["measured_s"]
+    return df
+
+
+#: Relative tolerance of the calibration-range check (per-program counts of shared inputs differ by a few %).
+RANGE_TOLERANCE = 0.10
+
+
+def _mark_calibration_range(df: pd.DataFrame) -> None:
+    """``in_calibration_range``: whether a kernel point's bytes and FLOP per workgroup lie within those of the
+    traced points of its (kernel, variant, dtype) -- outside, the fit extrapolates (e.g. bytes counted another way)."""
+    kern = df["kind"] == "kernel"
+    df["in_calibration_range"] = None
+    if not kern.any():
+        return
+    cal = df[kern & (df["set"] == "calibration")]
+    ranges = cal.groupby(["kernel", "variant", "dtype"])[["bytes_per_wg", "flops_per_wg"]].agg(["min", "max"])
+    for i in df.index[kern]:
+        key = (df.at[i, "kernel"], df.at[i, "variant"], df.at[i, "dtype"])
+        if key not in ranges.index:
+            df.at[i, "in_calibration_range"] = False
+            continue
+        ok = True
+        for col in ("bytes_per_wg", "flops_per_wg"):
+            lo, hi = ranges.loc[key, (col, "min")], ranges.loc[key, (col, "max")]
+            v = float(df.at[i, col])
+            ok &= lo * (1 - RANGE_TOLERANCE) <= v <= hi * (1 + RANGE_TOLERANCE)
+        df.at[i, "in_calibration_range"] = bool(ok)
+
+
+def summarize(df: pd.DataFrame) -> dict:
+    """Median and max absolute % error: over held-out points when there are any, else over calibration points."""
+    def stats(sub: pd.DataFrame) -> dict:
+        err = sub["pct_error"].abs().to_numpy()
+        if err.size == 0:
+            return {"median_abs_pct_error": None, "max_abs_pct_error": None, "points": 0}
+        return {"median_abs_pct_error": float(np.median(err)), "max_abs_pct_error": float(np.max(err)),
+                "points": int(err.size)}
+
+    held = df[df["set"] == "held_out"]
+    cal = df[df["set"] == "calibration"]
+    basis = "held_out" if len(held) else "calibration"
+    out = {"basis": basis, **stats(held if len(held) else cal)}
+    out["held_out"] = stats(held)
+    out["held_out_in_calibration_range"] = stats(held[held["in_calibration_range"] == True])  # noqa: E712
+    out["calibration"] = stats(cal)
+    out["calibration_kernels"] = stats(cal[cal["kind"] == "kernel"])
+    out["calibration_collectives"] = stats(cal[cal["kind"] == "collective"])
+    if len(held):
+        per = {}
+        for (kernel, variant), g in held.groupby(["kernel", "variant"], sort=True):
+            per[f"{kernel}/{variant}"] = stats(g)
+        out["held_out_by_kernel"] = per
+    return out
+
+
+def _atomic_write(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def residual_plot(df: pd.DataFrame, path: Path) -> None:
+    """Scatter of % error against measured time, calibration and held-out points (matplotlib Agg)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    styles = {("calibration", "kernel"): ("o", "tab:blue"), ("calibration", "collective"): ("s", "tab:green"),
+              ("held_out", "kernel"): ("^", "tab:red")}
+    for (set_, kind), g in df.groupby(["set", "kind"], sort=True):
+        marker, color = styles.get((set_, kind), ("x", "gray"))
+        ax.scatter(g["measured_s"] * 1e6, g["pct_error"], marker=marker, color=color, s=18,
+                   label=f"{set_} {kind} ({len(g)})", alpha=0.8)
+    ax.axhline(0.0, color="black", lw=0.8)
+    for y in (-15, -5, 5, 15):
+        ax.axhline(y, color="gray", lw=0.5, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("measured time (us)")
+    ax.set_ylabel("simulated vs measured (%)")
+    ax.set_title("simfuse validate: residuals")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+
+
+def run_validation(topology_path: str | Path, measurements: str | Path | None = None,
+                   out_dir: str | Path | None = None) -> tuple[pd.DataFrame, dict]:
+    """Compute the table and summary; with ``out_dir`` write ``validation.csv``, ``residuals.png`` and
+    ``summary.json`` there (each through a temporary file)."""
+    df = validation_table(topology_path, measurements)
+    summary = summarize(df)
+    if out_dir is not None:
+        d = Path(out_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        _atomic_write(d / "validation.csv", lambda tmp: df.to_csv(tmp, index=False, float_format="%.6g"))
+        residual_plot(df, d / "residuals.png")
+        _atomic_write(d / "summary.json",
+                      lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8"))
+    return df, summary

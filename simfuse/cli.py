@@ -22,8 +22,9 @@ def _load_topology(path: str):
 
 def cmd_collective(args) -> int:
     from .collectives import run_collective
+    from .costs import resolve_topology
 
-    topo = _load_topology(args.topology)
+    topo = resolve_topology(_load_topology(args.topology))
     if args.nodes < 1:
         raise SpecError("<argument>", "--nodes", f"must be >= 1, got {args.nodes}")
     if args.size is None and args.begin is None:

@@ -127,7 +127,7 @@ def test_calibrate_does_not_clobber_on_error(calibrated, tmp_path, capsys):
 
 def test_validate_errors_exit_2(calibrated, tmp_path, capsys, root):
     tmp, _, topo, held = calibrated
-    no_cal = root / "topologies" / "h200_nvl8_ib_ndr.yaml"
+    no_cal = root / "topologies" / "h100_nvl8_ib_ndr.yaml"
     assert run_cli(["validate", "--topology", str(no_cal)]) == 2
     assert "names no calibration profile" in capsys.readouterr().err
     bad = tmp_path / "held.csv"

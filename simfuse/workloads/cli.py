@@ -39,9 +39,12 @@ def cmd_run(args) -> int:
 def cmd_sweep(args) -> int:
     from ..sweep import parse_nodes, run_sweep
 
+    import os
+
     nodes = parse_nodes(args.nodes)
+    workers = args.workers or os.cpu_count() or 1
     df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
-                   sim_mode=args.sim_mode, workers=args.workers, scheduler=args.scheduler,
+                   sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
                    progress=not args.quiet)
     fused = df[df["mode"] == "fused"]
     if len(fused):

@@ -4,7 +4,7 @@
 Writes into ``--out``:
   kernel_bench_h200.csv       fused / baseline / compute / torch timings with the target of each figure
   h200_kernel_heldout.csv     median per-launch times of untraced (held-out) shapes
-  traces_<kernel>.csv.gz      per-program traces (docs/trace_format.md), rank 0, one launch per shape
+  traces_<kernel>.csv.gz      per-program traces (docs/trace_format.md), every rank, several launches per shape
   torch_profiler_h200.json.gz chrome trace of a few torch baseline ops
   log.txt                     everything printed
 
@@ -389,34 +389,82 @@ def bench_gemm(R, S, dev, gen):
     return best
 
 
+def _work_totals(tr):
+    """(FLOP, bytes) of one traced launch, summed over its programs exactly as the tracer counts them."""
+    def tot(v):
+        return float(v) * tr.grid if isinstance(v, (int, float)) else float(sum(v))
+    return tot(tr.flops_per_program), tot(tr.bytes_per_program)
+
+
 def traces_and_heldout(R, S, dev, gen, out_dir, best):
-    """Per-program traces (rank 0 of an emulated group) at traced shapes; medians at held-out shapes."""
+    """Per-program traces of EVERY rank of an emulated group at traced shapes; medians at held-out shapes.
+
+    Traced shapes: per call one rank's launch is traced (``TraceRecorder.rank``); after one warm-up call per rank
+    and variant (scratch recorder: compilation and module load stay out of the record), ``trace_reps`` calls per
+    rank and variant are recorded, rotating over ``nsets`` input sets (so repeats do not re-read a warm L2).
+    ``simfuse calibrate`` uses the median launch per (shape, rank) and the mean over ranks.
+
+    Held-out shapes: the ranks' launches back to back in one CUDA graph, time / world = mean per-rank launch.
+    The fused operators are timed with ``wait=False`` (the fused kernels only, as traced; the consumers' wait
+    kernels are not part of the traced quantity) -- the time with the wait kernels is kept in
+    ``median_with_wait_s``.  ``traffic_bytes``/``traffic_flops``: the launch's per-program bytes/FLOP summed over the grid
+    exactly as the tracer counts them (a scratch-traced launch of rank 0), the traces' definition of
+    ``bytes_per_program``; ``bytes`` stays the unique footprint (A+B+C for GEMM).
+    """
     world = S["trace_world"]
+    reps = S["trace_reps"]
     grp = sk.EmulatedGroup(world, dev)
     date = R.env["date"]
     devname = R.env["device"]
 
-    def held(kernel, variant, dtype, shape, grid, warps, t, flops, byts):
+    def held(kernel, variant, dtype, shape, grid, warps, t, flops, byts, traffic, t_wait=None):
         R.heldout.append(dict(kernel=kernel, variant=variant, backend="emulated", world_size=world, dtype=dtype,
                               shape=shape, grid=grid, num_warps=warps, median_s=t[0], p10_s=t[1], p90_s=t[2],
-                              flops=flops, bytes=byts, device=devname, date=date))
+                              flops=flops, bytes=byts, device=devname, date=date, traffic_bytes=traffic[1],
+                              traffic_flops=traffic[0], median_with_wait_s=t_wait[0] if t_wait else "",
+                              timing="graph, ranks back to back, time/world; fused: wait=False"))
+
+    def traced_calls(calls):
+        """calls: {variant: fn(set_index, trace)}; one warm-up per rank and variant, then ``reps`` recorded."""
+        for r in range(world):
+            scratch = sk.TraceRecorder(rank=r)
+            for fn in calls.values():
+                fn(0, scratch)
+            rec.rank = r
+            for i in range(reps):
+                for fn in calls.values():
+                    fn(i, rec)
+
+    def traffic_of(fn):
+        scratch = sk.TraceRecorder(rank=0)
+        fn(scratch)
+        return _work_totals(scratch.traces[-1])
+
+    def first_program_us(rec):
+        return [round((min(t.start_ns) - t.launch_ns) / 1e3, 1) for t in rec.traces]
 
     # embedding
     ec = best.get("emb") or sk.EmbeddingConfig()
     rec = sk.TraceRecorder(prefix="h200")
     for dim, batch, traced in S["emb_trace_shapes"]:
-        w, to, sets = emb_inputs(world, batch, dim, 32, S["trace_rows"], torch.float32, dev, 1 if traced else S["nsets"], gen)
-        ix, of = sets[0]
-        if traced:  # a traced call first (scratch recorder): compilation and module load stay out of the record
-            for tr in (sk.TraceRecorder(), rec):
-                sk.embedding_all_to_all(grp, w, ix, of, to, config=ec, trace=tr)
-                sk.embedding_compute(grp, w, ix, of, to, config=ec, trace=tr)
+        w, to, sets = emb_inputs(world, batch, dim, 32, S["trace_rows"], torch.float32, dev, S["nsets"], gen)
+        if traced:
+            ns = len(sets)
+            traced_calls({
+                "fused": lambda i, tr: sk.embedding_all_to_all(grp, w, *sets[i % ns], to, config=ec, trace=tr),
+                "compute": lambda i, tr: sk.embedding_compute(grp, w, *sets[i % ns], to, config=ec, trace=tr)})
         else:
             wsp = sk.Workspace(grp)
             out = grp.alloc((batch // world, world * dim), torch.float32)
+            ix0, of0 = sets[0]
+            trf = traffic_of(lambda tr: sk.embedding_all_to_all(grp, w, ix0, of0, to, config=ec, trace=tr))
+            trc = traffic_of(lambda tr: sk.embedding_compute(grp, w, ix0, of0, to, config=ec, trace=tr))
             tf = bench([lambda ix=ix, of=of: sk.embedding_all_to_all(grp, w, ix, of, to, out=out, workspace=wsp,
-                                                                      config=ec, validate=False) for ix, of in sets],
-                       reps=S["reps"])
+                                                                      config=ec, validate=False, wait=False)
+                        for ix, of in sets], reps=S["reps"])
+            tw = bench([lambda ix=ix, of=of: sk.embedding_all_to_all(grp, w, ix, of, to, out=out, workspace=wsp,
+                                                                      config=ec, validate=False)
+                        for ix, of in sets], reps=S["reps"])
             tc = bench([lambda ix=ix, of=of: sk.embedding_compute(grp, w, ix, of, to, config=ec, validate=False)
                         for ix, of in sets], reps=S["reps"])
             grid = -(-batch // world // ec.bags_per_program) * world
@@ -424,64 +472,75 @@ def traces_and_heldout(R, S, dev, gen, out_dir, best):
                                   "lookups": batch * 32, "bags_per_program": ec.bags_per_program})
             fl = batch * 32 * dim
             by = batch * 32 * (dim * 4 + 8) + batch * (dim * 4 + 16)
-            for var, t in (("fused", tf), ("compute", tc)):
-                held("embedding_all_to_all", var, "fp32", shape, grid, ec.num_warps, [x / world for x in t[:3]], fl, by)
+            for var, t, trf_, t_w in (("fused", tf, trf, tw), ("compute", tc, trc, None)):
+                held("embedding_all_to_all", var, "fp32", shape, grid, ec.num_warps, [x / world for x in t[:3]], fl, by,
+                     trf_, [x / world for x in t_w[:3]] if t_w else None)
     n = rec.write(out_dir / "traces_embedding_all_to_all.csv.gz")
-    log(f"   embedding traces: {n} rows; launch->first program (us):",
-        [round((min(t.start_ns) - t.launch_ns) / 1e3, 1) for t in rec.traces])
+    log(f"   embedding traces: {n} rows, {len(rec.traces)} launches; launch->first program (us):",
+        first_program_us(rec))
     # gemv
     rec = sk.TraceRecorder(prefix="h200")
     for n_, traced in S["gemv_trace_shapes"]:
         k = S["gemv_trace_k"]
         gc = best.get(("gemv", 8192)) or sk.GemvConfig(block_n=64, block_k=256, split_k=1)
-        sets = gemv_inputs(world, 1, n_, k, torch.bfloat16, dev, 1 if traced else S["nsets"], gen)
-        x, w = sets[0]
+        sets = gemv_inputs(world, 1, n_, k, torch.bfloat16, dev, S["nsets"], gen)
         if traced:
-            for tr in (sk.TraceRecorder(), rec):
-                sk.gemv_all_reduce(grp, x, w, config=gc, trace=tr)
-                sk.gemv_compute(grp, x, w, config=gc, trace=tr)
+            ns = len(sets)
+            traced_calls({
+                "fused": lambda i, tr: sk.gemv_all_reduce(grp, *sets[i % ns], config=gc, trace=tr),
+                "compute": lambda i, tr: sk.gemv_compute(grp, *sets[i % ns], config=gc, trace=tr)})
         else:
             wsp = sk.Workspace(grp)
             out = grp.alloc((1, n_), torch.bfloat16)
-            tf = bench([lambda x=x, w=w: sk.gemv_all_reduce(grp, x, w, out=out, workspace=wsp, config=gc)
+            x0, w0 = sets[0]
+            trf = traffic_of(lambda tr: sk.gemv_all_reduce(grp, x0, w0, config=gc, trace=tr))
+            trc = traffic_of(lambda tr: sk.gemv_compute(grp, x0, w0, config=gc, trace=tr))
+            tf = bench([lambda x=x, w=w: sk.gemv_all_reduce(grp, x, w, out=out, workspace=wsp, config=gc, wait=False)
+                        for x, w in sets], reps=S["reps"])
+            tw = bench([lambda x=x, w=w: sk.gemv_all_reduce(grp, x, w, out=out, workspace=wsp, config=gc)
                         for x, w in sets], reps=S["reps"])
             tc = bench([lambda x=x, w=w: sk.gemv_compute(grp, x, w, config=gc, workspace=wsp) for x, w in sets],
                        reps=S["reps"])
             shape = format_shape({"n": n_, "k": k // world, "tokens": 1, "block_n": gc.block_n, "split_k": gc.split_k})
             grid = -(-n_ // gc.block_n) * gc.split_k
-            for var, t in (("fused", tf), ("compute", tc)):
+            for var, t, trf_, t_w in (("fused", tf, trf, tw), ("compute", tc, trc, None)):
                 held("gemv_all_reduce", var, "bf16", shape, grid, gc.num_warps, [x_ / world for x_ in t[:3]],
-                     2 * n_ * k // world, n_ * k // world * 2)
+                     2 * n_ * k // world, n_ * k // world * 2, trf_, [x_ / world for x_ in t_w[:3]] if t_w else None)
     n = rec.write(out_dir / "traces_gemv_all_reduce.csv.gz")
-    log(f"   gemv traces: {n} rows; launch->first program (us):",
-        [round((min(t.start_ns) - t.launch_ns) / 1e3, 1) for t in rec.traces])
+    log(f"   gemv traces: {n} rows, {len(rec.traces)} launches; launch->first program (us):", first_program_us(rec))
     # gemm
     rec = sk.TraceRecorder(prefix="h200")
     gm = best.get("gemm") or sk.GemmConfig()
     nn, kk = S["gemm_trace_nk"]
     for m, traced in S["gemm_trace_shapes"]:
-        sets, dr, dw, recv = gemm_inputs(world, m, nn, kk, torch.bfloat16, dev, 1 if traced else S["nsets"], gen)
-        a, b = sets[0]
+        sets, dr, dw, recv = gemm_inputs(world, m, nn, kk, torch.bfloat16, dev, S["nsets"], gen)
         if traced:
-            for tr in (sk.TraceRecorder(), rec):
-                sk.gemm_all_to_all(grp, a, b, dr, dw, recv, config=gm, trace=tr)
-                sk.gemm_compute(grp, a, b, config=gm, trace=tr)
+            ns = len(sets)
+            traced_calls({
+                "fused": lambda i, tr: sk.gemm_all_to_all(grp, *sets[i % ns], dr, dw, recv, config=gm, trace=tr),
+                "compute": lambda i, tr: sk.gemm_compute(grp, *sets[i % ns], config=gm, trace=tr)})
         else:
             wsp = sk.Workspace(grp)
             out = grp.alloc((max(recv), nn), torch.bfloat16)
+            a0, b0 = sets[0]
+            trf = traffic_of(lambda tr: sk.gemm_all_to_all(grp, a0, b0, dr, dw, recv, config=gm, trace=tr))
+            trc = traffic_of(lambda tr: sk.gemm_compute(grp, a0, b0, config=gm, trace=tr))
             tf = bench([lambda a=a, b=b: sk.gemm_all_to_all(grp, a, b, dr, dw, recv, out=out, workspace=wsp, config=gm,
+                                                            validate=False, wait=False) for a, b in sets],
+                       reps=S["reps"])
+            tw = bench([lambda a=a, b=b: sk.gemm_all_to_all(grp, a, b, dr, dw, recv, out=out, workspace=wsp, config=gm,
                                                             validate=False) for a, b in sets], reps=S["reps"])
             tc = bench([lambda a=a, b=b: sk.gemm_compute(grp, a, b, config=gm) for a, b in sets], reps=S["reps"])
             mr = m // world
             shape = format_shape({"m": mr, "n": nn, "k": kk, "block_m": gm.block_m, "block_n": gm.block_n,
                                   "block_k": gm.block_k})
             grid = -(-mr // gm.block_m) * -(-nn // gm.block_n)
-            for var, t in (("fused", tf), ("compute", tc)):
+            for var, t, trf_, t_w in (("fused", tf, trf, tw), ("compute", tc, trc, None)):
                 held("gemm_all_to_all", var, "bf16", shape, grid, gm.num_warps, [x / world for x in t[:3]],
-                     2 * mr * nn * kk, (mr * kk + kk * nn + mr * nn) * 2)
+                     2 * mr * nn * kk, (mr * kk + kk * nn + mr * nn) * 2, trf_,
+                     [x / world for x in t_w[:3]] if t_w else None)
     n = rec.write(out_dir / "traces_gemm_all_to_all.csv.gz")
-    log(f"   gemm traces: {n} rows; launch->first program (us):",
-        [round((min(t.start_ns) - t.launch_ns) / 1e3, 1) for t in rec.traces])
+    log(f"   gemm traces: {n} rows, {len(rec.traces)} launches; launch->first program (us):", first_program_us(rec))
 
 
 def profiler(S, dev, out_dir, gen):
@@ -663,7 +722,7 @@ def sizes(smoke):
                     emb_sweep=((4, 2, 1), (8, 4, 2)), emb_sweep_small=((4, 2, 1),),
                     gemv_shapes=((64, 64),), gemv_tokens=(1,), gemv_sweep=((32, 32, 1, 4, 1), (16, 32, 2, 4, 1)),
                     gemm_shapes=((64, 64, 64),), gemm_sweep=((32, 32, 32, 4, 4, 1),),
-                    trace_world=2, trace_rows=100, emb_trace_shapes=((16, 32, True), (32, 64, False)),
+                    trace_world=2, trace_reps=2, trace_rows=100, emb_trace_shapes=((16, 32, True), (32, 64, False)),
                     gemv_trace_k=64, gemv_trace_shapes=((64, True), (128, False)),
                     gemm_trace_nk=(64, 64), gemm_trace_shapes=((64, True), (128, False)), sym_worlds=())
     return dict(
@@ -680,7 +739,7 @@ def sizes(smoke):
         gemm_shapes=((4096, 4096, 4096), (2048, 7168, 4096)),
         gemm_sweep=[(128, 256, 64, 8, 8, 3), (128, 128, 64, 8, 4, 4), (128, 256, 64, 8, 8, 4),
                     (256, 128, 64, 8, 8, 3), (128, 128, 64, 8, 8, 3), (128, 256, 32, 8, 4, 4)],
-        trace_world=4, trace_rows=1 << 20,
+        trace_world=4, trace_reps=5, trace_rows=1 << 20,
         emb_trace_shapes=((64, 4096, True), (128, 16384, True), (64, 32768, True), (128, 65536, True),
                           (128, 8192, False), (64, 24576, False), (128, 49152, False)),
         gemv_trace_k=8192, gemv_trace_shapes=((4096, True), (8192, True), (16384, True), (28672, True),

@@ -175,18 +175,47 @@ def wave_sizes(grid: int, slots: int) -> list[int]:
     return [int(slots)] * full + ([rem] if rem else [])
 
 
+def median_launches(runs: Sequence[KernelRun]) -> list[KernelRun]:
+    """The median launch of every (kernel, variant, backend, world size, dtype, shape, grid, warps, rank).
+
+    Traces hold several launches per shape (and, for emulated groups, the launches of every rank); per shape and
+    rank the launch with the median makespan is kept (the lower middle one for an even count; ties by ``run_id``),
+    so one slow (cold, disturbed) launch does not move the fit.  With one launch per shape and rank this is the
+    identity."""
+    groups: dict[tuple, list[KernelRun]] = {}
+    for r in runs:
+        groups.setdefault((r.group_key, r.rank), []).append(r)
+    out = []
+    for key in sorted(groups):
+        rs = sorted(groups[key], key=lambda r: (r.makespan_s, r.run_id))
+        out.append(rs[(len(rs) - 1) // 2])
+    return out
+
+
+def shape_groups(runs: Sequence[KernelRun]) -> dict[tuple, list[KernelRun]]:
+    """Launches grouped by shape (``KernelRun.group_key``; the ranks of one shape together), in key order."""
+    groups: dict[tuple, list[KernelRun]] = {}
+    for r in runs:
+        groups.setdefault(r.group_key, []).append(r)
+    return {k: groups[k] for k in sorted(groups)}
+
+
 def _makespan_rows(runs: Sequence[KernelRun], slots: int, compute_units: int | None, headroom: float):
-    """Makespans: the engine's wave model is linear in (overhead, 1/bw, 1/flops):
+    """Makespans, one row per shape (the mean over the ranks of the given launches, normally the per-rank median
+    launches of :func:`median_launches`): the engine's wave model is linear in (overhead, 1/bw, 1/flops):
     ``makespan = sum over waves of overhead + bytes * s_b(n) / bw + flops * s_f(n) / flops_per_s``."""
     rows, ys = [], []
-    for r in runs:
-        if r.makespan_s <= 0:
+    for rs in shape_groups(runs).values():
+        rs = [r for r in rs if r.makespan_s > 0]
+        if not rs:
             continue
-        waves = wave_sizes(r.grid, slots)
+        grid = rs[0].grid
+        waves = wave_sizes(grid, slots)
         scales = [occupancy_scales(n, slots, compute_units, headroom) for n in waves]
-        rows.append((float(len(waves)), r.bytes_per_program * sum(sb for sb, _ in scales),
-                     r.flops_per_program * sum(sf for _, sf in scales)))
-        ys.append(r.makespan_s)
+        nbytes = float(np.mean([r.bytes_per_program for r in rs]))
+        flops = float(np.mean([r.flops_per_program for r in rs]))
+        rows.append((float(len(waves)), nbytes * sum(sb for sb, _ in scales), flops * sum(sf for _, sf in scales)))
+        ys.append(float(np.mean([r.makespan_s for r in rs])))
     return np.asarray(rows, dtype=float).reshape(-1, 3), np.asarray(ys, dtype=float), np.ones(len(ys))
 
 
@@ -219,6 +248,8 @@ def fit_kernel_group(runs: Sequence[KernelRun], compute_units: int | None) -> di
     dispatch).  The per-CU bandwidth headroom of partial waves is chosen from :data:`HEADROOM_CANDIDATES` by
     least relative residual; it stays at the roofline's default when the data cannot tell.
     """
+    launches = len(runs)
+    runs = median_launches(runs)
     first = runs[0]
     slots = max(r.max_concurrency for r in runs)
     model = _fit_over_headroom(_makespan_rows, runs, slots, compute_units, "makespans")
@@ -237,18 +268,19 @@ def fit_kernel_group(runs: Sequence[KernelRun], compute_units: int | None) -> di
                                "points": int(lat.size)},
         "host_launch_overhead_s": _spread(host),
         "dispatch_gap_s": _spread([r.dispatch_gap_s for r in runs]),
-        "runs": len(runs),
+        "runs": launches,
     }
 
 
 def kernel_points(runs: Sequence[KernelRun]) -> list[dict]:
-    """Calibration points: median kernel time per (kernel, variant, backend, world size, dtype, shape, grid, warps)."""
-    groups: dict[tuple, list[KernelRun]] = {}
+    """Calibration points, one per (kernel, variant, backend, world size, dtype, shape, grid, warps): the makespan
+    of the median launch of each rank (:func:`median_launches`), averaged over the ranks traced (the held-out
+    tables time the ranks' launches back to back and divide by the number of ranks: the same mean)."""
+    launches: dict[tuple, int] = {}
     for r in runs:
-        groups.setdefault(r.group_key, []).append(r)
+        launches[r.group_key] = launches.get(r.group_key, 0) + 1
     points = []
-    for key in sorted(groups):
-        rs = groups[key]
+    for key, rs in shape_groups(median_launches(runs)).items():
         kernel, variant, backend, world_size, dtype, shape, grid, num_warps = key
         points.append({
             "kind": "kernel", "kernel": kernel, "variant": variant, "backend": backend, "world_size": world_size,
@@ -256,7 +288,7 @@ def kernel_points(runs: Sequence[KernelRun]) -> list[dict]:
             "flops": _g(_median([r.flops_per_program for r in rs]) * grid),
             "bytes": _g(_median([r.bytes_per_program for r in rs]) * grid),
             "quantity": "makespan",
-            "measured_s": _g(_median([r.makespan_s for r in rs])),
+            "measured_s": _g(float(np.mean([r.makespan_s for r in rs]))),
             "end_gap_s": _g(_median([r.end_gap_s for r in rs])),
             "host_launch_overhead_s": _g(_median([r.launch_latency_s for r in rs])),
             "dispatch_gap_s": _g(_median([r.dispatch_gap_s for r in rs])),
@@ -264,7 +296,9 @@ def kernel_points(runs: Sequence[KernelRun]) -> list[dict]:
             "wg_duration_p10_s": _g(_median([r.wg_duration_p10_s for r in rs])),
             "wg_duration_p90_s": _g(_median([r.wg_duration_p90_s for r in rs])),
             "max_concurrency": int(max(r.max_concurrency for r in rs)),
-            "runs": len(rs),
+            "traced_ranks": sorted({int(r.rank) for r in rs}),
+            "measured_by_rank_s": [_g(r.makespan_s) for r in sorted(rs, key=lambda r: r.rank)],
+            "runs": launches[key],
         })
     return points
 
@@ -347,7 +381,8 @@ def build_profile(inp: Inputs, compute_units: int | None = None) -> dict:
         for r in inp.runs:
             groups.setdefault((r.kernel, r.variant, r.dtype), []).append(r)
         kernels = [fit_kernel_group(groups[k], cus) for k in sorted(groups)]
-        compute = [r for r in inp.runs if r.variant == "compute"] or inp.runs
+        selected = median_launches(inp.runs)
+        compute = [r for r in selected if r.variant == "compute"] or selected
         lat = np.asarray([r.end_gap_s for r in compute])
         device["kernel_launch_latency_s"] = {"value": _g(queued_launch_latency_s(lat)),
                                              "p10_s": _g(float(np.percentile(lat, 10))),
@@ -394,4 +429,4 @@ def calibrate(inputs: Sequence[str | Path], out: str | Path, compute_units: int 
     return profile
 
 
-__all__ = ["Inputs", "build_profile", "calibrate", "read_inputs", "write_yaml_atomic"]
+__all__ = ["Inputs", "build_profile", "calibrate", "median_launches", "read_inputs", "write_yaml_atomic"]

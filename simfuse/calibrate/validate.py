@@ -4,7 +4,9 @@ Kernel points are simulated with the engine's compute model (:func:`simfuse.engi
 and the topology's cost model (calibrated when the topology names a profile).  Collective points (from
 nccl-tests) are evaluated with the fitted alpha-beta model of their level.  Held-out kernel measurements come from
 a CSV (``kernel,variant,backend,world_size,dtype,shape,grid,num_warps,median_s,p10_s,p90_s,flops,bytes,device,
-date``; flops/bytes are totals of the kernel).
+date``; flops/bytes are totals of the kernel; optional ``traffic_bytes``: the bytes the launch's programs request,
+summed over the grid, counted like the traces' ``bytes_per_program`` -- when present it is the
+``KernelWork.traffic_bytes_per_wg`` the calibrated model uses, so that traces and held-out points share one definition).
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from .profile import CalibrationProfile, apply_to_topology, cost_model_for, load
 
 MEASUREMENT_COLUMNS = ("kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps",
                        "median_s", "p10_s", "p90_s", "flops", "bytes", "device", "date")
+#: Optional measurement column: requested (trace-definition) bytes of the launch; empty = unknown.
+TRAFFIC_COLUMN = "traffic_bytes"
 _REQUIRED = ("kernel", "variant", "dtype", "shape", "grid", "median_s", "flops", "bytes")
 TABLE_COLUMNS = ("set", "kind", "quantity", "kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps",
-                 "level", "collective", "ranks", "size_bytes", "bytes_per_wg", "flops_per_wg", "in_calibration_range", "measured_s",
+                 "level", "collective", "ranks", "size_bytes", "bytes_per_wg", "requested_bytes_per_wg", "flops_per_wg",
+                 "in_calibration_range", "measured_s",
                  "simulated_s", "pct_error")
 
 
@@ -52,6 +57,7 @@ class Measurement:
     flops: float
     bytes: float
     line: int
+    traffic_bytes: float | None = None  # requested bytes (trace definition), None = not measured
 
 
 def read_measurements(path: str | Path) -> list[Measurement]:
@@ -106,18 +112,24 @@ def _measurement(src: str, lineno: int, row: dict) -> Measurement:
     for key in ("kernel", "variant", "dtype"):
         if not (row.get(key) or "").strip():
             raise TraceError(src, where, f"column {key!r} is empty")
+    traffic = num(TRAFFIC_COLUMN, default=-1.0) if TRAFFIC_COLUMN in row else -1.0
     return Measurement(row["kernel"].strip(), row["variant"].strip(), (row.get("backend") or "").strip(),
                        int(num("world_size", integer=True, default=1)), row["dtype"].strip(), shape,
                        int(num("grid", positive=True, integer=True)), int(num("num_warps", integer=True, default=0)),
-                       num("median_s", positive=True), num("flops"), num("bytes"), lineno)
+                       num("median_s", positive=True), num("flops"), num("bytes"), lineno,
+                       traffic if traffic >= 0 else None)
 
 
 def kernel_work(kernel: str, variant: str, dtype: str, shape: str, grid: int, flops: float,
-                nbytes: float) -> KernelWork:
-    """The :class:`KernelWork` of a measured kernel (totals split evenly over the ``grid`` programs)."""
+                nbytes: float, traffic_bytes: float | None = None) -> KernelWork:
+    """The :class:`KernelWork` of a measured kernel (totals split evenly over the ``grid`` programs).
+
+    ``traffic_bytes``: the requested bytes of the launch (traces' definition), when known; it becomes
+    ``traffic_bytes_per_wg`` (what the calibrated model uses), ``nbytes`` stays the unique footprint."""
     return KernelWork(name=kernel, num_workgroups=int(grid), flops_per_wg=float(flops) / grid,
                       bytes_per_wg=float(nbytes) / grid, dtype=dtype, variant=variant,
-                      shape=parse_shape(shape, "<point>", "shape"))
+                      shape=parse_shape(shape, "<point>", "shape"),
+                      traffic_bytes_per_wg=None if traffic_bytes is None else float(traffic_bytes) / grid)
 
 
 def simulated_kernel_time_s(work: KernelWork, cost_model: CostModel) -> float:
@@ -154,6 +166,7 @@ def validation_table(topology_path: str | Path, measurements: str | Path | None 
                                float(p["flops"]), float(p["bytes"]))
             sim = simulated_kernel_time_s(work, cost_model)
             base["bytes_per_wg"], base["flops_per_wg"] = work.bytes_per_wg, work.flops_per_wg
+            base["requested_bytes_per_wg"] = work.requested_bytes_per_wg
             if p.get("quantity") == "makespan":  # traced launches: compare the grid's makespan
                 sim -= cost_model.launch_latency_s(work)
         else:
@@ -165,12 +178,12 @@ def validation_table(topology_path: str | Path, measurements: str | Path | None 
         rows.append(base)
     if measurements is not None:
         for m in read_measurements(measurements):
-            work = kernel_work(m.kernel, m.variant, m.dtype, m.shape, m.grid, m.flops, m.bytes)
+            work = kernel_work(m.kernel, m.variant, m.dtype, m.shape, m.grid, m.flops, m.bytes, m.traffic_bytes)
             row = {c: None for c in TABLE_COLUMNS}
             row.update(set="held_out", kind="kernel", quantity="time", kernel=m.kernel, variant=m.variant,
                        backend=m.backend, world_size=m.world_size, dtype=m.dtype, shape=m.shape, grid=m.grid, num_warps=m.num_warps,
-                       bytes_per_wg=work.bytes_per_wg, flops_per_wg=work.flops_per_wg,
-                       measured_s=m.median_s, simulated_s=simulated_kernel_time_s(work, cost_model))
+                       bytes_per_wg=work.bytes_per_wg, requested_bytes_per_wg=work.requested_bytes_per_wg,
+                       flops_per_wg=work.flops_per_wg, measured_s=m.median_s, simulated_s=simulated_kernel_time_s(work, cost_model))
             rows.append(row)
     df = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     _mark_calibration_range(df)
@@ -185,21 +198,22 @@ RANGE_TOLERANCE = 0.10
 
 
 def _mark_calibration_range(df: pd.DataFrame) -> None:
-    """``in_calibration_range``: whether a kernel point's bytes and FLOP per workgroup lie within those of the
-    traced points of its (kernel, variant, dtype) -- outside, the fit extrapolates (e.g. bytes counted another way)."""
+    """``in_calibration_range``: whether a kernel point's requested bytes and FLOP per workgroup (what the calibrated
+    model uses) lie within those of the traced points of its (kernel, variant, dtype) -- outside, the fit
+    extrapolates (e.g. bytes counted another way)."""
     kern = df["kind"] == "kernel"
     df["in_calibration_range"] = None
     if not kern.any():
         return
     cal = df[kern & (df["set"] == "calibration")]
-    ranges = cal.groupby(["kernel", "variant", "dtype"])[["bytes_per_wg", "flops_per_wg"]].agg(["min", "max"])
+    ranges = cal.groupby(["kernel", "variant", "dtype"])[["requested_bytes_per_wg", "flops_per_wg"]].agg(["min", "max"])
     for i in df.index[kern]:
         key = (df.at[i, "kernel"], df.at[i, "variant"], df.at[i, "dtype"])
         if key not in ranges.index:
             df.at[i, "in_calibration_range"] = False
             continue
         ok = True
-        for col in ("bytes_per_wg", "flops_per_wg"):
+        for col in ("requested_bytes_per_wg", "flops_per_wg"):
             lo, hi = ranges.loc[key, (col, "min")], ranges.loc[key, (col, "max")]
             v = float(df.at[i, col])
             ok &= lo * (1 - RANGE_TOLERANCE) <= v <= hi * (1 + RANGE_TOLERANCE)

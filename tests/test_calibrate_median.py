@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_heldout_traffic_bytes_feed_the_calibrated_model(tmp_path):
     work = kernel_work(m.kernel, m.variant, m.dtype, m.shape, m.grid, m.flops, m.bytes, m.traffic_bytes)
     assert work.bytes_per_wg == pytest.approx(46137344 / 96)
     assert work.requested_bytes_per_wg == pytest.approx(308281344 / 96)
-    topo = "profiles/h200_nvl8_ib_ndr_calibrated.yaml"
+    topo = str(Path(__file__).resolve().parent.parent / "topologies" / "h200_nvl8_ib_ndr.yaml")
     a = validation_table(topo, with_t)
     b = validation_table(topo, without)
     ha, hb = a[a["set"] == "held_out"].iloc[0], b[b["set"] == "held_out"].iloc[0]

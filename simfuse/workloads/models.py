@@ -21,7 +21,8 @@ def _kernel_s(work, cost) -> float:
 
 
 def simulate_decode(spec: TransformerDecodeSpec, topology: TopologySpec, nodes: int, *, gpus_per_node=None,
-                    cost: CostModel | None = None, knobs: FusedKnobs | None = None) -> dict[str, IterationResult]:
+                    cost: CostModel | None = None, knobs: FusedKnobs | None = None,
+                    record: bool = False) -> dict[str, IterationResult]:
     """One decode step: per layer a column-parallel QKV GEMV, the row-parallel output projection + AllReduce,
     a column-parallel gate/up GEMV and the row-parallel down projection + AllReduce, over all GPUs."""
     wall0 = time.perf_counter()
@@ -33,8 +34,9 @@ def simulate_decode(spec: TransformerDecodeSpec, topology: TopologySpec, nodes: 
     up = _kernel_s(gemm_work("gate_up", m, max(1, 2 * f // n), h, spec.dtype), cost)
     o = run_op(make_op("gemv_all_reduce", {"n": h, "k": h, "tokens": m, "dtype": spec.dtype}, nodes, g, spec.source),
                topology, nodes, knobs=knobs, cost=cost)
-    down = run_op(make_op("gemv_all_reduce", {"n": h, "k": f, "tokens": m, "dtype": spec.dtype}, nodes, g,
-                          spec.source), topology, nodes, knobs=knobs, cost=cost)
+    down, sims = run_op(make_op("gemv_all_reduce", {"n": h, "k": f, "tokens": m, "dtype": spec.dtype}, nodes, g,
+                                spec.source), topology, nodes, knobs=knobs, cost=cost, record=record,
+                        record_usage=record, return_sims=True)
     out = {}
     for mode in ("baseline", "fused"):
         comp = qkv + up + sum(getattr(r, f"{mode}_compute_s") for r in (o, down))
@@ -45,11 +47,14 @@ def simulate_decode(spec: TransformerDecodeSpec, topology: TopologySpec, nodes: 
                                     phases=[("qkv_gemv", 0.0, qkv), ("o_proj+allreduce", qkv, qkv + getattr(o, f"{mode}_time_s")),
                                             ("gate_up_gemv", 0.0, up), ("down_proj+allreduce", 0.0,
                                                                           getattr(down, f"{mode}_time_s"))])
+        if record:  # the trace shows one layer's down projection + AllReduce
+            out[mode].sim, out[mode].net = sims[mode][0], sims[mode][2]
     return out
 
 
 def simulate_moe(spec: MoESpec, topology: TopologySpec, nodes: int, *, gpus_per_node=None,
-                 cost: CostModel | None = None, knobs: FusedKnobs | None = None) -> dict[str, IterationResult]:
+                 cost: CostModel | None = None, knobs: FusedKnobs | None = None,
+                 record: bool = False) -> dict[str, IterationResult]:
     """MoE layers: dispatch All-to-All (bulk in both modes), expert up projection GEMM, expert down projection
     GEMM + combine All-to-All (the fused operator)."""
     wall0 = time.perf_counter()
@@ -62,7 +67,8 @@ def simulate_moe(spec: MoESpec, topology: TopologySpec, nodes: int, *, gpus_per_
     op = run_op(make_op("gemm_all_to_all", {"tokens": spec.tokens_per_gpu, "hidden": spec.hidden, "ffn": spec.ffn,
                                             "experts_per_gpu": spec.experts_per_gpu, "top_k": spec.top_k,
                                             "dtype": spec.dtype}, nodes, g, spec.source),
-                topology, nodes, knobs=knobs, cost=cost)
+                topology, nodes, knobs=knobs, cost=cost, record=record, record_usage=record, return_sims=True)
+    op, sims = op
     out = {}
     for mode in ("baseline", "fused"):
         t_op = getattr(op, f"{mode}_time_s")
@@ -73,4 +79,6 @@ def simulate_moe(spec: MoESpec, topology: TopologySpec, nodes: int, *, gpus_per_
                                     time.perf_counter() - wall0,
                                     phases=[("dispatch_a2a", 0.0, dispatch), ("expert_up_gemm", dispatch, dispatch + up),
                                             ("expert_down_gemm+combine_a2a", dispatch + up, total)])
+        if record:  # the trace shows one layer's down projection GEMM + combine All-to-All
+            out[mode].sim, out[mode].net = sims[mode][0], sims[mode][2]
     return out

@@ -29,9 +29,9 @@ def simulate_workload(spec, topology: TopologySpec, nodes: int, *, mode: str = "
         return {m: simulate_dlrm(spec, topology, nodes, gpus_per_node=gpus_per_node, mode=m, sim_mode=sim_mode,
                                  cost=cost, seed=seed, record=record, record_usage=record) for m in modes}
     if isinstance(spec, TransformerDecodeSpec):
-        res = simulate_decode(spec, topology, nodes, gpus_per_node=gpus_per_node, cost=cost)
+        res = simulate_decode(spec, topology, nodes, gpus_per_node=gpus_per_node, cost=cost, record=record)
     elif isinstance(spec, MoESpec):
-        res = simulate_moe(spec, topology, nodes, gpus_per_node=gpus_per_node, cost=cost)
+        res = simulate_moe(spec, topology, nodes, gpus_per_node=gpus_per_node, cost=cost, record=record)
     else:  # pragma: no cover - load_workload only returns the kinds above
         raise SpecError(getattr(spec, "source", "<model>"), "kind", "unsupported workload")
     return {m: res[m] for m in modes}

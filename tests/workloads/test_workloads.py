@@ -144,3 +144,13 @@ def test_cli_run_bad_model_exit_2(root, tmp_path):
              str(tmp_path / "o"))
     assert r.returncode == 2 and "global_batch" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("name", ["moe_layer", "transformer_tp_decode"])
+def test_cli_run_trace_for_layer_workloads(root, tmp_path, name):
+    out = tmp_path / name
+    r = _cli("run", "--model", str(root / f"models/{name}.yaml"), "--topology",
+             str(root / "topologies/h200_nvl8_ib_ndr.yaml"), "--nodes", "1", "--out", str(out), "--trace")
+    assert r.returncode == 0, r.stderr
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert any(e.get("ph") == "X" for e in events)

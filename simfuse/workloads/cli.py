@@ -37,9 +37,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from ..sweep import parse_nodes, run_sweep
-
     import os
+
+    from ..sweep import parse_nodes, run_sweep
 
     nodes = parse_nodes(args.nodes)
     workers = args.workers or os.cpu_count() or 1

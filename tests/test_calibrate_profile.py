@@ -122,3 +122,30 @@ def test_fused_falls_back_to_compute_fit_times_slowdown(h200):
     assert cm.workgroup_time_s(work, 200) == pytest.approx(1.25 * cm.workgroup_time_s(base, 200))
     assert trace_kernel_name("gemm") == "gemm_all_to_all" and trace_kernel_name("custom") == "custom"
     assert math.isclose(cm.workgroup_time_s(base, 200), 2e-6)
+
+
+def test_calibrated_model_falls_back_outside_traced_range(profile_dict, h200, tmp_path):
+    from simfuse.costs.calibrated import traced_ranges
+
+    path = tmp_path / "p.yaml"
+    write_yaml_atomic(path, profile_dict)
+    spec = h200.replace(calibration=str(path))
+    cm = cost_model_for(spec)
+    ranges = traced_ranges(cm_points(path))
+    if not ranges:
+        pytest.skip("profile fixture carries no kernel points")
+    (kernel, dtype), (b_lo, b_hi, f_lo, f_hi) = next(iter(ranges.items()))
+    sim_name = {"embedding_all_to_all": "embedding_bag", "gemv_all_reduce": "gemv", "gemm_all_to_all": "gemm"}[kernel]
+    inside = KernelWork(sim_name, 1000, f_hi, b_hi, dtype=dtype, variant="compute")
+    outside = KernelWork(sim_name, 1000, f_hi * 100, b_hi * 100, dtype=dtype, variant="compute")
+    assert cm.lookup(inside) is not None
+    assert cm.lookup(outside) is None  # roofline beyond 4x the traced range
+    roof = RooflineCostModel(spec.device)
+    assert cm.workgroup_time_s(outside, 100) == pytest.approx(roof.workgroup_time_s(outside, 100))
+    assert cost_model_for(spec, extrapolate=True).lookup(outside) is not None
+
+
+def cm_points(path):
+    from simfuse.calibrate.profile import load_profile
+
+    return load_profile(path).points

@@ -228,10 +228,17 @@ def _bw_overrides(level: str, bw_field: str, nominal: float, fitted: float) -> d
     return {f"{level}.{bw_field}": fitted, f"{level}.efficiency": 1.0}
 
 
-def cost_model_for(spec: TopologySpec) -> CostModel:
-    """Calibrated cost model when ``spec.calibration`` names a profile, otherwise the roofline."""
+def cost_model_for(spec: TopologySpec, *, extrapolate: bool = False) -> CostModel:
+    """Calibrated cost model when ``spec.calibration`` names a profile, otherwise the roofline.
+
+    By default a fit is used only near the shapes it was traced on (see
+    :data:`~simfuse.costs.calibrated.EXTRAPOLATION_FACTOR`), the roofline elsewhere; ``extrapolate=True`` uses
+    the fits everywhere (``simfuse validate`` does, and flags the points outside the traced range)."""
     if not spec.calibration:
         return RooflineCostModel(spec.device)
     profile = load_profile(spec.calibration)
     calibrated_spec = apply_to_topology(spec, profile)
-    return CalibratedCostModel.from_profile(profile, RooflineCostModel(calibrated_spec.device))
+    from ..costs.calibrated import EXTRAPOLATION_FACTOR
+
+    return CalibratedCostModel.from_profile(profile, RooflineCostModel(calibrated_spec.device),
+                                            extrapolation=None if extrapolate else EXTRAPOLATION_FACTOR)

@@ -81,6 +81,28 @@ def occupancy_scales(concurrent_wgs: float, slots: int, compute_units: int | Non
     return s_b, s_f
 
 
+#: A calibrated fit is used only for workgroups whose bytes and FLOP lie within this factor of the traced
+#: range; further out (e.g. GEMM tiles 100x thinner than any traced) the roofline is used instead.
+EXTRAPOLATION_FACTOR = 4.0
+
+
+def traced_ranges(points: list[dict]) -> dict[tuple[str, str], tuple[float, float, float, float]]:
+    """(kernel, dtype) -> (min, max requested bytes per program, min, max FLOP per program) over the profile's
+    kernel points (all variants)."""
+    acc: dict[tuple[str, str], list[list[float]]] = {}
+    for p in points or []:
+        if p.get("kind") != "kernel" or not p.get("grid"):
+            continue
+        grid = float(p["grid"])
+        key = (str(p.get("kernel")), str(p.get("dtype")))
+        b = float(p.get("bytes") or 0.0) / grid
+        f = float(p.get("flops") or 0.0) / grid
+        acc.setdefault(key, [[], []])
+        acc[key][0].append(b)
+        acc[key][1].append(f)
+    return {k: (min(v[0]), max(v[0]), min(v[1]), max(v[1])) for k, v in acc.items()}
+
+
 class CalibratedCostModel:
     """:class:`~simfuse.costs.base.CostModel` from a calibration profile, roofline fallback otherwise.
 
@@ -89,28 +111,52 @@ class CalibratedCostModel:
     """
 
     def __init__(self, fits: dict[tuple[str, str, str], KernelFit], fallback: RooflineCostModel,
-                 fused_slowdown: dict[tuple[str, str], float] | None = None, compute_units: int | None = None):
+                 fused_slowdown: dict[tuple[str, str], float] | None = None, compute_units: int | None = None,
+                 ranges: dict[tuple[str, str], tuple[float, float, float, float]] | None = None,
+                 extrapolation: float | None = EXTRAPOLATION_FACTOR):
         self.fits = dict(fits)
         self.fallback = fallback
         self.fused_slowdown = dict(fused_slowdown or {})
         self.compute_units = compute_units or fallback.device.compute_units
+        self.ranges = dict(ranges or {})
+        self.extrapolation = extrapolation
+        self.fallback_kernels: set[tuple[str, str]] = set()  # (kernel name, reason) that used the roofline
 
     @classmethod
-    def from_profile(cls, profile, fallback: RooflineCostModel) -> CalibratedCostModel:
+    def from_profile(cls, profile, fallback: RooflineCostModel,
+                     extrapolation: float | None = EXTRAPOLATION_FACTOR) -> CalibratedCostModel:
         """Build from a :class:`simfuse.calibrate.profile.CalibrationProfile`."""
-        return cls(profile.kernel_fits(), fallback, profile.fused_slowdown_map(), profile.compute_units)
+        return cls(profile.kernel_fits(), fallback, profile.fused_slowdown_map(), profile.compute_units,
+                   traced_ranges(profile.points), extrapolation)
+
+    def in_range(self, work: KernelWork) -> bool:
+        """Whether ``work``'s bytes and FLOP per workgroup lie within ``extrapolation`` times the traced range of
+        its kernel (any variant); no range information counts as inside."""
+        if self.extrapolation is None:
+            return True
+        rng = self.ranges.get((trace_kernel_name(work.name), work.dtype))
+        if rng is None:
+            return True
+        b_lo, b_hi, f_lo, f_hi = rng
+        x = self.extrapolation
+        b, f = work.requested_bytes_per_wg, work.flops_per_wg
+        return (b_lo / x <= b <= b_hi * x) and (f_lo / x <= f <= f_hi * x)
 
     def lookup(self, work: KernelWork) -> tuple[KernelFit, float] | None:
-        """The fit used for ``work`` and a time multiplier, or ``None`` (roofline fallback)."""
+        """The fit used for ``work`` and a time multiplier, or ``None`` (roofline fallback: no fit, or the work
+        is far outside the shapes the fit was traced on)."""
         name = trace_kernel_name(work.name)
         fit = self.fits.get((name, work.variant, work.dtype))
-        if fit is not None:
-            return fit, 1.0
-        if work.variant == "fused":
+        factor = 1.0
+        if fit is None and work.variant == "fused":
             fit = self.fits.get((name, "compute", work.dtype))
-            if fit is not None:
-                return fit, self.fused_slowdown.get((name, work.dtype), 1.0)
-        return None
+            factor = self.fused_slowdown.get((name, work.dtype), 1.0)
+        if fit is None:
+            return None
+        if not self.in_range(work):
+            self.fallback_kernels.add((name, "outside traced range"))
+            return None
+        return fit, factor
 
     def slots(self, work: KernelWork) -> int:
         found = self.lookup(work)

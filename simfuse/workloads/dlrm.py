@@ -15,10 +15,11 @@ exchanges data once both have launched it.  Fused: the forward embedding kernel 
 workgroups finish (:class:`~simfuse.fused.EmbeddingAllToAll`); with ``fuse_backward`` the interaction-backward
 kernel pushes each wave's share of the embedding gradients as it completes.
 
-Simulation modes: ``classes`` (default): ranks with the same table load form a class, one representative per
-class is simulated (exact for even placements, where there is one class; see
+Simulation modes: ``classes``: ranks with the same table load (and node composition) form a class, one
+representative per class is simulated (exact for even placements, where there is one class; see
 :meth:`~simfuse.network.Fabric.set_rank_classes` for the uneven case); ``full``: every rank is simulated on the
-physical links (for validation on small systems).
+physical links; ``auto`` (default): ``classes`` when exact, ``full`` for uneven placements up to
+``FULL_SIM_MAX_RANKS`` ranks, ``classes`` beyond.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ from ..network import Fabric, FlowNetwork
 from ..spec import DLRMSpec, TopologySpec
 from .dense import elementwise_work, gemm_work
 from .placement import place_tables, rank_classes
+
+
+#: ``sim_mode="auto"`` simulates every rank when placement is uneven and there are at most this many ranks.
+FULL_SIM_MAX_RANKS = 64
 
 
 @dataclass
@@ -120,7 +125,9 @@ def simulate_dlrm(spec: DLRMSpec, topology: TopologySpec, nodes: int, *, gpus_pe
     eb = DTYPE_BYTES[spec.embedding_dtype]
     per_rank = place_tables(spec, n, topology.device.memory_bytes)
     cls_of_rank, sigs = rank_classes(per_rank, g)
-    full = sim_mode == "full"
+    # auto: the class fast path where it is exact (one class), full simulation of every rank where it is not and
+    # the system is small enough, the class approximation beyond (validated against full simulation in tests)
+    full = sim_mode == "full" or (sim_mode == "auto" and len(sigs) > 1 and n <= FULL_SIM_MAX_RANKS)
     fabric = Fabric(topology, nodes, gpus_per_node=g, symmetric=not full)
     if full:
         entities = [_Entity(r, r, per_rank[r]) for r in range(n)]

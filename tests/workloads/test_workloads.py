@@ -66,8 +66,9 @@ def test_ratio_is_one_when_communication_is_free():
 @pytest.mark.parametrize("mode", ["baseline", "fused"])
 def test_class_fast_path_matches_full_simulation(root, h200, model, nodes, mode):
     spec = load_workload(root / "models" / f"{model}.yaml")
-    fast = simulate_dlrm(spec, h200, nodes, mode=mode)
+    fast = simulate_dlrm(spec, h200, nodes, mode=mode, sim_mode="classes")
     full = simulate_dlrm(spec, h200, nodes, mode=mode, sim_mode="full")
+    assert fast.sim_mode == "classes" and full.sim_mode == "full"
     assert fast.iteration_time_s == pytest.approx(full.iteration_time_s, rel=0.01)
 
 
@@ -154,3 +155,10 @@ def test_cli_run_trace_for_layer_workloads(root, tmp_path, name):
     assert r.returncode == 0, r.stderr
     events = json.loads((out / "trace.json").read_text())["traceEvents"]
     assert any(e.get("ph") == "X" for e in events)
+
+
+def test_auto_mode_picks_exact_or_full(root, h200):
+    dcn = load_workload(root / "models/dlrm_dcnv2.yaml")
+    assert simulate_dlrm(dcn, h200, 2, mode="baseline").sim_mode == "full"        # uneven, 16 ranks
+    assert simulate_dlrm(dcn, h200, 16, mode="baseline").sim_mode == "classes"    # uneven, 128 ranks
+    assert simulate_dlrm(_small_dlrm(), h200, 1, mode="baseline").sim_mode == "classes"  # even: exact

@@ -31,3 +31,16 @@ def test_dlrm_scaling_tiny(root, tmp_path):
     df = pd.read_csv(tmp_path / "dlrm_scaling.csv")
     assert set(df["nodes"]) == {1, 2} and set(df["mode"]) == {"baseline", "fused"}
     assert (tmp_path / "speedup_vs_nodes.png").stat().st_size > 0
+
+
+def test_calibration_effect_tiny(root, tmp_path):
+    roof_topo = tmp_path / "roofline.yaml"
+    roof_topo.write_text("".join(line for line in (root / "topologies/h200_nvl8_ib_ndr.yaml").open()
+                                 if not line.startswith("calibration:")))
+    _run(root, "experiments/fused_ops.py", "--tiny", "--out", str(tmp_path / "cal"))
+    _run(root, "experiments/fused_ops.py", "--tiny", "--topology", str(roof_topo), "--out", str(tmp_path / "roof"))
+    _run(root, "experiments/calibration_effect.py", "--roofline", str(tmp_path / "roof"), "--calibrated",
+         str(tmp_path / "cal"))
+    eff = pd.read_csv(tmp_path / "cal" / "calibration_effect.csv")
+    assert {"roofline_avg", "calibrated_avg"} <= set(eff.columns) and len(eff) > 0
+    assert (tmp_path / "cal" / "calibration_coverage.csv").exists()

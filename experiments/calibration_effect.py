@@ -3,7 +3,7 @@ kernels lie inside the traced range of the calibration profile.
 
     grep -v '^calibration:' topologies/h200_nvl8_ib_ndr.yaml > /tmp/h200_roofline.yaml
     .venv/bin/python experiments/fused_ops.py --topology /tmp/h200_roofline.yaml --out /tmp/fo_roofline
-    .venv/bin/python experiments/results/fused_ops/calibration_effect.py --roofline /tmp/fo_roofline
+    .venv/bin/python experiments/calibration_effect.py --roofline /tmp/fo_roofline
 
 Writes ``calibration_effect.csv`` (per operator and regime: time reduction with the roofline and with the profile,
 mean calibrated/roofline ratio of the baseline and fused kernel times) and ``calibration_coverage.csv`` (per
@@ -22,8 +22,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
+REPO = Path(__file__).resolve().parents[1]
+HERE = REPO / "experiments" / "results" / "fused_ops"
 sys.path.insert(0, str(REPO))
 
 from simfuse.costs.calibrated import trace_kernel_name  # noqa: E402
@@ -108,14 +108,17 @@ def coverage(profile_path: Path) -> pd.DataFrame:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--roofline", required=True, help="output directory of the roofline sweep")
+    ap.add_argument("--calibrated", default=str(HERE), help="output directory of the calibrated sweep (and of "
+                    "the two CSVs this script writes)")
     ap.add_argument("--profile", default=str(REPO / "profiles" / "h200_calibration.yaml"))
     args = ap.parse_args()
-    cal = pd.read_csv(HERE / "fused_ops.csv")
+    out = Path(args.calibrated)
+    cal = pd.read_csv(out / "fused_ops.csv")
     roof = pd.read_csv(Path(args.roofline) / "fused_ops.csv")
     e = effect(cal, roof)
     c = coverage(Path(args.profile))
-    e.to_csv(HERE / "calibration_effect.csv", index=False, float_format="%.6g")
-    c.to_csv(HERE / "calibration_coverage.csv", index=False, float_format="%.6g")
+    e.to_csv(out / "calibration_effect.csv", index=False, float_format="%.6g")
+    c.to_csv(out / "calibration_coverage.csv", index=False, float_format="%.6g")
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(e.round(3).to_string(index=False))
         print()

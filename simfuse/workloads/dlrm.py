@@ -42,7 +42,6 @@ from ..spec import DLRMSpec, TopologySpec
 from .dense import elementwise_work, gemm_work
 from .placement import place_tables, rank_classes
 
-
 #: ``sim_mode="auto"`` simulates every rank when placement is uneven and there are at most this many ranks.
 FULL_SIM_MAX_RANKS = 64
 

@@ -6,7 +6,6 @@ import datetime as _dt
 import hashlib
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -402,17 +401,14 @@ def build_profile(inp: Inputs, compute_units: int | None = None) -> dict:
 
 def write_yaml_atomic(path: str | Path, data: dict) -> None:
     """Write YAML through a temporary file in the same directory, then rename (no half-written output)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+    from ..results.io import atomic_write
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write("# simfuse calibration profile (format: docs/calibration.md)\n")
             yaml.safe_dump(data, fh, sort_keys=False, default_flow_style=None, width=120)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write)
 
 
 def calibrate(inputs: Sequence[str | Path], out: str | Path, compute_units: int | None = None,

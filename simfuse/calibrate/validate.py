@@ -14,8 +14,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,14 +245,9 @@ def summarize(df: pd.DataFrame) -> dict:
 
 
 def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from ..results.io import atomic_write
+
+    atomic_write(path, write)
 
 
 def residual_plot(df: pd.DataFrame, path: Path) -> None:

@@ -18,7 +18,6 @@ stand for every rank of their class and the link loads are those of class links 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -163,6 +162,4 @@ def write_chrome_trace(path: Path | str, runs: Iterable[tuple], *, max_links: in
     path = Path(path)
     text = json.dumps(chrome_trace(list(runs), max_links), separators=(",", ":"), sort_keys=True,
                       allow_nan=False)
-    atomic_write_text(path, text + "\n")
-    os.chmod(path, 0o644)  # mkstemp creates 0600; a trace is meant to be shared
-    return path
+    return atomic_write_text(path, text + "\n")

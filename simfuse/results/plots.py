@@ -7,14 +7,14 @@ Times in the data are seconds; axes show microseconds or milliseconds as labelle
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from .io import atomic_write
 
 __all__ = ["plot_speedup_vs_size", "plot_timeline", "plot_speedup_vs_nodes", "plot_breakdown", "save_figure"]
 
@@ -30,19 +30,10 @@ def _figure(width_in: float, height_in: float) -> Figure:
 def save_figure(fig: Figure, path: Path | str) -> Path:
     """Save ``fig`` to ``path`` (format from the suffix) through a temporary file and ``os.replace``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".png", dir=path.parent)
-    os.close(fd)
-    try:
-        # fixed metadata: no creation date / software version, so re-running gives the same bytes
-        meta = {"Software": None} if path.suffix.lower() in ("", ".png") else None
-        fig.savefig(tmp, dpi=_DPI, metadata=meta)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # fixed metadata: no creation date / software version, so re-running gives the same bytes
+    meta = {"Software": None} if path.suffix.lower() in ("", ".png") else None
+    fmt = path.suffix.lstrip(".") or "png"
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=_DPI, metadata=meta, format=fmt))
     return path
 
 

@@ -29,6 +29,17 @@ _THREADS = {"kernel": (1, "compute"), "collective": (2, "collectives"), "fused":
 _US = 1e6
 
 
+def unpack_run(run) -> tuple:
+    """``(label, sim, net)`` from a ``(label, sim, net)`` or ``(label, sim, fabric, net)`` tuple."""
+    if len(run) == 4:
+        label, sim, _fabric, net = run
+    elif len(run) == 3:
+        label, sim, net = run
+    else:
+        raise ValueError("each run must be (label, sim, net) or (label, sim, fabric, net)")
+    return label, sim, net
+
+
 def _ts(t_s: float) -> float:
     """Seconds -> microseconds, rounded to 1e-6 us (1 ps) so that the text is stable."""
     return round(float(t_s) * _US, 6)
@@ -95,12 +106,7 @@ def trace_events(runs: Sequence[tuple], max_links: int = 64) -> list[dict]:
     events: list[dict] = []
     pid = 0
     for run in runs:
-        if len(run) == 4:
-            label, sim, _fabric, net = run
-        elif len(run) == 3:
-            label, sim, net = run
-        else:
-            raise ValueError("each run must be (label, sim, net) or (label, sim, fabric, net)")
+        label, sim, net = unpack_run(run)
         records = list(sim.recorder.records) if sim is not None else []
         ranks = sorted({int(r.rank) for r in records})
         rank_pid = {}

@@ -102,13 +102,9 @@ def _colors(n: int):
 # timeline (Gantt) of simulated runs
 # -------------------------------------------------------------------------------------------------------
 def _unpack(run):
-    if len(run) == 4:
-        label, sim, _fabric, net = run
-    elif len(run) == 3:
-        label, sim, net = run
-    else:
-        raise ValueError("each run must be (label, sim, net) or (label, sim, fabric, net)")
-    return label, sim, net
+    from .perfetto import unpack_run
+
+    return unpack_run(run)
 
 
 def _busy_links(net, max_links: int, names: Sequence[str] | None = None):

@@ -41,6 +41,12 @@ CASES = [  # world, tokens, n, per-rank K, dtype, config
     (2, 16, 64, [32, 48], torch.bfloat16, GemvConfig(block_n=16, block_k=16, split_k=2)),
     (3, 5, 100, [40, 40, 24], torch.float16, GemvConfig(block_n=32, block_k=32)),
     (4, 3, 96, [32, 16, 16, 32], torch.float32, GemvConfig(block_n=32, block_k=16, split_k=4)),
+    # one-token multiply-and-reduce path (vec): ragged N and K, split-K, several ranks; vec with 2 tokens
+    # falls back to the tl.dot path
+    (1, 1, 70, [48], torch.float32, GemvConfig(block_n=32, block_k=32, vec=True)),
+    (2, 1, 100, [40, 72], torch.bfloat16, GemvConfig(block_n=16, block_k=32, split_k=2, vec=True)),
+    (3, 2, 64, [32, 32, 16], torch.float16, GemvConfig(block_n=32, block_k=16, vec=True)),
+    (2, 4, 64, [32, 32], torch.float32, GemvConfig(block_n=32, block_k=16, split_k=2, scope="gpu")),
 ]
 
 

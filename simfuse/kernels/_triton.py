@@ -182,6 +182,8 @@ def gemv_kernel(
     UPCAST: tl.constexpr,
     IEEE: tl.constexpr,
     TIMER: tl.constexpr,
+    VEC: tl.constexpr = False,
+    GPU_SCOPE: tl.constexpr = False,
 ):
     """Program (tile, ks) computes the partial y[:, tile] over its K range, pushes it to the slot
     (rank, ks) of the tile's owner (``tile % world``), and bumps the owner's arrival counter
@@ -200,24 +202,41 @@ def gemv_kernel(
     nmask = n < N
     k_per = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
     k_begin = ks * k_per
-    acc = tl.zeros([T_PAD, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_begin, k_begin + k_per, BLOCK_K):
-        kk = k0 + tl.arange(0, BLOCK_K)
-        kmask = kk < K
-        xt = tl.load(x + rows_t[:, None] * K + kk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
-        wt = tl.load(
-            w + n[:, None].to(tl.int64) * K + kk[None, :],
-            mask=nmask[:, None] & kmask[None, :],
-            other=0.0,
-            eviction_policy="evict_first",
-        )
-        if UPCAST:
-            xt = xt.to(tl.float32)
-            wt = wt.to(tl.float32)
-        if IEEE:
-            acc += tl.dot(xt, tl.trans(wt), input_precision="ieee")
-        else:
-            acc += tl.dot(xt, tl.trans(wt))
+    if VEC:
+        # one token (T_PAD == 1): no tl.dot (whose M >= 16 would pad the token 16x); an fp32
+        # [BLOCK_N, BLOCK_K] accumulator of products, reduced over K once after the loop
+        acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        for k0 in range(k_begin, k_begin + k_per, BLOCK_K):
+            kk = k0 + tl.arange(0, BLOCK_K)
+            kmask = kk < K
+            xv = tl.load(x + kk, mask=kmask, other=0.0).to(tl.float32)
+            wt = tl.load(
+                w + n[:, None].to(tl.int64) * K + kk[None, :],
+                mask=nmask[:, None] & kmask[None, :],
+                other=0.0,
+                eviction_policy="evict_first",
+            )
+            acc2 += wt.to(tl.float32) * xv[None, :]
+        acc = tl.reshape(tl.sum(acc2, axis=1), [T_PAD, BLOCK_N])
+    else:
+        acc = tl.zeros([T_PAD, BLOCK_N], dtype=tl.float32)
+        for k0 in range(k_begin, k_begin + k_per, BLOCK_K):
+            kk = k0 + tl.arange(0, BLOCK_K)
+            kmask = kk < K
+            xt = tl.load(x + rows_t[:, None] * K + kk[None, :], mask=tmask[:, None] & kmask[None, :], other=0.0)
+            wt = tl.load(
+                w + n[:, None].to(tl.int64) * K + kk[None, :],
+                mask=nmask[:, None] & kmask[None, :],
+                other=0.0,
+                eviction_policy="evict_first",
+            )
+            if UPCAST:
+                xt = xt.to(tl.float32)
+                wt = wt.to(tl.float32)
+            if IEEE:
+                acc += tl.dot(xt, tl.trans(wt), input_precision="ieee")
+            else:
+                acc += tl.dot(xt, tl.trans(wt))
 
     owner = tile % world
     omask = tmask[:, None] & nmask[None, :]
@@ -226,7 +245,10 @@ def gemv_kernel(
     tl.store(stage + (slot * tokens + rows_t[:, None]) * N + n[None, :], acc, mask=omask)
     tl.debug_barrier()
     ctr = tl.load(counter_table + owner).to(tl.pointer_type(tl.int64))
-    old = tl.atomic_add(ctr + tile, 1, sem="acq_rel", scope="sys")
+    if GPU_SCOPE:  # every rank on this GPU (emulated backend): device-scope ordering suffices
+        old = tl.atomic_add(ctr + tile, 1, sem="acq_rel", scope="gpu")
+    else:
+        old = tl.atomic_add(ctr + tile, 1, sem="acq_rel", scope="sys")
     tl.debug_barrier()
     if old == world * SPLIT_K - 1:
         tl.atomic_xchg(ctr + tile, 0, sem="relaxed", scope="sys")
@@ -242,7 +264,10 @@ def gemv_kernel(
         tl.debug_barrier()
         for d in range(0, world):
             fl = tl.load(flag_table + d).to(tl.pointer_type(tl.int64))
-            tl.atomic_add(fl, 1, sem="release", scope="sys")
+            if GPU_SCOPE:
+                tl.atomic_add(fl, 1, sem="release", scope="gpu")
+            else:
+                tl.atomic_add(fl, 1, sem="release", scope="sys")
     _trace_end(trace_buf, counter, t0, pid, TIMER)
 
 
@@ -272,6 +297,8 @@ def gemm_kernel(
     IEEE: tl.constexpr,
     FUSED: tl.constexpr,
     TIMER: tl.constexpr,
+    EVEN: tl.constexpr = False,
+    GPU_SCOPE: tl.constexpr = False,
 ):
     """C tile = A tile @ B; each row of the tile is stored straight into its owner's receive buffer;
     then the program adds, for each destination rank, (rows it delivered there) to that rank's flag
@@ -294,10 +321,20 @@ def gemm_kernel(
     nmask = rn < N
     a_ptrs = a + rm[:, None].to(tl.int64) * K + rk[None, :]
     b_ptrs = b + rk[:, None].to(tl.int64) * N + rn[None, :]
+    if EVEN:
+        # M, N, K multiples of the block sizes (checked by the launcher): mask-free main loop
+        rme = tl.max_contiguous(tl.multiple_of(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), BLOCK_M), BLOCK_M)
+        rne = tl.max_contiguous(tl.multiple_of(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), BLOCK_N), BLOCK_N)
+        a_ptrs = a + rme[:, None].to(tl.int64) * K + rk[None, :]
+        b_ptrs = b + rk[:, None].to(tl.int64) * N + rne[None, :]
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        ka = tl.load(a_ptrs, mask=mmask[:, None] & ((k0 + rk)[None, :] < K), other=0.0)
-        kb = tl.load(b_ptrs, mask=((k0 + rk)[:, None] < K) & nmask[None, :], other=0.0)
+        if EVEN:
+            ka = tl.load(a_ptrs)
+            kb = tl.load(b_ptrs)
+        else:
+            ka = tl.load(a_ptrs, mask=mmask[:, None] & ((k0 + rk)[None, :] < K), other=0.0)
+            kb = tl.load(b_ptrs, mask=((k0 + rk)[:, None] < K) & nmask[None, :], other=0.0)
         if UPCAST:
             ka = ka.to(tl.float32)
             kb = kb.to(tl.float32)
@@ -321,7 +358,10 @@ def gemm_kernel(
             cnt = tl.sum(((dr == d) & mmask).to(tl.int64), axis=0)
             if cnt > 0:
                 fl = tl.load(flag_table + d).to(tl.pointer_type(tl.int64))
-                tl.atomic_add(fl, cnt, sem="release", scope="sys")
+                if GPU_SCOPE:  # every rank on this GPU (emulated backend)
+                    tl.atomic_add(fl, cnt, sem="release", scope="gpu")
+                else:
+                    tl.atomic_add(fl, cnt, sem="release", scope="sys")
     else:
         tl.store(local_out + rm[:, None].to(tl.int64) * N + rn[None, :], c, mask=smask)
     _trace_end(trace_buf, counter, t0, pid, TIMER)

@@ -46,8 +46,16 @@ class GemmConfig:
     group_m: int = 8
     num_warps: int = 8
     num_stages: int = 3
+    even: bool = False  # mask-free main loop when M, N, K are multiples of the block sizes
+    # "gpu": device-scope release/acquire for the flags and counters (only with the emulated backend, where
+    # every rank lives on one GPU); "sys" (default): system scope, needed across processes and GPUs
+    scope: str = "sys"
 
     def validate(self) -> None:
+        if self.scope not in ("sys", "gpu"):
+            raise ValueError(f"config.scope: {self.scope!r} not one of ('sys', 'gpu')")
+        if not isinstance(self.even, bool):
+            raise ValueError(f"config.even: {self.even!r} is not a bool")
         for name in ("block_m", "block_n", "block_k", "group_m", "num_warps"):
             v = check_int(f"config.{name}", getattr(self, name), minimum=1, maximum=1024)
             if v & (v - 1):
@@ -127,6 +135,8 @@ def _check(group, as_, bs, dest_rank=None, dest_row=None, recv_rows=None, valida
 def _launch_rank(group, r, a, b, cfg, *, fused, dr, dw, out_t, flag_t, local_out, trace, dummy=None):
     m, k = a.shape
     n = b.shape[1]
+    if cfg.scope == "gpu" and group.backend != "emulated":
+        raise ValueError("config.scope: 'gpu' needs the emulated backend (all ranks on one GPU)")
     grid = (cdiv(m, cfg.block_m) * cdiv(n, cfg.block_n),)
     traced = trace is not None and r == trace.rank
     meta = None
@@ -144,7 +154,8 @@ def _launch_rank(group, r, a, b, cfg, *, fused, dr, dw, out_t, flag_t, local_out
             local_out if not fused else a, group.world_size, m, n, k]
     consts = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
                   UPCAST=interpreting() and a.dtype != torch.float32, IEEE=a.dtype == torch.float32, FUSED=fused,
-                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                  EVEN=cfg.even and m % cfg.block_m == 0 and n % cfg.block_n == 0 and k % cfg.block_k == 0,
+                  GPU_SCOPE=cfg.scope == "gpu", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     launch(K.gemm_kernel, grid, args, consts, dummy=out_t if fused else dummy, trace=trace if traced else None,
            meta=meta, flops_per_program=fl, bytes_per_program=by)
 

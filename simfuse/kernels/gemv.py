@@ -38,8 +38,16 @@ class GemvConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
+    vec: bool = False  # one token: multiply-and-reduce in fp32 instead of a 16-row-padded tl.dot
+    # "gpu": device-scope release/acquire for the flags and counters (only with the emulated backend, where
+    # every rank lives on one GPU); "sys" (default): system scope, needed across processes and GPUs
+    scope: str = "sys"
 
     def validate(self) -> None:
+        if self.scope not in ("sys", "gpu"):
+            raise ValueError(f"config.scope: {self.scope!r} not one of ('sys', 'gpu')")
+        if not isinstance(self.vec, bool):
+            raise ValueError(f"config.vec: {self.vec!r} is not a bool")
         for name in ("block_n", "block_k", "split_k", "num_warps"):
             v = check_int(f"config.{name}", getattr(self, name), minimum=1, maximum=1024)
             if v & (v - 1):
@@ -92,7 +100,11 @@ def _launch_rank(group, r, x, w, cfg, *, world, rank, stage_t, ctr_t, out_t, fla
         fl = 2.0 * tokens * cfg.block_n * kk
         by = float(cfg.block_n * kk * w.element_size() + tokens * kk * x.element_size() + tokens * cfg.block_n * 4)
     args = [x, w, stage_t, ctr_t, out_t, flag_t, rank, world, tokens, n, k]
-    consts = dict(BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k, T_PAD=16,
+    vec = cfg.vec and tokens == 1
+    if cfg.scope == "gpu" and group.backend != "emulated":
+        raise ValueError("config.scope: 'gpu' needs the emulated backend (all ranks on one GPU)")
+    consts = dict(BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k, T_PAD=1 if vec else 16, VEC=vec,
+                  GPU_SCOPE=cfg.scope == "gpu",
                   UPCAST=interpreting() and w.dtype != torch.float32, IEEE=w.dtype == torch.float32,
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     launch(K.gemv_kernel, grid, args, consts, dummy=ctr_t, trace=trace if traced else None, meta=meta,

@@ -20,14 +20,9 @@ from simfuse.kernels import (  # noqa: E402
     moe_routing,
 )
 
-TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+from .kernel_common import TOL, relerr  # noqa: E402
+
 CFG = GemmConfig(block_m=32, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=1)
-
-
-def relerr(out, ref):
-    out = out.double()
-    assert not torch.isnan(out).any(), "output has unwritten (NaN) elements"
-    return float((out - ref).norm() / ref.norm())
 
 
 def make_inputs(world, k, n, dtype, seed):

@@ -29,7 +29,7 @@ import numpy as np
 import simpy
 
 from ..collectives import Layout, collective_process, make_algorithm
-from ..costs import CostModel, KernelWork, RooflineCostModel
+from ..costs import CostModel, KernelWork
 from ..engine import Simulation, run_kernel
 from ..errors import SpecError
 from ..network import INTRA, SELF, Fabric, FlowNetwork
@@ -106,11 +106,12 @@ class FusedOp:
 
     name = "fused_op"
     collective = "all_to_all"
+    defaults: dict = {}
 
     def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
         self.layout = layout
         self.source = source
-        self.params = dict(params)
+        self.params = {**self.defaults, **params}
 
     # --- to implement ---------------------------------------------------------------------------------
     def work(self, variant: str) -> KernelWork:
@@ -167,6 +168,19 @@ def _slices(order: np.ndarray, dst: np.ndarray, slice_wgs: int) -> np.ndarray:
     return slice_of
 
 
+def start_puts(net: FlowNetwork, fabric: Fabric, gi, src: int, dsts: np.ndarray, sizes_bytes: np.ndarray,
+               tag: str) -> list:
+    """GPU-initiated transfers ``src -> dsts[i]`` of ``sizes_bytes[i]``: each flow group pays the flag latency
+    and, off the node, the NIC doorbell/proxy latency (``gi``: the topology's ``gpu_initiated``).  Returns
+    ``[(flow group, completion event), ...]``."""
+    out = []
+    for grp in fabric.flow_groups(src, dsts, sizes_bytes):
+        extra = gi.flag_latency_s + (gi.nic_proxy_latency_s if grp.route_class not in (SELF, INTRA) else 0.0)
+        out.append((grp, net.transfer(grp.links, grp.size_bytes, grp.latency_s + extra, count=grp.count,
+                                      weights=grp.weights, tag=tag)))
+    return out
+
+
 class PushEngine:
     """Runs the fused kernel of one rank and pushes completed slices into the network (a simpy process)."""
 
@@ -197,7 +211,6 @@ class PushEngine:
         self.wg_overhead = np.zeros(len(self.order))
         self.wg_overhead[self.order[last_pos]] = issue
         self.pending: list[simpy.Event] = []
-        self.last_arrival_s = 0.0
         # a slice as large as the kernel: every output leaves after the last workgroup (bulk, no launch gap)
         self.hold_all = knobs.slice_wgs >= len(self.order) > 0
         self._held: list[np.ndarray] = []
@@ -226,10 +239,7 @@ class PushEngine:
         rdone, rdst = done[~local], dsts_all[~local]
         udst, inv = np.unique(rdst, return_inverse=True)
         usize = np.bincount(inv.reshape(-1), weights=self.slice_bytes[rdone])
-        for grp in self.fabric.flow_groups(self.rank, udst, usize):
-            extra = gi.flag_latency_s + (gi.nic_proxy_latency_s if grp.route_class not in (SELF, INTRA) else 0.0)
-            ev = self.net.transfer(grp.links, grp.size_bytes, grp.latency_s + extra, count=grp.count,
-                                   weights=grp.weights, tag=self.op.name)
+        for grp, ev in start_puts(self.net, self.fabric, gi, self.rank, udst, usize, self.op.name):
             members = rdone[np.isin(rdst, grp.dsts)] if self.on_arrival is not None else None
             ev.callbacks.append(self._arrived(members))
             self.pending.append(ev)
@@ -238,7 +248,6 @@ class PushEngine:
 
     def _arrived(self, slices):
         def cb(_ev):
-            self.last_arrival_s = max(self.last_arrival_s, self.sim.now)
             if self.on_arrival is not None:
                 self.on_arrival(self.slice_dst[slices], slices, self.sim.now, self.rank)
         return cb
@@ -368,7 +377,3 @@ class PushOp(FusedOp):
         end = max(p.value[1] for p in procs)
         sim.recorder.add("fused", self.name, "fused_ops", 0, 0.0, end)
         return kernel_end, end
-
-
-def default_cost(topology: TopologySpec) -> CostModel:
-    return RooflineCostModel(topology.device)

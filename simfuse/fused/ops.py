@@ -8,7 +8,7 @@ import simpy
 from ..collectives import Layout
 from ..costs import KernelWork
 from ..errors import SpecError
-from .base import FusedOp, PushEngine, PushOp, dtype_bytes, fused_work
+from .base import FusedOp, PushEngine, PushOp, dtype_bytes, fused_work, start_puts
 
 
 def _pos_int(params: dict, key: str, source: str, default=None) -> int:
@@ -45,8 +45,8 @@ class EmbeddingAllToAll(PushOp):
                 "dtype": "fp32", "bags_per_wg": 4, "index_bytes": 8}
 
     def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
-        p = {**self.defaults, **params}
-        super().__init__(p, layout, source)
+        super().__init__(params, layout, source)
+        p = self.params
         self.T = _pos_int(p, "tables_per_gpu", source)
         self.rows = _pos_int(p, "rows", source)
         self.D = _pos_int(p, "dim", source)
@@ -96,8 +96,8 @@ class GemmAllToAll(PushOp):
                 "tile_m": 128, "tile_n": 128}
 
     def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
-        p = {**self.defaults, **params}
-        super().__init__(p, layout, source)
+        super().__init__(params, layout, source)
+        p = self.params
         self.T = _pos_int(p, "tokens", source)
         self.H = _pos_int(p, "hidden", source)
         self.F = _pos_int(p, "ffn", source)
@@ -149,8 +149,8 @@ class GemvAllReduce(FusedOp):
     defaults = {"n": 8192, "k": 8192, "tokens": 1, "dtype": "bf16", "rows_per_wg": 32}
 
     def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
-        p = {**self.defaults, **params}
-        super().__init__(p, layout, source)
+        super().__init__(params, layout, source)
+        p = self.params
         self.N = _pos_int(p, "n", source)
         self.K = _pos_int(p, "k", source)
         self.M = _pos_int(p, "tokens", source)
@@ -206,12 +206,9 @@ class GemvAllReduce(FusedOp):
             yield env.timeout(reduce_s + gi.store_issue_s)
             peers = np.array([d for d in range(n) if d != owner], dtype=np.int64)
             if len(peers):
-                evs = []
-                for grp in fabric.flow_groups(owner, peers, np.full(len(peers), slice_bytes)):
-                    extra = gi.flag_latency_s + (gi.nic_proxy_latency_s if grp.route_class > 1 else 0.0)
-                    evs.append(net.transfer(grp.links, grp.size_bytes, grp.latency_s + extra, count=grp.count,
-                                            weights=grp.weights, tag=f"{self.name}:allgather"))
-                yield simpy.AllOf(env, evs)
+                puts = start_puts(net, fabric, gi, owner, peers, np.full(len(peers), slice_bytes),
+                                  f"{self.name}:allgather")
+                yield simpy.AllOf(env, [ev for _grp, ev in puts])
 
         def on_arrival(dsts, slices, t, src):
             eng = engines[src]
@@ -239,19 +236,12 @@ class GemvAllReduce(FusedOp):
                  for e in engines.values()]
         yield simpy.AllOf(env, procs)
         kernel_end = max(p.value[0] for p in procs)
-        # wait until every slice of every owner was reduced and pushed
-        expected = len(engines[ranks[0]].slice_pos) // n if symmetric else None
-        while True:
-            pending = [p for p in phase2 if not p.processed]
-            if pending:
-                yield simpy.AllOf(env, pending)
-                continue
-            break
-        total = sum(len(v) for v in state.values())
-        need = expected if symmetric else len(engines[0].slice_pos)  # slices per chunk x owners
-        if symmetric and total != expected:
-            raise RuntimeError("gemv_all_reduce: not every slice was reduced (internal error)")
-        if not symmetric and total != need:
+        # every push has landed, so every reduction has started: wait until each reduced slice was pushed
+        if phase2:
+            yield simpy.AllOf(env, phase2)
+        # slices per chunk x the owners simulated (owner 0 under symmetry, every rank in full mode)
+        need = len(engines[ranks[0]].slice_pos) // n * len(ranks)
+        if sum(len(v) for v in state.values()) != need:
             raise RuntimeError("gemv_all_reduce: not every slice was reduced (internal error)")
         end = env.now
         sim.recorder.add("fused", self.name, "fused_ops", 0, 0.0, end)

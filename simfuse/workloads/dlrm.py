@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from ..collectives import Layout, collective_process, make_algorithm, run_collective
+from ..collectives import Layout, collective_process, make_algorithm, run_collective, start_groups
 from ..costs import CostModel, KernelWork, cost_model_for
 from ..engine import Simulation, run_kernel
 from ..errors import SpecError
-from ..fused.base import DTYPE_BYTES, FusedKnobs, PushEngine, fused_work
+from ..fused.base import DTYPE_BYTES, FusedKnobs, PushEngine, fused_work, start_puts
 from ..fused.ops import EmbeddingAllToAll
 from ..network import Fabric, FlowNetwork
 from ..spec import DLRMSpec, TopologySpec
@@ -236,10 +236,7 @@ def simulate_dlrm(spec: DLRMSpec, topology: TopologySpec, nodes: int, *, gpus_pe
 
             def start(c=c, sel=sel):
                 yield entered[c]
-                for grp in fabric.flow_groups(e.rank, dsts[sel], sizes[sel]):
-                    done = net.transfer(grp.links, grp.size_bytes, grp.latency_s, count=grp.count,
-                                        weights=grp.weights, tag=tag)
-                    store[c].append(done)
+                store[c].extend(start_groups(net, fabric.flow_groups(e.rank, dsts[sel], sizes[sel]), tag=tag))
             procs.append(env.process(start()))
         return procs
 
@@ -340,18 +337,14 @@ def simulate_dlrm(spec: DLRMSpec, topology: TopologySpec, nodes: int, *, gpus_pe
                 work = pair[0]
                 W = work.num_workgroups
                 bwd_entered[e.cls].succeed()
+                on_bwd_transfer = register(incoming_bwd)
 
-                def on_complete(idx, t, sizes=bwd_sizes, W=W):
-                    frac = len(idx) / W
+                def on_complete(idx, t, sizes=bwd_sizes, W=W, on_bwd_transfer=on_bwd_transfer):
                     dsts = np.arange(n)
                     keep = (dsts != e.rank) & (sizes > 0)
-                    gi = topology.gpu_initiated
-                    for grp in fabric.flow_groups(e.rank, dsts[keep], sizes[keep] * frac):
-                        extra = gi.flag_latency_s + (gi.nic_proxy_latency_s if grp.route_class > 1 else 0.0)
-                        done = net.transfer(grp.links, grp.size_bytes, grp.latency_s + extra, count=grp.count,
-                                            weights=grp.weights, tag="a2a_bwd_fused")
-                        for c in {int(x) for x in ent_cls[np.asarray(grp.dsts)]}:
-                            incoming_bwd[c].append(done)
+                    for grp, done in start_puts(net, fabric, topology.gpu_initiated, e.rank, dsts[keep],
+                                                sizes[keep] * (len(idx) / W), "a2a_bwd_fused"):
+                        on_bwd_transfer(grp, done)
                 yield from kernel(e, dataclasses.replace(work, variant="fused"), "interaction_bwd_fused",
                                   on_complete=on_complete)
                 bwd_started[e.cls].succeed()

@@ -58,6 +58,9 @@ class FlowNetwork:
         self._cnt = np.zeros(0)
         self._bid = np.zeros(0, dtype=np.int64)
         self._done: list[simpy.Event] = []
+        # groups started since the last recomputation: (remaining, size, latency, count, bundle, event); merged
+        # into the arrays once per recomputation instead of growing every array at every start
+        self._new: list[tuple] = []
         self._last_t = 0.0
         self._version = 0
         self._pending = False
@@ -93,20 +96,15 @@ class FlowNetwork:
             self._bundle_ids[key] = bid
             self._b_links.append(np.asarray(links_t, dtype=np.int64))
             self._b_unitw.append(np.asarray(unitw, dtype=float))
-        self._advance()
-        self._rem = np.append(self._rem, float(size_bytes))
-        self._rate = np.append(self._rate, 0.0)
-        self._size = np.append(self._size, float(size_bytes))
-        self._lat = np.append(self._lat, float(latency_s))
-        self._cnt = np.append(self._cnt, float(count))
-        self._bid = np.append(self._bid, bid)
-        self._done.append(done)
+        # rates are recomputed at this same instant (zero-delay wake-up) before any time passes, so the new group
+        # waits in ``_new`` with no bytes moved
+        self._new.append((float(size_bytes), float(latency_s), float(count), bid, done))
         self._request_recompute()
         return done
 
     @property
     def active_groups(self) -> int:
-        return len(self._done)
+        return len(self._done) + len(self._new)
 
     def link_loads(self) -> np.ndarray:
         """Current load of every link (bytes/s)."""
@@ -149,8 +147,23 @@ class FlowNetwork:
             return  # superseded by a later recomputation
         self._update()
 
+    def _merge_new(self) -> None:
+        if not self._new:
+            return
+        size, lat, cnt, bid, done = zip(*self._new, strict=True)
+        size_arr = np.asarray(size)
+        self._rem = np.concatenate([self._rem, size_arr])
+        self._rate = np.concatenate([self._rate, np.zeros(len(size_arr))])
+        self._size = np.concatenate([self._size, size_arr])
+        self._lat = np.concatenate([self._lat, np.asarray(lat)])
+        self._cnt = np.concatenate([self._cnt, np.asarray(cnt)])
+        self._bid = np.concatenate([self._bid, np.asarray(bid, dtype=np.int64)])
+        self._done.extend(done)
+        self._new = []
+
     def _update(self) -> None:
         self._advance()
+        self._merge_new()
         if len(self._done):
             now = float(self.env.now)
             t_tol = 1e-13 + 1e-12 * now  # below float resolution of the clock: treat as done

@@ -55,18 +55,17 @@ def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict
 
 
 def breakdown_rows(results: dict) -> list[dict]:
+    """Per mode and phase of the critical rank: total time, number of intervals, start of the first one.
+    All-reduce buckets are summed into one ``allreduce`` phase."""
     rows = []
     for m, r in results.items():
-        agg: dict[str, list[float]] = {}
+        agg: dict[str, dict] = {}  # phase -> row, in order of first appearance
         for name, t0, t1 in r.phases:
             key = name.split("_bucket")[0] if name.startswith("allreduce") else name
-            agg.setdefault(key, []).append(t1 - t0)
-            agg[key + "__first"] = agg.get(key + "__first", [t0])
-        for name, durs in agg.items():
-            if name.endswith("__first"):
-                continue
-            rows.append({"mode": m, "phase": name, "time_s": float(sum(durs)), "count": len(durs),
-                         "first_start_s": float(agg[name + "__first"][0])})
+            row = agg.setdefault(key, {"mode": m, "phase": key, "time_s": 0.0, "count": 0, "first_start_s": t0})
+            row["time_s"] += t1 - t0
+            row["count"] += 1
+        rows.extend(agg.values())
     return rows
 
 

@@ -16,7 +16,7 @@ def gemm_work(label: str, m: int, n: int, k: int, dtype: str, tile: int = 128) -
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
     unique = (m * k + k * n + m * n) * eb
     return KernelWork("gemm", tiles, 2.0 * bm * bn * k, unique / tiles, dtype, "compute",
-                      (("m", m), ("n", n), ("k", k), ("label", 0)),
+                      (("m", m), ("n", n), ("k", k)),
                       traffic_bytes_per_wg=(bm * k + k * bn + bm * bn) * eb)
 
 

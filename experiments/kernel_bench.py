@@ -56,6 +56,22 @@ def sync():
         torch.cuda.synchronize()
 
 
+def sweep_configs(label, cfgs, make_config, calls_for, reps):
+    """Time every configuration ``make_config(*cfg)`` with ``bench(calls_for(config))``; configurations that fail
+    to compile or run are logged and skipped.  Returns ``[(median_s, cfg, stats), ...]``, fastest first."""
+    res = []
+    for cfg in cfgs:
+        c = make_config(*cfg)
+        try:
+            t = bench(calls_for(c), reps=reps)
+        except Exception as e:  # noqa: BLE001
+            log(f"   {label} config failed", cfg, repr(e)[:200])
+            continue
+        res.append((t[0], cfg, t))
+    res.sort()
+    return res
+
+
 def bench(calls, reps=30, graph=True):
     """Median/p10/p90 seconds per call over the input sets in ``calls`` (list of closures)."""
     def run():
@@ -247,19 +263,14 @@ def bench_embedding(R, S, dev, gen):
         # sweep on the fused kernel at W=1
         grp = sk.EmulatedGroup(1, dev)
         wsp = sk.Workspace(grp)
-        res = []
-        for cfg in (S["emb_sweep"] if not best else S["emb_sweep_small"]):
-            c = sk.EmbeddingConfig(*cfg)
+
+        def emb_calls(c):
             out = grp.alloc((batch, dim), dtype)
-            try:
-                t = bench([lambda ix=ix, of=of: sk.embedding_all_to_all(grp, w, ix, of, to, out=out, workspace=wsp,
-                                                                         config=c, validate=False)
-                           for ix, of in sets], reps=S["reps"] // 2)
-            except Exception as e:  # noqa: BLE001
-                log("   emb config failed", cfg, repr(e)[:200])
-                continue
-            res.append((t[0], cfg, t))
-        res.sort()
+            return [lambda ix=ix, of=of: sk.embedding_all_to_all(grp, w, ix, of, to, out=out, workspace=wsp,
+                                                                  config=c, validate=False) for ix, of in sets]
+
+        res = sweep_configs("emb", S["emb_sweep"] if not best else S["emb_sweep_small"], sk.EmbeddingConfig,
+                            emb_calls, S["reps"] // 2)
         for t0, cfg, t in res[:3]:
             R.add("embedding_all_to_all", "fused-sweep", "emulated", 1, dn, shape, str(cfg), t, "TB/s", rbytes / t0 / 1e12,
                   ">=3.6 TB/s" if (dtype, dim) == (torch.float32, 128) else "")
@@ -303,17 +314,10 @@ def bench_gemv(R, S, dev, gen):
             R.add("gemv_all_reduce", "torch", "-", 1, "bf16", shape, "torch.matmul", t, "TB/s", wbytes / t[0] / 1e12)
             grp = sk.EmulatedGroup(1, dev)
             wsp = sk.Workspace(grp)
-            res = []
-            for cfg in S["gemv_sweep"]:
-                c = sk.GemvConfig(*cfg)
-                try:
-                    t = bench([lambda x=x, w=w: sk.gemv_compute(grp, x, w, config=c, workspace=wsp) for x, w in sets],
-                              reps=S["reps"] // 2)
-                except Exception as e:  # noqa: BLE001
-                    log("   gemv config failed", cfg, repr(e)[:200])
-                    continue
-                res.append((t[0], cfg, t))
-            res.sort()
+            res = sweep_configs(
+                "gemv", S["gemv_sweep"], sk.GemvConfig,
+                lambda c: [lambda x=x, w=w: sk.gemv_compute(grp, x, w, config=c, workspace=wsp) for x, w in sets],
+                S["reps"] // 2)
             for t0, cfg, t in res[:3]:
                 R.add("gemv_all_reduce", "compute-sweep", "emulated", 1, "bf16", shape, str(cfg), t, "TB/s",
                       wbytes / t0 / 1e12, f">={0.85 * COPY_CEIL / 1e12:.2f} TB/s")
@@ -353,16 +357,9 @@ def bench_gemm(R, S, dev, gen):
         tt = bench([lambda a=a, b=b: torch.matmul(a[0], b[0]) for a, b in sets], reps=S["reps"])
         R.add("gemm_all_to_all", "torch", "-", 1, "bf16", shape, "torch.matmul", tt, "TFLOP/s", flops / tt[0] / 1e12)
         grp = sk.EmulatedGroup(1, dev)
-        res = []
-        for cfg in S["gemm_sweep"]:
-            c = sk.GemmConfig(*cfg)
-            try:
-                t = bench([lambda a=a, b=b: sk.gemm_compute(grp, a, b, config=c) for a, b in sets], reps=S["reps"] // 2)
-            except Exception as e:  # noqa: BLE001
-                log("   gemm config failed", cfg, repr(e)[:200])
-                continue
-            res.append((t[0], cfg, t))
-        res.sort()
+        res = sweep_configs(
+            "gemm", S["gemm_sweep"], sk.GemmConfig,
+            lambda c: [lambda a=a, b=b: sk.gemm_compute(grp, a, b, config=c) for a, b in sets], S["reps"] // 2)
         for t0, cfg, t in res[:3]:
             R.add("gemm_all_to_all", "compute-sweep", "emulated", 1, "bf16", shape, str(cfg), t, "TFLOP/s",
                   flops / t0 / 1e12, f">={0.9 * flops / tt[0] / 1e12:.0f} TFLOP/s (90% torch)")

@@ -1,8 +1,8 @@
 """Node-count sweeps: a local process pool by default, a Dask distributed cluster with ``scheduler``.
 
 Every finished point is written to ``DIR/points/<key>.json`` at once, so an interrupted sweep rerun with the
-same inputs reuses the points already done (the key hashes the model and topology files' contents, the node
-count, GPUs per node, mode and simulation mode).
+same inputs reuses the points already done (the key hashes the contents of the model and topology files and of
+the calibration profile the topology references, the node count, GPUs per node, mode and simulation mode).
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
     out = Path(out)
     points_dir = out / "points"
     points_dir.mkdir(parents=True, exist_ok=True)
-    digest = _digest(model, topology)
+    # the key covers every input file, the calibration profile the topology references included
+    digest = _digest(model, topology, *([topo.calibration] if topo.calibration else []))
     g = gpus_per_node or topo.scale_up.gpus_per_node
     todo, rows = [], []
     for n in nodes:

@@ -52,3 +52,25 @@ def test_sweep_on_dask_local_cluster(root, tmp_path):
                        plots=False)
     ref = run_sweep(model, topo, [1, 2], tmp_path / "ref", progress=False, plots=False)
     pd.testing.assert_frame_equal(df, ref)
+
+
+def test_sweep_recomputes_when_the_calibration_profile_changes(root, tmp_path, monkeypatch):
+    import shutil
+
+    import simfuse.sweep as sweep_mod
+
+    prof = tmp_path / "prof.yaml"
+    shutil.copy(root / "profiles/h200_calibration.yaml", prof)
+    topo = tmp_path / "topo.yaml"
+    text = (root / "topologies/h200_nvl8_ib_ndr.yaml").read_text()
+    topo.write_text(text.replace("calibration: ../profiles/h200_calibration.yaml", f"calibration: {prof}"))
+    model = str(root / "models/dlrm_synthetic.yaml")
+    run_sweep(model, str(topo), [1], tmp_path / "out", progress=False, plots=False)
+    calls = []
+    real = sweep_mod.run_point
+    monkeypatch.setattr(sweep_mod, "run_point", lambda *a: calls.append(a) or real(*a))
+    run_sweep(model, str(topo), [1], tmp_path / "out", progress=False, plots=False)
+    assert calls == []  # unchanged inputs: reused
+    prof.write_text(prof.read_text() + "\n# edited\n")
+    run_sweep(model, str(topo), [1], tmp_path / "out", progress=False, plots=False)
+    assert len(calls) == 1  # the profile changed: recomputed

@@ -40,7 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from simfuse.fused.base import FusedKnobs, run_op  # noqa: E402
+from simfuse.fused.knobs import FusedKnobs  # noqa: E402
+from simfuse.workloads.op import run_op  # noqa: E402
 from simfuse.fused.ops import make_op  # noqa: E402
 from simfuse.network import INTRA, SELF, Fabric  # noqa: E402
 from simfuse.results.io import atomic_write_df  # noqa: E402

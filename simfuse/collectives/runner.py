@@ -75,7 +75,10 @@ def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: 
 def _full_mode(sim, fabric, net, algo, groups_fn, label):
     env = sim.env
     n = fabric.n_ranks
-    schedules = [algo.steps(r) for r in range(n)]
+    members = getattr(algo, "members", None) or list(range(n))
+    schedules = [[] for _ in range(n)]
+    for r in members:
+        schedules[r] = algo.steps(r)
     n_steps = max((len(s) for s in schedules), default=0)
     if n_steps == 0:
         return
@@ -113,8 +116,26 @@ def _full_mode(sim, fabric, net, algo, groups_fn, label):
                 yield simpy.AllOf(env, evs)
         yield recv[r][n_steps - 1]
 
-    procs = [env.process(rank_proc(r)) for r in range(n)]
+    procs = [env.process(rank_proc(r)) for r in members]
     yield simpy.AllOf(env, procs)
+
+
+def simulate_group_collective(topology: TopologySpec, nodes: int, gpus_per_node: int, op: str, algorithm: str,
+                              group, size_bytes: float) -> float:
+    """Time (s) of one collective on ``group`` with every group of its shape doing the same at once (symmetric
+    fast path) when the algorithm is symmetric there, else on the physical links with only this group active.
+    Launch and completion overheads included."""
+    from .groups import make_group_algorithm
+
+    algo = make_group_algorithm(op, algorithm, group, gpus_per_node, size_bytes, topology.collectives.channels)
+    fabric = Fabric(topology, nodes, gpus_per_node=gpus_per_node, symmetric=algo.symmetric)
+    sim = Simulation(seed=0, record=False)
+    net = FlowNetwork(sim, fabric.capacities, fabric.names)
+    co = topology.collectives
+    proc = sim.process(collective_process(sim, fabric, net, algo, launch_s=co.launch_s, sync_s=co.sync_s,
+                                          rank=group.ranks[0], record=False))
+    sim.run(until=proc)
+    return sim.now
 
 
 @dataclass

@@ -1,24 +1,20 @@
-"""Choose the cost model of a topology: calibrated when it references a profile, else the roofline."""
+"""Deprecated helpers kept for callers outside the package: build a :class:`simfuse.system.System` instead.
+
+``simfuse.costs`` does not import ``simfuse.calibrate``: these delegate to ``simfuse.system`` lazily.
+"""
 
 from __future__ import annotations
 
-from ..spec import TopologySpec
-from .analytic import RooflineCostModel
+
+def cost_model_for(topology):
+    """The cost model of ``topology`` (see :meth:`simfuse.system.System.from_topology`)."""
+    from ..system import System
+
+    return System.from_topology(topology).cost
 
 
-def cost_model_for(topology: TopologySpec):
-    """The cost model for ``topology``: ``CalibratedCostModel`` if ``topology.calibration`` is set."""
-    if topology.calibration:
-        from ..calibrate.profile import cost_model_for as calibrated
+def resolve_topology(topology):
+    """``topology`` with its calibration profile applied (see :class:`simfuse.system.System`)."""
+    from ..system import System
 
-        return calibrated(topology)
-    return RooflineCostModel(topology.device)
-
-
-def resolve_topology(topology: TopologySpec) -> TopologySpec:
-    """Apply the calibration profile's fabric and launch overrides (if any) to the topology."""
-    if topology.calibration:
-        from ..calibrate.profile import apply_to_topology, load_profile
-
-        return apply_to_topology(topology, load_profile(topology.calibration))
-    return topology
+    return System.from_topology(topology).topology

@@ -1,7 +1,17 @@
 """Fused computation-collective operators (workgroup-level push model) and their bulk baselines."""
 
-from .base import FusedKnobs, FusedOp, OpResult, PushEngine, run_op
-from .ops import OPS, EmbeddingAllToAll, GemmAllToAll, GemvAllReduce, make_op
+from .base import FusedOp, OpResult, PushEngine
+from .knobs import ExecutionSpec, FusedKnobs
+from .ops import OPS, EmbeddingAllToAll, GemmAllToAll, GemvAllReduce, PushKernel, make_op
 
-__all__ = ["FusedKnobs", "FusedOp", "OpResult", "PushEngine", "run_op", "OPS", "EmbeddingAllToAll",
-           "GemmAllToAll", "GemvAllReduce", "make_op"]
+__all__ = ["ExecutionSpec", "FusedKnobs", "FusedOp", "OpResult", "PushEngine", "run_op", "OPS",
+           "EmbeddingAllToAll", "GemmAllToAll", "GemvAllReduce", "PushKernel", "make_op"]
+
+
+def __getattr__(name):
+    # run_op builds operator graphs (a layer above this package); kept here for existing callers
+    if name == "run_op":
+        from ..workloads.op import run_op
+
+        return run_op
+    raise AttributeError(name)

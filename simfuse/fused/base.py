@@ -22,44 +22,18 @@ mode simulates every rank on physical links.  Both are checked against each othe
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
 
-from ..collectives import Layout, collective_process, make_algorithm
+from ..collectives import Layout
 from ..costs import CostModel, KernelWork
 from ..engine import Simulation, run_kernel
 from ..errors import SpecError
 from ..network import INTRA, SELF, Fabric, FlowNetwork
 from ..spec import TopologySpec
-
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp64": 8}
-
-
-@dataclass(frozen=True)
-class FusedKnobs:
-    """Parameters of the fused execution (defaults follow the paper's description, facts.md)."""
-
-    slice_wgs: int = 1                 # workgroups per put (1 = every workgroup pushes its own output)
-    tile_order: str = "remote_first"   # or "natural"
-    persistent_grid: int = 0           # 0 = not persistent (grid = tiles); else resident programs
-    occupancy_loss: float | None = None  # None = the topology's gpu_initiated.occupancy_loss
-    hbm_comm_factor: float = 1.0       # HBM bytes per byte put over the NIC (NIC reads the staged output)
-    baseline_algorithm: str | None = None  # bulk collective algorithm of the baseline (None = default)
-
-    def validate(self, source: str = "<knobs>") -> None:
-        if self.slice_wgs < 1:
-            raise SpecError(source, "slice_wgs", f"must be >= 1, got {self.slice_wgs}")
-        if self.tile_order not in ("remote_first", "natural"):
-            raise SpecError(source, "tile_order", f"unknown {self.tile_order!r}; expected remote_first or natural")
-        if self.persistent_grid < 0:
-            raise SpecError(source, "persistent_grid", "must be >= 0")
-        if self.occupancy_loss is not None and not 0 <= self.occupancy_loss < 1:
-            raise SpecError(source, "occupancy_loss", "must be in [0, 1)")
-        if self.hbm_comm_factor < 0:
-            raise SpecError(source, "hbm_comm_factor", "must be >= 0")
+from .knobs import DTYPE_BYTES, FusedKnobs  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -102,7 +76,18 @@ class OpResult:
 
 
 class FusedOp:
-    """Base class.  Subclasses describe the compute kernel and where each workgroup's output goes."""
+    """Base class.  Subclasses describe the compute kernel and where each workgroup's output goes.
+
+    Execution contract (how :mod:`simfuse.graph.executor` runs a :class:`~simfuse.graph.ir.FusedNode`):
+
+    * ``exchange = True``: per-rank :meth:`member_process(ctx, inst, entity, rank, knobs)` against a shared
+      exchange instance (each rank's data is ready when everything addressed to it has landed);
+    * ``exchange = False``: :meth:`fused_process(sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss)`
+      runs once for all simulated ranks when every one of them has reached the node; it returns
+      ``(kernel_end_s, end_s)``.
+    """
+
+    exchange = False
 
     name = "fused_op"
     collective = "all_to_all"
@@ -252,14 +237,15 @@ class PushEngine:
                 self.on_arrival(self.slice_dst[slices], slices, self.sim.now, self.rank)
         return cb
 
-    def process(self, work: KernelWork, occupancy_loss: float, record_track: str | None = None):
-        """Run the kernel and wait for every push to land.  Returns (kernel_end_s, all_arrived_s)."""
+    def process(self, work: KernelWork, occupancy_loss: float, record_track: str | None = None,
+                wait: bool = True):
+        """Run the kernel and (``wait``) wait for every push to land.  Returns (kernel_end_s, all_arrived_s)."""
         env = self.sim.env
         kernel_end = yield env.process(run_kernel(
             self.sim, work, self.cost, rank=self.rank, order=self.order, on_complete=self._complete,
             wg_overhead_s=lambda idx: self.wg_overhead[idx], occupancy_loss=occupancy_loss,
             persistent_grid=self.knobs.persistent_grid or None, track=record_track))
-        if self.pending:
+        if wait and self.pending:
             yield simpy.AllOf(env, self.pending)
         return kernel_end, env.now
 
@@ -274,99 +260,26 @@ def fused_work(op: FusedOp, knobs: FusedKnobs, fabric: Fabric, rank: int = 0) ->
     return dataclasses.replace(base, bytes_per_wg=base.bytes_per_wg + extra)
 
 
-def baseline_algorithms(op: FusedOp, knobs: FusedKnobs, symmetric: bool) -> list[str]:
-    """Bulk algorithms to try for the baseline: the forced one, or every registered one (the baseline is the
-    fastest of them, as NCCL's tuner would pick); under symmetry only those that are symmetric here."""
-    from ..collectives import REGISTRY
-
-    if knobs.baseline_algorithm:
-        return [knobs.baseline_algorithm]
-    names = []
-    for name in REGISTRY[op.collective]:
-        algo = make_algorithm(op.collective, name, op.layout, op.collective_size_bytes())
-        if algo.symmetric or not symmetric:
-            names.append(name)
-    return names
-
-
-def simulate_baseline(op: FusedOp, topology: TopologySpec, fabric: Fabric, cost: CostModel, algorithm: str,
-                      sim: Simulation, net: FlowNetwork, ranks: list[int]):
-    """simpy process: compute kernel on every simulated rank, the collective's launch gap, the bulk collective.
-    Returns (compute_end_s, end_s)."""
-    env = sim.env
-    work = op.work("compute")
-    procs = [env.process(run_kernel(sim, work, cost, rank=r)) for r in ranks]
-    yield simpy.AllOf(env, procs)
-    t_compute = env.now
-    algo = make_algorithm(op.collective, algorithm, op.layout, op.collective_size_bytes(),
-                          topology.collectives.channels)
-    if fabric.symmetric and not algo.symmetric:
-        raise SpecError("<knobs>", "baseline_algorithm", f"{algo.name} is not symmetric here; use --mode full")
-    co = topology.collectives
-    yield env.process(collective_process(sim, fabric, net, algo, launch_s=co.launch_s, sync_s=co.sync_s,
-                                         name=f"{op.name}:baseline"))
-    return t_compute, env.now
-
-
-def run_op(op: FusedOp, topology: TopologySpec, nodes: int, *, knobs: FusedKnobs | None = None,
-           cost: CostModel | None = None, mode: str = "auto", seed: int = 0, record: bool = False,
-           record_usage: bool = False, return_sims: bool = False):
-    """Simulate baseline and fused execution of ``op``; returns an :class:`OpResult`."""
-    knobs = knobs or FusedKnobs()
-    knobs.validate()
-    if mode not in ("auto", "symmetric", "full"):
-        raise SpecError("<argument>", "mode", f"unknown mode {mode!r}")
-    if mode == "symmetric" and knobs.tile_order != "remote_first":
-        raise SpecError("<knobs>", "tile_order", "natural order is not symmetric (incast); use --mode full")
-    symmetric = mode == "symmetric" or (mode == "auto" and knobs.tile_order == "remote_first")
-    if cost is None:
-        from ..costs import cost_model_for
-
-        cost = cost_model_for(topology)
-    g = op.layout.gpus_per_node
-    occ = topology.gpu_initiated.occupancy_loss if knobs.occupancy_loss is None else knobs.occupancy_loss
-    sims = {}
-    times = {}
-    t_wall = time.perf_counter()
-    events = 0
-    def fresh():
-        fabric = Fabric(topology, nodes, gpus_per_node=g, symmetric=symmetric)
-        sim = Simulation(seed=seed, record=record)
-        net = FlowNetwork(sim, fabric.capacities, fabric.names, record_usage=record_usage)
-        return sim, fabric, net
-
-    best = None
-    for alg in baseline_algorithms(op, knobs, symmetric):
-        sim, fabric, net = fresh()
-        ranks = [0] if symmetric else list(range(fabric.n_ranks))
-        proc = sim.process(simulate_baseline(op, topology, fabric, cost, alg, sim, net, ranks))
-        sim.run(until=proc)
-        events += sim.events
-        if best is None or proc.value[1] < best[0][1]:
-            best = (proc.value, alg, (sim, fabric, net))
-    times["baseline"], baseline_alg, sims["baseline"] = best
-    sim, fabric, net = fresh()
-    ranks = [0] if symmetric else list(range(fabric.n_ranks))
-    proc = sim.process(op.fused_process(sim, fabric, net, cost, knobs, topology, ranks, occ))
-    sim.run(until=proc)
-    times["fused"] = proc.value
-    events += sim.events
-    sims["fused"] = (sim, fabric, net)
-    b_c, b_end = times["baseline"]
-    f_c, f_end = times["fused"]
-    res = OpResult(op=op.name, ranks=op.layout.n, nodes=nodes, gpus_per_node=g, baseline_time_s=b_end,
-                   fused_time_s=f_end, baseline_compute_s=b_c, baseline_exposed_comm_s=b_end - b_c,
-                   fused_compute_s=f_c, fused_exposed_comm_s=max(0.0, f_end - f_c),
-                   comm_bytes_per_rank=op.collective_size_bytes(), mode="symmetric" if symmetric else "full",
-                   events=events, params={**op.params, "baseline_algorithm": baseline_alg,
-                                                  "wall_s": time.perf_counter() - t_wall})
-    if return_sims:
-        return res, sims
-    return res
-
-
 class PushOp(FusedOp):
-    """A fused operator whose collective is an all-to-all of each workgroup's output (embedding, MoE GEMM)."""
+    """A fused operator whose collective is an all-to-all of each workgroup's output (embedding, MoE GEMM).
+
+    In an operator graph (:class:`~simfuse.graph.ir.FusedNode`) each simulated rank runs
+    :meth:`member_process` against a shared :class:`~simfuse.collectives.exchange.ExchangeInstance`: the kernel
+    pushes completed slices (:class:`PushEngine`); the rank's data is ready when every rank's pushes to it
+    have landed."""
+
+    exchange = True
+
+    def member_process(self, ctx, inst, entity: int, rank: int, knobs: FusedKnobs):
+        """simpy process of one rank: enter, run the pushing kernel, started.  Returns the kernel's end (s)."""
+        topology = ctx.topology
+        occ = topology.gpu_initiated.occupancy_loss if knobs.occupancy_loss is None else knobs.occupancy_loss
+        inst.enter(entity)
+        eng = PushEngine(ctx.sim, ctx.fabric, ctx.net, self, ctx.cost, knobs, topology, rank,
+                         on_transfer=inst.register)
+        res = yield ctx.sim.env.process(eng.process(fused_work(self, knobs, ctx.fabric, rank), occ, wait=False))
+        inst.start(entity)
+        return res[0]
 
     def fused_process(self, sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss):
         env = sim.env

@@ -48,7 +48,7 @@ def split_knobs(sets: dict):
 def cmd_op(args) -> int:
     from ..cli import _load_topology
     from ..costs import resolve_topology
-    from .base import run_op
+    from ..workloads.op import run_op
     from .ops import OPS, make_op
 
     topo = resolve_topology(_load_topology(args.topology))

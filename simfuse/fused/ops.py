@@ -248,6 +248,57 @@ class GemvAllReduce(FusedOp):
         return kernel_end, end
 
 
+class PushKernel(FusedOp):
+    """Any compute kernel whose waves push their share of a per-destination payload as they complete.
+
+    ``send_bytes[i]`` goes to ``dst_ranks[i]`` over the whole kernel; a wave of ``w`` of the kernel's ``W``
+    workgroups pushes ``w / W`` of every destination's bytes as GPU-initiated puts the moment it ends (flag and,
+    off the node, proxy latency per put).  Used for gradients produced by a GEMM (DLRM's interaction backward
+    pushing embedding gradients to the table owners)."""
+
+    name = "push_kernel"
+    collective = "all_to_all"
+    exchange = True
+
+    def __init__(self, work: KernelWork, dst_ranks, send_bytes, tag: str = "push_kernel",
+                 layout: Layout | None = None):
+        self.kernel = work
+        self.dst_ranks = np.asarray(dst_ranks, dtype=np.int64)
+        self.send_bytes = np.asarray(send_bytes, dtype=float)
+        if self.dst_ranks.shape != self.send_bytes.shape:
+            raise SpecError("<push_kernel>", "send_bytes", "needs one entry per destination rank")
+        self.tag = tag
+        self.layout = layout
+        self.params = {}
+
+    def work(self, variant: str) -> KernelWork:
+        import dataclasses
+
+        return dataclasses.replace(self.kernel, variant=variant)
+
+    def collective_size_bytes(self) -> float:
+        return float(self.send_bytes.sum())
+
+    def member_process(self, ctx, inst, entity: int, rank: int, knobs):
+        env = ctx.sim.env
+        inst.enter(entity)
+        W = self.kernel.num_workgroups
+        keep = (self.dst_ranks != rank) & (self.send_bytes > 0)
+        dsts, sizes = self.dst_ranks[keep], self.send_bytes[keep]
+        gi = ctx.topology.gpu_initiated
+
+        def on_complete(idx, _t):
+            if len(dsts):
+                for grp, done in start_puts(ctx.net, ctx.fabric, gi, rank, dsts, sizes * (len(idx) / W), self.tag):
+                    inst.register(grp, done)
+
+        from ..engine import run_kernel
+
+        t = yield env.process(run_kernel(ctx.sim, self.work("fused"), ctx.cost, rank=rank, on_complete=on_complete))
+        inst.start(entity)
+        return t
+
+
 OPS: dict[str, type[FusedOp]] = {
     EmbeddingAllToAll.name: EmbeddingAllToAll,
     GemvAllReduce.name: GemvAllReduce,

@@ -1,84 +1,110 @@
-"""End-to-end workloads built from the fused operators: tensor-parallel decode and MoE layers.
+"""Graph builders for tensor-parallel decode and MoE layers (built from the fused operators).
 
-Layers are identical and run one after another, so one layer is simulated and multiplied by the layer count.
+Layers are identical and run back to back, so the graph holds one layer and ``Graph.repeat`` multiplies it.
 """
 
 from __future__ import annotations
 
 import time
 
-from ..collectives import run_collective
-from ..costs import CostModel, cost_model_for
-from ..engine import simulate_kernel
-from ..fused import FusedKnobs, make_op, run_op
-from ..spec import MoESpec, TopologySpec, TransformerDecodeSpec
+from ..collectives.groups import Tuner, world
+from ..fused import make_op
+from ..fused.knobs import ExecutionSpec
+from ..graph import CollectiveNode, ComputeNode, Graph
+from ..graph.executor import Executor
+from ..spec import MoESpec, TransformerDecodeSpec
+from ..system import as_system
 from .dense import gemm_work
 from .dlrm import IterationResult
+from .op import add_op, symmetric_ok
 
 
-def _kernel_s(work, cost) -> float:
-    return simulate_kernel(work, cost).time_s
+def _ranks(symmetric: bool, n: int):
+    return [0] if symmetric else range(n)
 
 
-def simulate_decode(spec: TransformerDecodeSpec, topology: TopologySpec, nodes: int, *, gpus_per_node=None,
-                    cost: CostModel | None = None, knobs: FusedKnobs | None = None,
-                    record: bool = False) -> dict[str, IterationResult]:
-    """One decode step: per layer a column-parallel QKV GEMV, the row-parallel output projection + AllReduce,
-    a column-parallel gate/up GEMV and the row-parallel down projection + AllReduce, over all GPUs."""
-    wall0 = time.perf_counter()
-    g = gpus_per_node or topology.scale_up.gpus_per_node
+def build_decode_graph(spec: TransformerDecodeSpec, system, nodes: int, mode: str, *, gpus_per_node=None,
+                       execution: ExecutionSpec | None = None) -> Graph:
+    """One decode layer over all GPUs (tensor parallel): column-parallel QKV GEMV, row-parallel output projection
+    + AllReduce, column-parallel gate/up GEMV, row-parallel down projection + AllReduce."""
+    ex = execution or ExecutionSpec()
+    g = gpus_per_node or system.gpus_per_node
     n = nodes * g
-    cost = cost or cost_model_for(topology)
     h, f, m = spec.hidden, spec.ffn, spec.tokens
-    qkv = _kernel_s(gemm_work("qkv", m, max(1, 3 * h // n), h, spec.dtype), cost)
-    up = _kernel_s(gemm_work("gate_up", m, max(1, 2 * f // n), h, spec.dtype), cost)
-    o = run_op(make_op("gemv_all_reduce", {"n": h, "k": h, "tokens": m, "dtype": spec.dtype}, nodes, g, spec.source),
-               topology, nodes, knobs=knobs, cost=cost)
-    down, sims = run_op(make_op("gemv_all_reduce", {"n": h, "k": f, "tokens": m, "dtype": spec.dtype}, nodes, g,
-                                spec.source), topology, nodes, knobs=knobs, cost=cost, record=record,
-                        record_usage=record, return_sims=True)
-    out = {}
-    for mode in ("baseline", "fused"):
-        comp = qkv + up + sum(getattr(r, f"{mode}_compute_s") for r in (o, down))
-        total = qkv + up + sum(getattr(r, f"{mode}_time_s") for r in (o, down))
-        L = spec.layers
-        out[mode] = IterationResult(mode, L * total, L * comp, L * (total - comp), "symmetric", 1,
-                                    o.events + down.events, time.perf_counter() - wall0,
-                                    phases=[("qkv_gemv", 0.0, qkv), ("o_proj+allreduce", qkv, qkv + getattr(o, f"{mode}_time_s")),
-                                            ("gate_up_gemv", 0.0, up), ("down_proj+allreduce", 0.0,
-                                                                          getattr(down, f"{mode}_time_s"))])
-        if record:  # the trace shows one layer's down projection + AllReduce
-            out[mode].sim, out[mode].net = sims[mode][0], sims[mode][2]
-    return out
+    sym = symmetric_ok(ex.knobs, "full" if ex.sim_mode == "full" else "auto")
+    graph = Graph(nodes, g, repeat=spec.layers, name=spec.name)
+    graph.add_group(world(n))
+    o_op = make_op("gemv_all_reduce", {"n": h, "k": h, "tokens": m, "dtype": spec.dtype}, nodes, g, spec.source)
+    d_op = make_op("gemv_all_reduce", {"n": h, "k": f, "tokens": m, "dtype": spec.dtype}, nodes, g, spec.source)
+    for r in _ranks(sym, n):
+        rg = graph.program(r)
+        q = rg.add(ComputeNode(name="qkv", work=gemm_work("qkv", m, max(1, 3 * h // n), h, spec.dtype),
+                               phase="qkv_gemv"))
+        o = add_op(rg, o_op, mode, ex.knobs, "world", deps=(q,), label="o_proj+allreduce")
+        u = rg.add(ComputeNode(name="gate_up", work=gemm_work("gate_up", m, max(1, 2 * f // n), h, spec.dtype),
+                               phase="gate_up_gemv", deps=(o,)))
+        add_op(rg, d_op, mode, ex.knobs, "world", deps=(u,), label="down_proj+allreduce")
+    return graph
 
 
-def simulate_moe(spec: MoESpec, topology: TopologySpec, nodes: int, *, gpus_per_node=None,
-                 cost: CostModel | None = None, knobs: FusedKnobs | None = None,
-                 record: bool = False) -> dict[str, IterationResult]:
-    """MoE layers: dispatch All-to-All (bulk in both modes), expert up projection GEMM, expert down projection
-    GEMM + combine All-to-All (the fused operator)."""
-    wall0 = time.perf_counter()
-    g = gpus_per_node or topology.scale_up.gpus_per_node
-    cost = cost or cost_model_for(topology)
+def build_moe_graph(spec: MoESpec, system, nodes: int, mode: str, *, gpus_per_node=None,
+                    execution: ExecutionSpec | None = None) -> Graph:
+    """One MoE layer with expert parallelism over all GPUs: dispatch All-to-All (bulk in both modes), expert up
+    projection GEMM, expert down projection GEMM + combine All-to-All (the fused operator)."""
+    ex = execution or ExecutionSpec()
+    g = gpus_per_node or system.gpus_per_node
+    n = nodes * g
     rows = spec.tokens_per_gpu * spec.top_k
     eb = 2 if spec.dtype in ("bf16", "fp16") else 4
-    dispatch = run_collective(topology, nodes, "all_to_all", rows * spec.hidden * eb, gpus_per_node=g).time_s
-    up = _kernel_s(gemm_work("expert_up", rows, 2 * spec.ffn, spec.hidden, spec.dtype), cost)
-    op = run_op(make_op("gemm_all_to_all", {"tokens": spec.tokens_per_gpu, "hidden": spec.hidden, "ffn": spec.ffn,
-                                            "experts_per_gpu": spec.experts_per_gpu, "top_k": spec.top_k,
-                                            "dtype": spec.dtype}, nodes, g, spec.source),
-                topology, nodes, knobs=knobs, cost=cost, record=record, record_usage=record, return_sims=True)
-    op, sims = op
+    sym = symmetric_ok(ex.knobs, "full" if ex.sim_mode == "full" else "auto")
+    graph = Graph(nodes, g, repeat=spec.layers, name=spec.name)
+    graph.add_group(world(n))
+    op = make_op("gemm_all_to_all", {"tokens": spec.tokens_per_gpu, "hidden": spec.hidden, "ffn": spec.ffn,
+                                     "experts_per_gpu": spec.experts_per_gpu, "top_k": spec.top_k,
+                                     "dtype": spec.dtype}, nodes, g, spec.source)
+    for r in _ranks(sym, n):
+        rg = graph.program(r)
+        d = rg.add(CollectiveNode(name="dispatch_a2a", op="all_to_all", group="world",
+                                  size_bytes=float(rows * spec.hidden * eb), phase="dispatch_a2a"))
+        u = rg.add(ComputeNode(name="expert_up", work=gemm_work("expert_up", rows, 2 * spec.ffn, spec.hidden,
+                                                                spec.dtype), phase="expert_up_gemm", deps=(d,)))
+        add_op(rg, op, mode, ex.knobs, "world", deps=(u,), label="expert_down_gemm+combine_a2a")
+    return graph
+
+
+def _run(builder, spec, system, nodes, *, gpus_per_node=None, execution=None, record=False, cost=None,
+         knobs=None) -> dict[str, IterationResult]:
+    import dataclasses
+
+    from ..system import System
+
+    system = as_system(system)
+    if cost is not None:
+        system = System(system.topology, cost, system.profile, system.nominal)
+    ex = execution or ExecutionSpec()
+    if knobs is not None:
+        ex = dataclasses.replace(ex, knobs=knobs)
+    g = gpus_per_node or system.gpus_per_node
+    modes = ("baseline", "fused") if ex.mode == "both" else (ex.mode,)
+    tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())
     out = {}
-    for mode in ("baseline", "fused"):
-        t_op = getattr(op, f"{mode}_time_s")
-        comp = up + getattr(op, f"{mode}_compute_s")
-        total = dispatch + up + t_op
-        L = spec.layers
-        out[mode] = IterationResult(mode, L * total, L * comp, L * (total - comp), "symmetric", 1, op.events,
-                                    time.perf_counter() - wall0,
-                                    phases=[("dispatch_a2a", 0.0, dispatch), ("expert_up_gemm", dispatch, dispatch + up),
-                                            ("expert_down_gemm+combine_a2a", dispatch + up, total)])
-        if record:  # the trace shows one layer's down projection GEMM + combine All-to-All
-            out[mode].sim, out[mode].net = sims[mode][0], sims[mode][2]
+    for m in modes:
+        wall0 = time.perf_counter()
+        graph = builder(spec, system, nodes, m, gpus_per_node=g, execution=ex)
+        res = Executor(system, graph, seed=ex.seed, record=record, record_usage=record, tuner=tuner).run()
+        ir = IterationResult(m, res.time_s, res.compute_time_s, res.exposed_comm_time_s, res.sim_mode, 1,
+                             res.events, time.perf_counter() - wall0, phases=list(res.critical.phases))
+        if record:  # the trace shows one layer
+            ir.sim, ir.net = res.sim, res.net
+        out[m] = ir
     return out
+
+
+def simulate_decode(spec: TransformerDecodeSpec, system, nodes: int, **kw) -> dict[str, IterationResult]:
+    """One decode step (every layer); ``{"baseline": ..., "fused": ...}``."""
+    return _run(build_decode_graph, spec, system, nodes, **kw)
+
+
+def simulate_moe(spec: MoESpec, system, nodes: int, **kw) -> dict[str, IterationResult]:
+    """The MoE layers of one step; ``{"baseline": ..., "fused": ...}``."""
+    return _run(build_moe_graph, spec, system, nodes, **kw)

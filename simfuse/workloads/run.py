@@ -7,31 +7,45 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..costs import cost_model_for, resolve_topology
 from ..errors import SpecError
-from ..spec import DLRMSpec, MoESpec, TopologySpec, TransformerDecodeSpec, load_topology, load_workload
+from ..fused.knobs import ExecutionSpec
+from ..spec import DLRMSpec, MoESpec, TransformerDecodeSpec, load_workload
+from ..system import System, as_system
 from .dlrm import simulate_dlrm
 from .models import simulate_decode, simulate_moe
 
 MODES = ("both", "fused", "baseline")
 
 
-def simulate_workload(spec, topology: TopologySpec, nodes: int, *, mode: str = "both", gpus_per_node=None,
-                      sim_mode: str = "auto", record: bool = False, seed: int = 0) -> dict:
-    """``{"baseline": IterationResult, "fused": IterationResult}`` (the modes asked for)."""
+def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus_per_node=None,
+                      sim_mode: str | None = None, record: bool = False, seed: int | None = None,
+                      execution: ExecutionSpec | None = None) -> dict:
+    """``{"baseline": IterationResult, "fused": IterationResult}`` (the modes asked for).
+
+    ``system``: a :class:`~simfuse.system.System` (a topology spec is resolved here once).  ``execution`` carries
+    every knob; ``mode``/``sim_mode``/``seed`` given here override it."""
+    system = as_system(system)
+    ex = execution or ExecutionSpec()
+    mode = ex.mode if mode is None else mode
+    sim_mode = ex.sim_mode if sim_mode is None else sim_mode
+    seed = ex.seed if seed is None else seed
     if mode not in MODES:
         raise SpecError("<argument>", "--mode", f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     if nodes < 1:
         raise SpecError("<argument>", "--nodes", f"must be >= 1, got {nodes}")
     modes = ("baseline", "fused") if mode == "both" else (mode,)
-    cost = cost_model_for(topology)
     if isinstance(spec, DLRMSpec):
-        return {m: simulate_dlrm(spec, topology, nodes, gpus_per_node=gpus_per_node, mode=m, sim_mode=sim_mode,
-                                 cost=cost, seed=seed, record=record, record_usage=record) for m in modes}
+        from ..collectives.groups import Tuner
+
+        g = gpus_per_node or system.gpus_per_node
+        tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())  # shared by both modes
+        return {m: simulate_dlrm(spec, system, nodes, gpus_per_node=gpus_per_node, mode=m, sim_mode=sim_mode,
+                                 seed=seed, record=record, record_usage=record, knobs=ex.knobs, tuner=tuner)
+                for m in modes}
     if isinstance(spec, TransformerDecodeSpec):
-        res = simulate_decode(spec, topology, nodes, gpus_per_node=gpus_per_node, cost=cost, record=record)
+        res = simulate_decode(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     elif isinstance(spec, MoESpec):
-        res = simulate_moe(spec, topology, nodes, gpus_per_node=gpus_per_node, cost=cost, record=record)
+        res = simulate_moe(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     else:  # pragma: no cover - load_workload only returns the kinds above
         raise SpecError(getattr(spec, "source", "<model>"), "kind", "unsupported workload")
     return {m: res[m] for m in modes}
@@ -70,14 +84,17 @@ def breakdown_rows(results: dict) -> list[dict]:
 
 
 def run_point(model_path: str, topology_path: str, nodes: int, gpus_per_node: int | None = None,
-              mode: str = "both", sim_mode: str = "auto") -> list[dict]:
-    """One sweep point (picklable entry point for process pools and Dask)."""
+              mode: str = "both", sim_mode: str = "auto", settings: dict | None = None) -> list[dict]:
+    """One sweep point (picklable entry point for process pools and Dask).  ``settings``: ``--set`` pairs."""
+    from ..fused.knobs import parse_execution
+
     spec = load_workload(model_path)
-    topo = resolve_topology(load_topology(topology_path))
-    g = gpus_per_node or topo.scale_up.gpus_per_node
+    system = System.load(topology_path)
+    g = gpus_per_node or system.gpus_per_node
+    ex = parse_execution({**(settings or {}), "mode": mode, "sim_mode": sim_mode})
     t0 = time.perf_counter()
-    res = simulate_workload(spec, topo, nodes, mode=mode, gpus_per_node=g, sim_mode=sim_mode)
-    rows = summary_rows(spec.name, topo.name, nodes, nodes * g, res)
+    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex)
+    rows = summary_rows(spec.name, system.name, nodes, nodes * g, res)
     for r in rows:
         r["wall_s"] = time.perf_counter() - t0
     return rows

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from simfuse.costs import RooflineCostModel
 from simfuse.engine import simulate_kernel
 from simfuse.errors import SpecError
-from simfuse.fused import FusedKnobs, make_op, run_op
+from simfuse.fused import FusedKnobs, make_op
+from simfuse.workloads.op import run_op
 
 from ..conftest import make_topology
 

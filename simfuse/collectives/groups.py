@@ -1,0 +1,216 @@
+"""Communicator groups: collectives over any subset of ranks, and the tuner that picks an algorithm per group.
+
+A :class:`Group` is a named, ordered tuple of global ranks (like an NCCL communicator or a torch process group).
+Algorithms (:mod:`.algorithms`) are written for a ``Layout(nodes, gpus_per_node)`` numbered node-major; a
+group is *regular* when its members fill ``m`` nodes with ``k`` ranks each (sorted node-major), and then an
+algorithm on ``Layout(m, k)`` runs on the group with its local index ``i`` mapped to ``group.ranks[i]``
+(:class:`GroupAlgorithm`).  Irregular groups run the flat algorithms only (direct, ring), on ``Layout(1, size)``.
+
+Group constructors for the usual parallel layouts: :func:`world`, :func:`node_local` (the GPUs of one node: a
+tensor-parallel group), :func:`rail` (the same local index on every node: a data-parallel group across nodes),
+:func:`blocks` (consecutive blocks of ranks).
+
+The :class:`Tuner` picks, like NCCL's tuner, the fastest registered algorithm for an (op, group shape, size)
+by simulating the collective alone on the group (memoised per shape and size): the choice depends only on the
+group's geometry, so every group of one shape gets the same algorithm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import SpecError
+from .algorithms import REGISTRY, Algorithm, Layout, make_algorithm
+
+FLAT_ALGORITHMS = ("direct", "ring")
+
+
+@dataclass(frozen=True)
+class Group:
+    """A communicator: ``name`` and its member ranks (global ranks, in communicator order)."""
+
+    name: str
+    ranks: tuple[int, ...]
+
+    def __post_init__(self):
+        if len(self.ranks) == 0:
+            raise SpecError("<group>", self.name, "a group needs at least one rank")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise SpecError("<group>", self.name, "a group lists a rank twice")
+        if min(self.ranks) < 0:
+            raise SpecError("<group>", self.name, "ranks must be >= 0")
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def index(self, rank: int) -> int:
+        return self._index_map()[rank]
+
+    def _index_map(self) -> dict[int, int]:
+        m = self.__dict__.get("_idx")
+        if m is None:
+            m = {r: i for i, r in enumerate(self.ranks)}
+            object.__setattr__(self, "_idx", m)
+        return m
+
+    def __contains__(self, rank: int) -> bool:
+        return rank in self._index_map()
+
+    def shape(self, gpus_per_node: int) -> tuple[int, int] | None:
+        """``(nodes, ranks_per_node)`` if the group is regular on nodes of ``gpus_per_node`` GPUs, else None."""
+        r = np.asarray(self.ranks, dtype=np.int64)
+        nodes = r // gpus_per_node
+        uniq, counts = np.unique(nodes, return_counts=True)
+        k = int(counts[0])
+        if np.any(counts != k):
+            return None
+        # node-major: members of a node are consecutive and in the same local order on every node
+        if np.any(np.diff(nodes) < 0):
+            return None
+        local = (r % gpus_per_node).reshape(len(uniq), k)
+        if np.any(local != local[0]) or np.any(np.diff(local[0]) <= 0):
+            return None
+        return len(uniq), k
+
+    def key(self, gpus_per_node: int) -> tuple:
+        """What the tuner's choice depends on: the regular shape and the local indices' spacing, else the size."""
+        s = self.shape(gpus_per_node)
+        if s is None:
+            return ("irregular", self.size)
+        r = np.asarray(self.ranks[: s[1]]) % gpus_per_node
+        return ("regular", s, tuple(np.diff(r).tolist()))
+
+
+def world(n_ranks: int) -> Group:
+    return Group("world", tuple(range(n_ranks)))
+
+
+def node_local(node: int, gpus_per_node: int, name: str | None = None) -> Group:
+    return Group(name or f"node{node}", tuple(range(node * gpus_per_node, (node + 1) * gpus_per_node)))
+
+
+def rail(local: int, nodes: int, gpus_per_node: int, name: str | None = None) -> Group:
+    return Group(name or f"rail{local}", tuple(n * gpus_per_node + local for n in range(nodes)))
+
+
+def blocks(n_ranks: int, size: int, prefix: str) -> list[Group]:
+    """Consecutive blocks of ``size`` ranks (``prefix0``, ``prefix1`` ...)."""
+    if size < 1 or n_ranks % size:
+        raise SpecError("<group>", prefix, f"block size {size} does not divide {n_ranks} ranks")
+    return [Group(f"{prefix}{i}", tuple(range(i * size, (i + 1) * size))) for i in range(n_ranks // size)]
+
+
+@dataclass
+class GroupAlgorithm:
+    """A registered algorithm running on a group: local schedules mapped to global ranks."""
+
+    algo: Algorithm
+    group: Group
+    _ranks: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self._ranks = np.asarray(self.group.ranks, dtype=np.int64)
+
+    @property
+    def name(self) -> str:
+        return self.algo.name
+
+    @property
+    def op(self) -> str:
+        return self.algo.op
+
+    @property
+    def size_bytes(self) -> float:
+        return self.algo.size_bytes
+
+    @property
+    def symmetric(self) -> bool:
+        return self.algo.symmetric
+
+    @property
+    def layout(self) -> Layout:
+        return self.algo.layout
+
+    def steps(self, rank: int):
+        local = self.group.index(rank)
+        return [(self._ranks[d], s) for d, s in self.algo.steps(local)]
+
+    @property
+    def members(self) -> list[int]:
+        return list(self.group.ranks)
+
+
+def group_layout(group: Group, gpus_per_node: int) -> tuple[Layout, bool]:
+    """The layout an algorithm sees on ``group`` and whether the group is regular."""
+    s = group.shape(gpus_per_node)
+    if s is None:
+        return Layout(1, group.size), False
+    return Layout(*s), True
+
+
+def make_group_algorithm(op: str, algorithm: str | None, group: Group, gpus_per_node: int, size_bytes: float,
+                         channels: int = 0) -> GroupAlgorithm:
+    """Instantiate ``algorithm`` (a registry name) for ``op`` on ``group``."""
+    layout, regular = group_layout(group, gpus_per_node)
+    if not regular and algorithm not in (None, *FLAT_ALGORITHMS):
+        raise SpecError("<group>", group.name, f"{algorithm} needs a group with the same GPUs on every node; "
+                                               f"this one is irregular (use direct or ring)")
+    return GroupAlgorithm(make_algorithm(op, algorithm, layout, size_bytes, channels), group)
+
+
+def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric_only: bool) -> list[str]:
+    """Registered algorithms worth trying for ``op`` on ``group``.  Flat rings across more than 16 nodes are
+    left out: they are latency-bound there (NCCL switches to trees) and costly to simulate."""
+    layout, regular = group_layout(group, gpus_per_node)
+    names = []
+    for name in REGISTRY[op]:
+        if not regular and name not in FLAT_ALGORITHMS:
+            continue
+        if name == "ring" and layout.nodes > 16:
+            continue
+        if symmetric_only and not make_algorithm(op, name, layout, 1.0).symmetric:
+            continue
+        names.append(name)
+    return names
+
+
+class Tuner:
+    """Picks the fastest algorithm per ``(op, group shape, size)`` by simulating each candidate alone on the
+    group (the fabric is the whole system, so the group's links are the real ones).  Memoised.
+
+    ``forced``: ``{op: algorithm}`` to skip tuning for some ops (a user's choice, e.g. ``--set
+    baseline_algorithm=...``)."""
+
+    def __init__(self, topology, nodes: int, gpus_per_node: int, forced: dict[str, str] | None = None):
+        self.topology = topology
+        self.nodes = nodes
+        self.gpus_per_node = gpus_per_node
+        self.forced = dict(forced or {})
+        self._cache: dict = {}
+
+    def choose(self, op: str, group: Group, size_bytes: float, *, symmetric_only: bool = True) -> str:
+        if op in self.forced and self.forced[op]:
+            return self.forced[op]
+        key = (op, group.key(self.gpus_per_node), float(size_bytes), symmetric_only)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        names = candidate_algorithms(op, group, self.gpus_per_node, symmetric_only=symmetric_only)
+        if not names:
+            raise SpecError("<group>", group.name, f"no {op} algorithm is symmetric on this group; use full mode")
+        if len(names) == 1 or group.size == 1:
+            best = names[0]
+        else:
+            from .runner import simulate_group_collective
+
+            best, best_t = names[0], float("inf")
+            for name in names:
+                t = simulate_group_collective(self.topology, self.nodes, self.gpus_per_node, op, name, group,
+                                              size_bytes)
+                if t < best_t:
+                    best, best_t = name, t
+        self._cache[key] = best
+        return best

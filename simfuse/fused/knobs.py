@@ -1,0 +1,178 @@
+"""Execution knobs: one dataclass per concern, with metadata that drives YAML/``--set`` validation and CLI help.
+
+* :class:`FusedKnobs`: how a fused operator executes (slice size, tile order, persistent grid, ...);
+* :class:`ExecutionSpec`: how a run executes (which modes, simulation mode, seed, forced collective algorithms)
+  plus the fused knobs.
+
+``simfuse op``, ``simfuse run`` and ``simfuse sweep`` all take ``--set key=value`` for every field below (and
+``execution:`` in a workload YAML gives defaults); :func:`parse_execution` is the one parser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from ..errors import SpecError
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp64": 8}
+
+
+def _meta(help_text: str, *, choices=None, minimum=None, maximum=None, optional=False):
+    return {"help": help_text, "choices": choices, "min": minimum, "max": maximum, "optional": optional}
+
+
+@dataclass(frozen=True)
+class FusedKnobs:
+    """Parameters of the fused execution (defaults follow the paper's description, facts.md)."""
+
+    slice_wgs: int = field(default=1, metadata=_meta("workgroups per put (1 = every workgroup pushes its own "
+                                                     "output)", minimum=1))
+    tile_order: str = field(default="remote_first", metadata=_meta(
+        "remote_first: workgroups whose output leaves the node run first; natural: index order (incast)",
+        choices=("remote_first", "natural")))
+    persistent_grid: int = field(default=0, metadata=_meta("0 = one program per tile; else resident programs",
+                                                           minimum=0))
+    occupancy_loss: float | None = field(default=None, metadata=_meta(
+        "fraction of workgroup slots lost to communication state (default: the topology's)", minimum=0.0,
+        maximum=0.99, optional=True))
+    hbm_comm_factor: float = field(default=1.0, metadata=_meta(
+        "HBM bytes read per byte put over the NIC (NIC reads the staged output)", minimum=0.0))
+    baseline_algorithm: str | None = field(default=None, metadata=_meta(
+        "bulk collective algorithm of the baseline (default: the tuner's choice)", optional=True))
+
+    def validate(self, source: str = "<knobs>") -> None:
+        _validate(self, source)
+
+
+@dataclass(frozen=True)
+class ExecutionSpec:
+    """How a run executes.  ``mode``: both | fused | baseline; ``sim_mode``: auto | classes | full."""
+
+    mode: str = field(default="both", metadata=_meta("which executions to simulate",
+                                                     choices=("both", "fused", "baseline")))
+    sim_mode: str = field(default="auto", metadata=_meta(
+        "auto: exact fast path where it applies; classes: one representative per class of alike ranks; "
+        "full: every rank", choices=("auto", "classes", "full")))
+    seed: int = field(default=0, metadata=_meta("seed of the run's numpy Generator", minimum=0))
+    allreduce_algorithm: str | None = field(default=None, metadata=_meta(
+        "all-reduce algorithm for collectives that name none (default: the tuner's)", optional=True))
+    alltoall_algorithm: str | None = field(default=None, metadata=_meta(
+        "all-to-all algorithm for collectives that name none (default: the tuner's)", optional=True))
+    knobs: FusedKnobs = field(default_factory=FusedKnobs)
+
+    def validate(self, source: str = "<execution>") -> None:
+        _validate(self, source)
+        self.knobs.validate(source)
+
+    def forced_algorithms(self) -> dict[str, str]:
+        out = {}
+        if self.allreduce_algorithm:
+            out["all_reduce"] = self.allreduce_algorithm
+        if self.alltoall_algorithm:
+            out["all_to_all"] = self.alltoall_algorithm
+        return out
+
+
+def _scalar_fields(cls) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls) if f.name != "knobs"}
+
+
+def _base_type(f: dataclasses.Field):
+    t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    if t.startswith("int"):
+        return int
+    if t.startswith("float"):
+        return float
+    return str
+
+
+def _validate(obj, source: str) -> None:
+    for name, f in _scalar_fields(type(obj)).items():
+        v = getattr(obj, name)
+        m = f.metadata
+        if v is None:
+            if not m.get("optional"):
+                raise SpecError(source, name, "must be given")
+            continue
+        typ = _base_type(f)
+        if typ in (int, float):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or (typ is int and int(v) != v):
+                raise SpecError(source, name, f"expected {'an integer' if typ is int else 'a number'}, got {v!r}")
+            if not math.isfinite(float(v)):
+                raise SpecError(source, name, f"must be finite, got {v!r}")
+            if m.get("min") is not None and v < m["min"]:
+                raise SpecError(source, name, f"must be >= {m['min']}, got {v!r}")
+            if m.get("max") is not None and v > m["max"]:
+                raise SpecError(source, name, f"must be <= {m['max']}, got {v!r}")
+        elif m.get("choices") and v not in m["choices"]:
+            raise SpecError(source, name, f"unknown {v!r}; expected one of {', '.join(m['choices'])}")
+
+
+def knob_names() -> list[str]:
+    return list(_scalar_fields(ExecutionSpec)) + list(_scalar_fields(FusedKnobs))
+
+
+def knob_help() -> str:
+    """One line per settable key (for ``--set`` help)."""
+    lines = []
+    for cls in (ExecutionSpec, FusedKnobs):
+        for name, f in _scalar_fields(cls).items():
+            ch = f.metadata.get("choices")
+            lines.append(f"{name}: {f.metadata.get('help', '')}" + (f" [{'|'.join(ch)}]" if ch else ""))
+    return "\n".join(lines)
+
+
+def _convert(f: dataclasses.Field, value, source: str):
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "auto", "")):
+        if f.metadata.get("optional"):
+            return None
+        if f.default is not dataclasses.MISSING and isinstance(value, str) and value.strip().lower() == "auto":
+            return f.default
+        raise SpecError(source, f.name, "must be given")
+    typ = _base_type(f)
+    if typ is str:
+        return str(value).strip()
+    if isinstance(value, bool):
+        raise SpecError(source, f.name, f"expected a number, got {value!r}")
+    try:
+        num = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(source, f.name, f"expected a number, got {str(value)[:40]!r}") from None
+    if not math.isfinite(num):
+        raise SpecError(source, f.name, f"must be finite, got {str(value)[:40]!r}")
+    if typ is int:
+        if num != int(num):
+            raise SpecError(source, f.name, f"expected an integer, got {value!r}")
+        return int(num)
+    return num
+
+
+def parse_execution(values: dict, source: str = "<argument>", base: ExecutionSpec | None = None) -> ExecutionSpec:
+    """An :class:`ExecutionSpec` from ``{key: value}`` (YAML ``execution:`` mapping or ``--set`` pairs) over
+    ``base``; unknown keys raise :class:`SpecError` naming the key and listing the known ones."""
+    base = base or ExecutionSpec()
+    ex_fields, kn_fields = _scalar_fields(ExecutionSpec), _scalar_fields(FusedKnobs)
+    ex_kw, kn_kw = {}, {}
+    for key, value in values.items():
+        if key in ex_fields:
+            ex_kw[key] = _convert(ex_fields[key], value, source)
+        elif key in kn_fields:
+            kn_kw[key] = _convert(kn_fields[key], value, source)
+        else:
+            raise SpecError(source, str(key)[:60], f"unknown setting; known: {', '.join(knob_names())}")
+    spec = dataclasses.replace(base, knobs=dataclasses.replace(base.knobs, **kn_kw), **ex_kw)
+    spec.validate(source)
+    return spec
+
+
+def parse_set_pairs(pairs: list[str] | None, source: str = "--set") -> dict:
+    """``["key=value", ...]`` into a mapping (values stay strings; :func:`parse_execution` converts them)."""
+    out: dict = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise SpecError("<argument>", source, f"expected key=value, got {pair[:60]!r}")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,377 @@
+"""The one executor: runs any operator graph (:mod:`simfuse.graph.ir`) on a system's fabric with simpy.
+
+Simulated ranks (*entities*):
+
+* every rank, on the physical links (``Graph.full``: a program per rank);
+* class representatives on class links (``Graph.class_of_rank`` given): each class's links carry one member's
+  share; exact when a class's members run relabellings of the representative's program and spread their
+  traffic evenly (:meth:`simfuse.network.Fabric.set_rank_classes`);
+* rank 0 alone (a single program, no classes): every rank runs a relabelling of rank 0's program (symmetric
+  fast path, exact under that assumption; :func:`simfuse.graph.symmetry.check_symmetric` verifies it).
+
+Timing assumptions per node kind (the executor is the only place that turns nodes into simpy processes):
+
+* a stream runs its nodes in program order; a node starts when its stream is free and its deps are done;
+* ``ComputeNode``: the kernel's waves on the GPU (:func:`simfuse.engine.run_kernel`, launch latency included) or
+  a fixed ``time_s``; the stream is released and the node done when it ends;
+* ``CollectiveNode``: a rendezvous of the group's simulated members (a collective starts when every member
+  has launched it), then the algorithm (tuner's choice unless named) with its launch gap and completion
+  signalling; full simulation runs the whole group once, the fast paths run the representative's schedule on
+  class links; a group of one rank costs nothing;
+* ``AllToAllVNode``: launch gap, then each flow starts once its receiver has launched too; done when every
+  flow addressed to this rank has arrived, plus the completion signalling;
+* ``FusedNode``: the fused operator's kernel (pushes as workgroups finish); the stream is released when the
+  kernel ends, the node is done when the data addressed to this rank has arrived;
+* ``SendNode``/``RecvNode``: the send starts when both sides have posted; both are done when it arrives;
+* ``DelayNode``: a fixed wait.
+
+Group operations are matched across ranks by (group, position among that group's operations in the program),
+as communicators require.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from ..collectives.exchange import ExchangeInstance
+from ..collectives.groups import Tuner, make_group_algorithm
+from ..collectives.runner import FlowGroupCache, collective_process, start_groups
+from ..engine import Simulation, run_kernel
+from ..errors import SpecError
+from ..fused.knobs import FusedKnobs
+from ..network import Fabric, FlowNetwork
+from .ir import AllToAllVNode, CollectiveNode, ComputeNode, DelayNode, FusedNode, Graph, RecvNode, SendNode
+
+
+@dataclass
+class EntityResult:
+    """One simulated rank: ``end_s``, ``busy_s`` (time on compute streams), ``phases`` (label, start_s, end_s)."""
+
+    rank: int
+    members: int
+    end_s: float = 0.0
+    busy_s: float = 0.0
+    phases: list = field(default_factory=list)
+
+
+@dataclass
+class GraphResult:
+    """Outcome of one graph run.  Times are per step times ``graph.repeat``."""
+
+    time_s: float
+    compute_time_s: float
+    exposed_comm_time_s: float
+    sim_mode: str
+    entities: list[EntityResult]
+    critical: EntityResult
+    events: int
+    wall_s: float
+    algorithms: dict = field(default_factory=dict)  # (node name) -> algorithm chosen
+    kernel_end_s: float = 0.0  # latest end of a compute-stream node (one step)
+    sim: object = None
+    net: object = None
+    fabric: object = None
+
+
+class _Ctx:
+    """What node implementations see: the simulation, fabric, network, cost model and topology."""
+
+    def __init__(self, sim, fabric, net, cost, topology):
+        self.sim, self.fabric, self.net, self.cost, self.topology = sim, fabric, net, cost, topology
+
+
+def _is_compute_stream(stream: str) -> bool:
+    return stream.startswith("compute")
+
+
+class Executor:
+    """Run ``graph`` on ``system`` (a :class:`simfuse.system.System`).
+
+    ``tuner``: a shared :class:`~simfuse.collectives.groups.Tuner` (reuse one across runs of the same system and
+    node count to keep its memo); ``forced_algorithms``: ``{op: algorithm}`` for collectives that name none."""
+
+    def __init__(self, system, graph: Graph, *, seed: int = 0, record: bool = False, record_usage: bool = False,
+                 tuner: Tuner | None = None, forced_algorithms: dict | None = None):
+        graph.validate()
+        self.system = system
+        self.graph = graph
+        self.topology = system.topology
+        self.cost = system.cost
+        self.seed = seed
+        self.record = record
+        self.record_usage = record_usage
+        g, N = graph.gpus_per_node, graph.nodes
+        self.tuner = tuner or Tuner(self.topology, N, g, forced_algorithms)
+        n = graph.n_ranks
+        if graph.full:
+            self.sim_mode = "full"
+            self.fabric = Fabric(self.topology, N, gpus_per_node=g, symmetric=False)
+            self.ent_ranks = sorted(graph.programs)
+            self.ent_of_rank = np.arange(n, dtype=np.int64)
+            self.members = [1] * n
+        elif graph.class_of_rank is not None:
+            self.sim_mode = "classes"
+            self.fabric = Fabric(self.topology, N, gpus_per_node=g, symmetric=True)
+            cls = np.asarray(graph.class_of_rank, dtype=np.int64)
+            n_cls = self.fabric.set_rank_classes(cls)
+            self.ent_ranks = [self.fabric.representative(c) for c in range(n_cls)]
+            missing = [r for r in self.ent_ranks if r not in graph.programs]
+            if missing:
+                raise SpecError("<graph>", "programs", f"class representative rank {missing[0]} has no program")
+            self.ent_of_rank = cls
+            self.members = np.bincount(cls).tolist()
+        else:
+            self.sim_mode = "symmetric"
+            self.fabric = Fabric(self.topology, N, gpus_per_node=g, symmetric=True)
+            self.ent_ranks = [0]
+            self.ent_of_rank = np.zeros(n, dtype=np.int64)
+            self.members = [n]
+        self.entity_of = {r: i for i, r in enumerate(self.ent_ranks)}
+
+    # -- run ------------------------------------------------------------------------------------------------
+    def run(self) -> GraphResult:
+        wall0 = time.perf_counter()
+        sim = Simulation(seed=self.seed, record=self.record)
+        net = FlowNetwork(sim, self.fabric.capacities, self.fabric.names, record_usage=self.record_usage)
+        self.sim, self.net, self.env = sim, net, sim.env
+        self.ctx = _Ctx(sim, self.fabric, net, self.cost, self.topology)
+        self._instances: dict = {}
+        self._p2p: dict = {}
+        self._algorithms: dict = {}
+        self._flow_cache = FlowGroupCache(self.fabric)
+        env = self.env
+        results, all_done = [], []
+        for e, rank in enumerate(self.ent_ranks):
+            rg = self.graph.programs[rank]
+            er = EntityResult(rank, self.members[e])
+            results.append(er)
+            done = [env.event() for _ in rg.nodes]
+            all_done.extend(done)
+            seq: dict[str, int] = {}
+            keys = []
+            for nd in rg.nodes:
+                gname = getattr(nd, "group", None)
+                if gname is None:
+                    keys.append(None)
+                else:
+                    k = seq.get(gname, 0)
+                    seq[gname] = k + 1
+                    keys.append((gname, k))
+            by_stream: dict[str, list] = {}
+            for nd in rg.nodes:
+                by_stream.setdefault(nd.stream, []).append(nd)
+            for nodes in by_stream.values():
+                env.process(self._stream(e, er, nodes, done, keys))
+        if all_done:
+            sim.run(until=simpy.AllOf(env, all_done))
+        rep = max(1, int(self.graph.repeat))
+        crit = max(results, key=lambda x: (x.end_s, x.busy_s))
+        t = max((r.end_s for r in results), default=0.0)
+        kend = max((t1 for r in results for (lbl, t0, t1, s) in r.phases if _is_compute_stream(s)), default=0.0)
+        for r in results:
+            r.phases = [(lbl, t0, t1) for (lbl, t0, t1, _s) in r.phases]
+        return GraphResult(time_s=rep * t, compute_time_s=rep * crit.busy_s,
+                           exposed_comm_time_s=max(0.0, rep * (t - crit.busy_s)), sim_mode=self.sim_mode,
+                           entities=results, critical=crit, events=sim.events,
+                           wall_s=time.perf_counter() - wall0, algorithms=dict(self._algorithms),
+                           kernel_end_s=kend, sim=sim, net=net, fabric=self.fabric)
+
+    def _stream(self, e: int, er: EntityResult, nodes, done, keys):
+        env = self.env
+        for nd in nodes:
+            deps = [done[d] for d in nd.deps if not done[d].processed]
+            if deps:
+                yield simpy.AllOf(env, deps)
+            released = env.event()
+            env.process(self._node(e, er, nd, released, done[nd.id], keys[nd.id]))
+            yield released
+
+    # -- node kinds -----------------------------------------------------------------------------------------
+    def _node(self, e, er, nd, released, done, key):
+        env = self.env
+        t0 = env.now
+        rank = self.ent_ranks[e]
+        compute = _is_compute_stream(nd.stream)
+        if isinstance(nd, ComputeNode):
+            if nd.work is not None:
+                yield env.process(run_kernel(self.sim, nd.work, self.cost, rank=rank))
+            elif nd.time_s > 0:
+                yield env.timeout(nd.time_s)
+            self._finish(er, nd, t0, env.now, compute)
+            released.succeed()
+        elif isinstance(nd, DelayNode):
+            if nd.time_s > 0:
+                yield env.timeout(nd.time_s)
+            self._finish(er, nd, t0, env.now, False)
+            released.succeed()
+        elif isinstance(nd, CollectiveNode):
+            yield from self._collective(e, nd, key)
+            self._finish(er, nd, t0, env.now, False)
+            released.succeed()
+        elif isinstance(nd, AllToAllVNode):
+            yield from self._alltoallv(e, nd, key)
+            self._finish(er, nd, t0, env.now, False)
+            released.succeed()
+        elif isinstance(nd, FusedNode):
+            yield from self._fused(e, er, nd, key, released, t0)
+        elif isinstance(nd, SendNode):
+            yield from self._send(e, rank, nd, released)
+            self._finish(er, nd, t0, env.now, False)
+        elif isinstance(nd, RecvNode):
+            yield from self._recv(rank, nd, released)
+            self._finish(er, nd, t0, env.now, False)
+        else:  # pragma: no cover - the IR has no other kinds
+            raise SpecError("<graph>", nd.name, f"unsupported node kind {type(nd).__name__}")
+        if not released.triggered:
+            released.succeed()
+        er.end_s = max(er.end_s, env.now)
+        done.succeed()
+
+    def _finish(self, er, nd, t0, t1, busy: bool):
+        er.phases.append((nd.label(), t0, t1, nd.stream))
+        if busy:
+            er.busy_s += t1 - t0
+
+    def _participants(self, gname: str) -> list[int]:
+        g = self.graph.groups[gname]
+        ents = sorted({int(self.ent_of_rank[r]) for r in g.ranks})
+        # only entities whose representative is a member take part (others are covered by symmetry)
+        return [c for c in ents if self.ent_ranks[c] in g]
+
+    def _instance(self, key, factory):
+        inst = self._instances.get(key)
+        if inst is None:
+            inst = self._instances[key] = factory()
+        return inst
+
+    def _collective(self, e, nd: CollectiveNode, key):
+        env = self.env
+        group = self.graph.groups[nd.group]
+        if group.size == 1:
+            return  # nothing to exchange: a collective on one rank costs nothing
+        symmetric = self.fabric.symmetric
+        name = nd.algorithm or self.tuner.choose(nd.op, group, nd.size_bytes, symmetric_only=symmetric)
+        algo = make_group_algorithm(nd.op, name, group, self.graph.gpus_per_node, nd.size_bytes,
+                                    self.topology.collectives.channels)
+        self._algorithms[nd.name] = name
+        if symmetric and not algo.symmetric:
+            raise SpecError("<graph>", nd.name, f"{nd.op}:{name} is not symmetric on group {nd.group}; "
+                                                f"simulate every rank (full mode)")
+        parts = self._participants(nd.group)
+
+        def make():
+            return {"joined": 0, "go": env.event(), "finished": env.event()}
+
+        inst = self._instance(("coll",) + key, make)
+        inst["joined"] += 1
+        if inst["joined"] == len(parts):
+            inst["go"].succeed()
+        yield inst["go"]
+        co = self.topology.collectives
+        if symmetric:
+            yield env.process(collective_process(self.sim, self.fabric, self.net, algo, launch_s=co.launch_s,
+                                                 sync_s=co.sync_s, rank=self.ent_ranks[e], name=nd.name,
+                                                 groups_fn=self._flow_cache, record=self.record))
+        else:
+            if e == parts[0]:
+                yield env.process(collective_process(self.sim, self.fabric, self.net, algo, launch_s=co.launch_s,
+                                                     sync_s=co.sync_s, rank=self.ent_ranks[e], name=nd.name,
+                                                     groups_fn=self._flow_cache, record=self.record))
+                inst["finished"].succeed()
+            else:
+                yield inst["finished"]
+
+    def _exchange(self, gname, key):
+        return self._instance(("x",) + key, lambda: ExchangeInstance(self.env, self._participants(gname),
+                                                                      self.ent_of_rank))
+
+    def _alltoallv(self, e, nd: AllToAllVNode, key):
+        group = self.graph.groups[nd.group]
+        if len(nd.send_bytes) != group.size:
+            raise SpecError("<graph>", nd.name, f"send_bytes has {len(nd.send_bytes)} entries, group "
+                                                f"{nd.group} has {group.size} ranks")
+        inst = self._exchange(nd.group, key)
+        co = self.topology.collectives
+        dsts = np.asarray(group.ranks, dtype=np.int64)
+        yield self.env.process(inst.bulk_member(e, self.ent_ranks[e], self.fabric, self.net, dsts, nd.send_bytes,
+                                                launch_s=co.launch_s, tag=nd.name))
+        yield self.env.process(inst.ready(e, co.sync_s))
+
+    def _fused(self, e, er, nd: FusedNode, key, released, t0):
+        env = self.env
+        op = nd.op
+        knobs = nd.knobs or FusedKnobs()
+        rank = self.ent_ranks[e]
+        wait_label = getattr(nd, "wait_phase", "") or f"{nd.label()}_wait"
+        if getattr(op, "exchange", False):
+            inst = self._exchange(nd.group, key)
+            kernel_end = yield env.process(op.member_process(self.ctx, inst, e, rank, knobs))
+            self._finish(er, nd, t0, kernel_end, _is_compute_stream(nd.stream))
+            released.succeed()
+            t1 = env.now
+            yield env.process(inst.ready(e))
+            if env.now > t1:
+                er.phases.append((wait_label, t1, env.now, "comm"))
+            return
+        parts = self._participants(nd.group)
+
+        def make():
+            return {"joined": 0, "go": env.event(), "finished": env.event(), "value": None}
+
+        inst = self._instance(("fused",) + key, make)
+        inst["joined"] += 1
+        if inst["joined"] == len(parts):
+            inst["go"].succeed()
+        yield inst["go"]
+        if e == parts[0]:
+            occ = self.topology.gpu_initiated.occupancy_loss if knobs.occupancy_loss is None else knobs.occupancy_loss
+            ranks = [self.ent_ranks[c] for c in parts]
+            val = yield env.process(op.fused_process(self.sim, self.fabric, self.net, self.cost, knobs,
+                                                     self.topology, ranks, occ))
+            inst["value"] = val
+            inst["finished"].succeed()
+        else:
+            yield inst["finished"]
+        kernel_end, end = inst["value"]
+        self._finish(er, nd, t0, kernel_end, _is_compute_stream(nd.stream))
+        if end > kernel_end:
+            er.phases.append((wait_label, kernel_end, end, "comm"))
+
+    # -- point to point -------------------------------------------------------------------------------------
+    def _p2p_state(self, src, dst, tag):
+        k = (src, dst, tag)
+        st = self._p2p.get(k)
+        if st is None:
+            st = self._p2p[k] = {"posted": self.env.event(), "arrived": self.env.event()}
+        return st
+
+    def _send(self, e, rank, nd: SendNode, released):
+        if self.fabric.symmetric:
+            raise SpecError("<graph>", nd.name, "send/recv needs a program per rank (full simulation)")
+        st = self._p2p_state(rank, nd.dst, nd.tag)
+        yield st["posted"]
+        evs = start_groups(self.net, self.fabric.flow_groups(rank, np.array([nd.dst]), np.array([nd.size_bytes])),
+                           tag=nd.name)
+        if evs:
+            yield simpy.AllOf(self.env, evs)
+        if not st["arrived"].triggered:
+            st["arrived"].succeed()
+        released.succeed()
+
+    def _recv(self, rank, nd: RecvNode, released):
+        if self.fabric.symmetric:
+            raise SpecError("<graph>", nd.name, "send/recv needs a program per rank (full simulation)")
+        st = self._p2p_state(nd.src, rank, nd.tag)
+        if not st["posted"].triggered:
+            st["posted"].succeed()
+        yield st["arrived"]
+        released.succeed()
+
+
+def execute(system, graph: Graph, **kw) -> GraphResult:
+    """Run ``graph`` on ``system``; see :class:`Executor`."""
+    return Executor(system, graph, **kw).run()

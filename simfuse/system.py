@@ -1,0 +1,59 @@
+"""The :class:`System`: a resolved topology, its calibration profile and its cost model, built once at the edge.
+
+Everything below the CLI/API takes a ``System``: the topology with the profile's fabric and launch overrides
+already applied (so no caller applies calibration twice, or forgets it), and the cost model that prices kernels
+(calibrated where the profile covers them, the roofline elsewhere).  ``simfuse.costs`` never imports
+``simfuse.calibrate``; this module is where the two meet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .costs import CostModel, RooflineCostModel
+from .spec import TopologySpec, load_topology
+
+
+@dataclass(frozen=True)
+class System:
+    """``topology``: resolved (calibration applied); ``cost``: the kernel cost model; ``profile``: the loaded
+    calibration profile or None; ``nominal``: the topology as written in its file."""
+
+    topology: TopologySpec
+    cost: CostModel
+    profile: object | None = None
+    nominal: TopologySpec | None = None
+
+    @classmethod
+    def from_topology(cls, topology: TopologySpec, *, calibrated: bool = True) -> System:
+        """Resolve ``topology``: apply its calibration profile (if it names one and ``calibrated``)."""
+        if calibrated and topology.calibration:
+            from .calibrate.profile import apply_to_topology, cost_model_for, load_profile
+
+            profile = load_profile(topology.calibration)
+            return cls(apply_to_topology(topology, profile), cost_model_for(topology), profile, topology)
+        nominal = topology.replace(calibration=None) if topology.calibration else topology
+        return cls(nominal, RooflineCostModel(topology.device), None, topology)
+
+    @classmethod
+    def load(cls, path: str | Path, *, calibrated: bool = True) -> System:
+        """Load a topology YAML file and resolve it."""
+        return cls.from_topology(load_topology(path), calibrated=calibrated)
+
+    @property
+    def name(self) -> str:
+        return self.topology.name
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.topology.scale_up.gpus_per_node
+
+
+def as_system(obj) -> System:
+    """Accept a :class:`System` or a :class:`TopologySpec` (resolved here, once)."""
+    if isinstance(obj, System):
+        return obj
+    if isinstance(obj, TopologySpec):
+        return System.from_topology(obj)
+    raise TypeError(f"expected a System or TopologySpec, got {type(obj).__name__}")

@@ -1,0 +1,85 @@
+"""One fused operator against its bulk-synchronous baseline, as two small operator graphs on the executor.
+
+Fused: one :class:`~simfuse.graph.ir.FusedNode`.  Baseline: the same kernel unfused, then the bulk collective on
+the comm stream (launch gap and completion signalling included; the tuner picks the algorithm unless
+``knobs.baseline_algorithm`` names one).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..collectives.groups import Tuner, world
+from ..errors import SpecError
+from ..fused.base import FusedOp, OpResult
+from ..fused.knobs import FusedKnobs
+from ..graph import CollectiveNode, ComputeNode, FusedNode, Graph
+from ..graph.executor import Executor
+from ..system import System, as_system
+
+
+def add_op(rg, op: FusedOp, mode: str, knobs: FusedKnobs, group: str, deps=(), label: str | None = None) -> int:
+    """Append ``op`` to a rank program: fused (one node) or baseline (kernel, then the collective).  Returns the
+    id of the node whose completion means the result is at its consumers."""
+    label = label or op.name
+    if mode == "fused":
+        return rg.add(FusedNode(name=label, op=op, group=group, knobs=knobs, deps=tuple(deps), phase=label,
+                                wait_phase=f"{label}_exposed"))
+    c = rg.add(ComputeNode(name=f"{label}:compute", work=op.work("compute"), deps=tuple(deps),
+                           phase=f"{label}_compute"))
+    return rg.add(CollectiveNode(name=f"{label}:baseline", op=op.collective, group=group,
+                                 size_bytes=op.collective_size_bytes(), algorithm=knobs.baseline_algorithm,
+                                 deps=(c,), phase=f"{label}_collective"))
+
+
+def symmetric_ok(knobs: FusedKnobs, mode: str) -> bool:
+    """Whether the representative-rank path is exact: ``remote_first`` tile order (shifted destinations)."""
+    if mode not in ("auto", "symmetric", "full"):
+        raise SpecError("<argument>", "mode", f"unknown mode {mode!r}")
+    if mode == "symmetric" and knobs.tile_order != "remote_first":
+        raise SpecError("<knobs>", "tile_order", "natural order is not symmetric (incast); use --mode full")
+    return mode == "symmetric" or (mode == "auto" and knobs.tile_order == "remote_first")
+
+
+def op_graph(op: FusedOp, mode: str, knobs: FusedKnobs, symmetric: bool) -> Graph:
+    L = op.layout
+    graph = Graph(L.nodes, L.gpus_per_node, name=op.name)
+    graph.add_group(world(L.n))
+    for r in ([0] if symmetric else range(L.n)):
+        add_op(graph.program(r), op, mode, knobs, "world")
+    return graph
+
+
+def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None, cost=None, mode: str = "auto",
+           seed: int = 0, record: bool = False, record_usage: bool = False, return_sims: bool = False):
+    """Simulate baseline and fused execution of ``op``; returns an :class:`~simfuse.fused.OpResult` (and
+    ``{mode: (sim, fabric, net)}`` with ``return_sims``).  ``topology``: a System or a topology spec."""
+    knobs = knobs or FusedKnobs()
+    knobs.validate()
+    system = as_system(topology)
+    if cost is not None:
+        system = System(system.topology, cost, system.profile, system.nominal)
+    symmetric = symmetric_ok(knobs, mode)
+    L = op.layout
+    tuner = Tuner(system.topology, L.nodes, L.gpus_per_node)
+    t_wall = time.perf_counter()
+    out, sims, events = {}, {}, 0
+    for m in ("baseline", "fused"):
+        res = Executor(system, op_graph(op, m, knobs, symmetric), seed=seed, record=record,
+                       record_usage=record_usage, tuner=tuner).run()
+        out[m] = res
+        sims[m] = (res.sim, res.fabric, res.net)
+        events += res.events
+    b, f = out["baseline"], out["fused"]
+    alg = next(iter(b.algorithms.values()), None) or "none (one rank)"
+    if f.sim is not None:
+        f.sim.recorder.add("fused", op.name, "fused_ops", 0, 0.0, f.time_s)
+    res = OpResult(op=op.name, ranks=L.n, nodes=nodes, gpus_per_node=L.gpus_per_node, baseline_time_s=b.time_s,
+                   fused_time_s=f.time_s, baseline_compute_s=b.kernel_end_s,
+                   baseline_exposed_comm_s=b.time_s - b.kernel_end_s, fused_compute_s=f.kernel_end_s,
+                   fused_exposed_comm_s=max(0.0, f.time_s - f.kernel_end_s), comm_bytes_per_rank=op.collective_size_bytes(),
+                   mode="symmetric" if symmetric else "full", events=events,
+                   params={**op.params, "baseline_algorithm": alg, "wall_s": time.perf_counter() - t_wall})
+    if return_sims:
+        return res, sims
+    return res

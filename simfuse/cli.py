@@ -22,9 +22,9 @@ def _load_topology(path: str):
 
 def cmd_collective(args) -> int:
     from .collectives import run_collective
-    from .costs import resolve_topology
+    from .system import System
 
-    topo = resolve_topology(_load_topology(args.topology))
+    topo = System.load(args.topology).topology
     if args.nodes < 1:
         raise SpecError("<argument>", "--nodes", f"must be >= 1, got {args.nodes}")
     if args.size is None and args.begin is None:
@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--nodes", type=int, default=1)
     c.add_argument("--gpus-per-node", type=int, default=None)
     c.add_argument("--op", required=True, choices=OPS)
-    c.add_argument("--algorithm", default=None, help="direct | hierarchical | ring (depends on --op)")
+    c.add_argument("--algorithm", default=None,
+                   help="direct | hierarchical | ring | hierarchical_rhd (depends on --op); default: the tuner's "
+                        "choice, as in workloads")
     c.add_argument("--size", default=None, help="per-rank buffer, e.g. 64MiB, 1GB")
     c.add_argument("-b", "--begin", default=None, help="range start (nccl-tests -b)")
     c.add_argument("-e", "--end", default=None, help="range end (nccl-tests -e)")

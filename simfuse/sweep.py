@@ -80,7 +80,7 @@ class _Progress:
 
 def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, gpus_per_node: int | None = None,
               mode: str = "both", sim_mode: str = "auto", workers: int | None = None, scheduler: str | None = None,
-              progress: bool = True, plots: bool = True) -> pd.DataFrame:
+              progress: bool = True, plots: bool = True, settings: dict | None = None) -> pd.DataFrame:
     """Run every node count, write ``results.csv`` (and figures), return the table."""
     spec = load_workload(model)          # validate before starting anything
     topo = load_topology(topology)
@@ -90,6 +90,9 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
     # the key covers every input file, the calibration profile the topology references included
     digest = _digest(model, topology, *([topo.calibration] if topo.calibration else []))
     g = gpus_per_node or topo.scale_up.gpus_per_node
+    settings = dict(sorted((settings or {}).items()))
+    if settings:  # the execution settings are part of the key
+        digest += "-" + hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:8]
     todo, rows = [], []
     for n in nodes:
         key = f"{spec.name}-{digest}-n{n}-g{g}-{mode}-{sim_mode}"
@@ -116,7 +119,7 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
                 raise SpecError("<argument>", "--scheduler", "needs the 'sweep' extra (dask[distributed])") from None
             client = Client(scheduler)
             try:
-                futs = {client.submit(run_point, model, topology, n, g, mode, sim_mode, pure=False): (n, p)
+                futs = {client.submit(run_point, model, topology, n, g, mode, sim_mode, settings, pure=False): (n, p)
                         for n, p in todo}
                 from distributed import as_completed as d_as_completed
 
@@ -127,13 +130,13 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
                 client.close()
         elif (workers or 1) > 1 and len(todo) > 1:
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                futs = {pool.submit(run_point, model, topology, n, g, mode, sim_mode): (n, p) for n, p in todo}
+                futs = {pool.submit(run_point, model, topology, n, g, mode, sim_mode, settings): (n, p) for n, p in todo}
                 for fut in as_completed(futs):
                     n, p = futs[fut]
                     finish(n, p, fut.result())
         else:
             for n, p in todo:
-                finish(n, p, run_point(model, topology, n, g, mode, sim_mode))
+                finish(n, p, run_point(model, topology, n, g, mode, sim_mode, settings))
     finally:
         bar.close()
     df = pd.DataFrame(rows).sort_values(["nodes", "mode"], kind="stable").reset_index(drop=True)

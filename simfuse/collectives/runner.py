@@ -164,13 +164,22 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
                    include_overheads: bool = True, record_usage: bool = False, record: bool = False,
                    return_sim: bool = False):
     """Simulate one bulk collective; returns a :class:`CollectiveResult` (and the simulation objects when
-    ``return_sim``).  ``mode``: ``auto`` (symmetric fast path when exact), ``symmetric`` or ``full``."""
+    ``return_sim``).  ``mode``: ``auto`` (symmetric fast path when exact), ``symmetric`` or ``full``.
+    ``algorithm=None``: the tuner's choice (:class:`~simfuse.collectives.groups.Tuner`, the one the workloads
+    use).  A collective on one rank moves nothing and costs nothing."""
     wall0 = time.perf_counter()
     g = gpus_per_node or topology.scale_up.gpus_per_node
-    layout = Layout(nodes, g)
-    algo = make_algorithm(op, algorithm, layout, size_bytes, topology.collectives.channels)
     if mode not in ("auto", "symmetric", "full"):
         raise SpecError("<argument>", "mode", f"unknown mode {mode!r}; expected auto, symmetric or full")
+    layout = Layout(nodes, g)
+    if op not in BUSBW_FACTOR:
+        make_algorithm(op, algorithm, layout, size_bytes)  # raises the unknown-op error
+    if algorithm is None and layout.n > 1:
+        from .groups import Tuner, world
+
+        algorithm = Tuner(topology, nodes, g).choose(op, world(layout.n), size_bytes,
+                                                     symmetric_only=mode != "full")
+    algo = make_algorithm(op, algorithm, layout, size_bytes, topology.collectives.channels)
     if mode == "symmetric" and not algo.symmetric:
         raise SpecError("<argument>", "mode", f"{op}:{algo.name} is not symmetric with these channels")
     symmetric = algo.symmetric if mode == "auto" else mode == "symmetric"
@@ -178,10 +187,11 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
     sim = Simulation(seed=seed, record=record)
     net = FlowNetwork(sim, fabric.capacities, fabric.names, record_usage=record_usage)
     co = topology.collectives
-    proc = sim.process(collective_process(sim, fabric, net, algo,
-                                          launch_s=co.launch_s if include_overheads else 0.0,
-                                          sync_s=co.sync_s if include_overheads else 0.0))
-    sim.run(until=proc)
+    if layout.n > 1:
+        proc = sim.process(collective_process(sim, fabric, net, algo,
+                                              launch_s=co.launch_s if include_overheads else 0.0,
+                                              sync_s=co.sync_s if include_overheads else 0.0))
+        sim.run(until=proc)
     t = sim.now
     n = layout.n
     algbw = size_bytes / t / 1e9 if t > 0 else 0.0

@@ -6,62 +6,43 @@ import json
 
 from ..errors import SpecError
 
-KNOB_FIELDS = {"slice_wgs": int, "tile_order": str, "persistent_grid": int, "occupancy_loss": float,
-               "hbm_comm_factor": float, "baseline_algorithm": str}
+def split_knobs(sets: dict):
+    """Split ``--set`` pairs into operator parameters and fused-operator knobs (validated)."""
+    import dataclasses
 
+    from .knobs import FusedKnobs, parse_execution
 
-def parse_sets(pairs: list[str]) -> dict:
-    """``key=value`` pairs; numbers become int/float."""
-    out: dict = {}
-    for pair in pairs or []:
-        if "=" not in pair:
-            raise SpecError("<argument>", "--set", f"expected key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        key = key.strip()
-        v: object = value.strip()
+    knob_names = {f.name for f in dataclasses.fields(FusedKnobs)}
+    params = {k: v for k, v in sets.items() if k not in knob_names}
+    knobs = parse_execution({k: v for k, v in sets.items() if k in knob_names}).knobs
+    for k, v in params.items():  # operator parameters: numbers where they parse
         for conv in (int, float):
             try:
-                v = conv(value)
+                params[k] = conv(v)
                 break
-            except ValueError:
-                continue
-        out[key] = v
-    return out
-
-
-def split_knobs(sets: dict):
-    from .base import FusedKnobs
-
-    knob_kw = {}
-    params = {}
-    for k, v in sets.items():
-        if k in KNOB_FIELDS:
-            try:
-                knob_kw[k] = KNOB_FIELDS[k](v)
             except (TypeError, ValueError):
-                raise SpecError("<argument>", k, f"bad value {v!r}") from None
-        else:
-            params[k] = v
-    return params, FusedKnobs(**knob_kw)
+                continue
+    return params, knobs
 
 
 def cmd_op(args) -> int:
-    from ..cli import _load_topology
-    from ..costs import resolve_topology
+    from ..system import System
     from ..workloads.op import run_op
+    from .knobs import fused_knob_names, parse_set_pairs
     from .ops import OPS, make_op
 
-    topo = resolve_topology(_load_topology(args.topology))
+    system = System.load(args.topology)
+    topo = system.topology
     g = args.gpus_per_node or topo.scale_up.gpus_per_node
     if args.nodes < 1 or g < 1:
         raise SpecError("<argument>", "--nodes", "nodes and GPUs per node must be >= 1")
-    params, knobs = split_knobs(parse_sets(args.set))
+    params, knobs = split_knobs(parse_set_pairs(args.set))
     unknown = set(params) - set(OPS[args.op].defaults) if args.op in OPS else set()
     if unknown:
         raise SpecError("<argument>", "--set", f"unknown parameter {sorted(unknown)[0]!r} for {args.op}; known: "
-                        f"{', '.join(list(OPS[args.op].defaults) + list(KNOB_FIELDS))}")
+                        f"{', '.join(list(OPS[args.op].defaults) + fused_knob_names())}")
     op = make_op(args.op, params, args.nodes, g)
-    res = run_op(op, topo, args.nodes, knobs=knobs, mode=args.mode, seed=args.seed)
+    res = run_op(op, system, args.nodes, knobs=knobs, mode=args.mode, seed=args.seed)
     d = res.as_dict()
     d["params"].pop("wall_s", None)
     if args.format == "json":

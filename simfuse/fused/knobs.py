@@ -110,6 +110,10 @@ def _validate(obj, source: str) -> None:
             raise SpecError(source, name, f"unknown {v!r}; expected one of {', '.join(m['choices'])}")
 
 
+def fused_knob_names() -> list[str]:
+    return list(_scalar_fields(FusedKnobs))
+
+
 def knob_names() -> list[str]:
     return list(_scalar_fields(ExecutionSpec)) + list(_scalar_fields(FusedKnobs))
 

@@ -10,15 +10,17 @@ from ..errors import SpecError
 def cmd_run(args) -> int:
     import pandas as pd
 
-    from ..costs import resolve_topology
-    from ..spec import load_topology, load_workload
+    from ..fused.knobs import parse_execution, parse_set_pairs
+    from ..spec import load_workload
+    from ..system import System
     from .run import simulate_workload, summary_rows, write_run_outputs
 
     spec = load_workload(args.model)
-    topo = resolve_topology(load_topology(args.topology))
+    ex = parse_execution({**parse_set_pairs(args.set), "mode": args.mode, "sim_mode": args.sim_mode})
+    system = System.load(args.topology)
+    topo = system.topology
     g = args.gpus_per_node or topo.scale_up.gpus_per_node
-    res = simulate_workload(spec, topo, args.nodes, mode=args.mode, gpus_per_node=g, sim_mode=args.sim_mode,
-                            record=bool(args.trace))
+    res = simulate_workload(spec, system, args.nodes, gpus_per_node=g, execution=ex, record=bool(args.trace))
     rows = summary_rows(spec.name, topo.name, args.nodes, args.nodes * g, res)
     df = pd.DataFrame(rows)
     cols = ["mode", "iteration_time_s", "compute_time_s", "exposed_comm_time_s"] + (["speedup"] if "speedup" in df
@@ -41,11 +43,15 @@ def cmd_sweep(args) -> int:
 
     from ..sweep import parse_nodes, run_sweep
 
+    from ..fused.knobs import parse_execution, parse_set_pairs
+
     nodes = parse_nodes(args.nodes)
     workers = args.workers or os.cpu_count() or 1
+    settings = parse_set_pairs(args.set)
+    parse_execution(settings)  # validate before starting any worker
     df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
                    sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
-                   progress=not args.quiet)
+                   progress=not args.quiet, settings=settings)
     fused = df[df["mode"] == "fused"]
     if len(fused):
         print(fused[["nodes", "gpus", "iteration_time_s", "speedup"]].to_string(index=False,
@@ -61,6 +67,20 @@ def _common(p) -> None:
     p.add_argument("--mode", default="both", choices=("both", "fused", "baseline"))
     p.add_argument("--sim-mode", default="auto", choices=("auto", "classes", "full"),
                    help="classes: one representative per class of alike ranks; full: every rank")
+    add_set_option(p)
+
+
+def add_set_option(p) -> None:
+    """``--set KEY=VALUE`` for every execution setting and fused-operator knob (generated from the dataclasses
+    in :mod:`simfuse.fused.knobs`)."""
+    import argparse
+
+    from ..fused.knobs import knob_help
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = ((p.epilog or "") + "\n--set keys:\n  " + knob_help().replace("\n", "\n  ")).strip()
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="execution setting or fused-operator knob (listed below)")
 
 
 def add_run_parser(sub) -> None:

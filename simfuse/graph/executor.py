@@ -107,7 +107,7 @@ class Executor:
         g, N = graph.gpus_per_node, graph.nodes
         self.tuner = tuner or Tuner(self.topology, N, g, forced_algorithms)
         n = graph.n_ranks
-        if graph.full:
+        if graph.full and n > 1:
             self.sim_mode = "full"
             self.fabric = Fabric(self.topology, N, gpus_per_node=g, symmetric=False)
             self.ent_ranks = sorted(graph.programs)

@@ -1,0 +1,107 @@
+"""Symmetry as a property of the graph: ranks whose programs are relabellings of each other form a class.
+
+A rank's *relative signature* describes its program with every peer written relative to the rank itself:
+node offset ``(node(peer) - node(rank)) mod nodes`` and local offset ``(local(peer) - local(rank)) mod
+gpus_per_node`` (the fabric's automorphisms for the symmetric fabrics here: shifting nodes, and shifting local
+indices the same way on every node).  Groups are described by their members' offsets, uneven all-to-all sizes
+by the sizes sent to each offset, fused operators by their per-destination output under the same relabelling.
+Ranks with equal signatures run relabelled programs.
+
+:func:`fold` turns a graph with a program per rank into the fast form: rank 0 alone when every rank has the
+signature of rank 0 (exact), or class representatives with ``class_of_rank`` (the class approximation of
+:meth:`simfuse.network.Fabric.set_rank_classes`) when asked to.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ir import AllToAllVNode, CollectiveNode, ComputeNode, DelayNode, FusedNode, Graph, RecvNode, SendNode
+
+
+def _rel(graph: Graph, rank: int, peers) -> tuple:
+    g, N = graph.gpus_per_node, graph.nodes
+    p = np.asarray(peers, dtype=np.int64)
+    return tuple(zip(((p // g - rank // g) % N).tolist(), ((p % g - rank % g) % g).tolist(), strict=True))
+
+
+def _rel_group(graph: Graph, rank: int, ranks) -> tuple:
+    """Members relative to ``rank`` as a set (sorted): the registered algorithms order a group node-major,
+    which node and local shifts preserve."""
+    return tuple(sorted(_rel(graph, rank, ranks)))
+
+
+def _node_sig(graph: Graph, rank: int, nd) -> tuple:
+    base = (type(nd).__name__, nd.stream, tuple(nd.deps))
+    if isinstance(nd, ComputeNode):
+        return base + (nd.work, nd.time_s)
+    if isinstance(nd, DelayNode):
+        return base + (nd.time_s,)
+    if isinstance(nd, CollectiveNode):
+        grp = graph.groups[nd.group]
+        return base + (nd.op, nd.size_bytes, nd.algorithm, _rel_group(graph, rank, grp.ranks))
+    if isinstance(nd, AllToAllVNode):
+        grp = graph.groups[nd.group]
+        rel = _rel(graph, rank, grp.ranks)
+        return base + (tuple(sorted(zip(rel, nd.send_bytes.tolist(), strict=True))),)
+    if isinstance(nd, FusedNode):
+        grp = graph.groups[nd.group]
+        op = nd.op
+        out = None
+        if hasattr(op, "wg_destinations"):
+            dst, nbytes = op.wg_destinations(rank)
+            rel = _rel(graph, rank, dst)
+            out = tuple(sorted(zip(rel, np.asarray(nbytes, dtype=float).tolist(), strict=True)))
+        elif hasattr(op, "dst_ranks"):
+            rel = _rel(graph, rank, op.dst_ranks)
+            out = tuple(sorted(zip(rel, op.send_bytes.tolist(), strict=True)))
+        work = op.work("fused") if hasattr(op, "work") else None
+        return base + (type(op).__name__, work, out, nd.knobs, _rel_group(graph, rank, grp.ranks))
+    if isinstance(nd, SendNode):
+        return base + (nd.size_bytes, nd.tag, _rel(graph, rank, [nd.dst]))
+    if isinstance(nd, RecvNode):
+        return base + (nd.size_bytes, nd.tag, _rel(graph, rank, [nd.src]))
+    return base + (repr(nd),)
+
+
+def relative_signature(graph: Graph, rank: int) -> tuple:
+    """The program of ``rank`` with peers relabelled relative to ``rank`` (hashable)."""
+    return tuple(_node_sig(graph, rank, nd) for nd in graph.programs[rank].nodes)
+
+
+def signature_classes(graph: Graph) -> np.ndarray:
+    """Class of every rank (numbered by first appearance) from relative signatures; needs every program."""
+    if len(graph.programs) != graph.n_ranks:
+        raise ValueError("signature_classes needs a program for every rank")
+    ids: dict = {}
+    out = np.empty(graph.n_ranks, dtype=np.int64)
+    for r in range(graph.n_ranks):
+        out[r] = ids.setdefault(relative_signature(graph, r), len(ids))
+    return out
+
+
+def is_symmetric(graph: Graph) -> bool:
+    """True when every rank's program is a relabelling of rank 0's."""
+    return graph.full and int(signature_classes(graph).max()) == 0
+
+
+def fold(graph: Graph, *, allow_classes: bool = False) -> Graph:
+    """The fast form of a full graph: rank 0 alone when symmetric; with ``allow_classes`` one representative
+    per signature class otherwise; else the graph unchanged."""
+    if not graph.full:
+        return graph
+    cls = signature_classes(graph)
+    n_cls = int(cls.max()) + 1
+    if n_cls > 1 and not allow_classes:
+        return graph
+    out = Graph(graph.nodes, graph.gpus_per_node, dict(graph.groups), repeat=graph.repeat, name=graph.name,
+                meta=dict(graph.meta))
+    if n_cls == 1:
+        out.programs = {0: graph.programs[0]}
+        return out
+    first = {}
+    for r, c in enumerate(cls.tolist()):
+        first.setdefault(c, r)
+    out.programs = {r: graph.programs[r] for r in first.values()}
+    out.class_of_rank = cls
+    return out

@@ -41,13 +41,13 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from simfuse.fused.knobs import FusedKnobs  # noqa: E402
-from simfuse.workloads.op import run_op  # noqa: E402
 from simfuse.fused.ops import make_op  # noqa: E402
 from simfuse.network import INTRA, SELF, Fabric  # noqa: E402
 from simfuse.results.io import atomic_write_df  # noqa: E402
 from simfuse.results.perfetto import write_chrome_trace  # noqa: E402
 from simfuse.results.plots import plot_speedup_vs_size, plot_timeline  # noqa: E402
 from simfuse.spec import load_topology  # noqa: E402
+from simfuse.workloads.op import run_op  # noqa: E402
 
 # The paper's reported time reductions (facts.md; arXiv 2305.06942, SC24): (average, maximum); None = not given.
 PAPER = {

@@ -6,6 +6,7 @@ import json
 
 from ..errors import SpecError
 
+
 def split_knobs(sets: dict):
     """Split ``--set`` pairs into operator parameters and fused-operator knobs (validated)."""
     import dataclasses

@@ -41,9 +41,8 @@ def cmd_run(args) -> int:
 def cmd_sweep(args) -> int:
     import os
 
-    from ..sweep import parse_nodes, run_sweep
-
     from ..fused.knobs import parse_execution, parse_set_pairs
+    from ..sweep import parse_nodes, run_sweep
 
     nodes = parse_nodes(args.nodes)
     workers = args.workers or os.cpu_count() or 1

@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 
 from simfuse.engine import Simulation
-from simfuse.workloads.op import run_op
 from simfuse.fused.ops import make_op
 from simfuse.results.perfetto import chrome_trace, link_counter_series, write_chrome_trace
 from simfuse.results.plots import plot_breakdown, plot_speedup_vs_nodes, plot_speedup_vs_size, plot_timeline
+from simfuse.workloads.op import run_op
 
 SMALL = {"global_batch": 1024, "dim": 32, "tables_per_gpu": 1, "rows": 1000, "pooling": 4}
 

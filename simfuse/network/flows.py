@@ -48,8 +48,14 @@ class FlowNetwork:
         self.completed_groups = 0
         # bundles: distinct (links, per-flow weights)
         self._bundle_ids: dict = {}
-        self._b_links: list[np.ndarray] = []
-        self._b_unitw: list[np.ndarray] = []
+        # bundle b's (link, unit weight) entries are _flat_links/_flat_w[_b_start[b] : _b_start[b] + _b_len[b]]
+        # (growable arrays, so that building the rate problem is vectorised over bundles)
+        self._nb = 0
+        self._b_start = np.zeros(16, dtype=np.int64)
+        self._b_len = np.zeros(16, dtype=np.int64)
+        self._flat_links = np.zeros(64, dtype=np.int64)
+        self._flat_w = np.zeros(64)
+        self._flat_n = 0
         # active groups as parallel numpy arrays
         self._rem = np.zeros(0)
         self._rate = np.zeros(0)
@@ -92,10 +98,8 @@ class FlowNetwork:
         key = (links_t, unitw)
         bid = self._bundle_ids.get(key)
         if bid is None:
-            bid = len(self._b_links)
+            bid = self._add_bundle(links_t, unitw)
             self._bundle_ids[key] = bid
-            self._b_links.append(np.asarray(links_t, dtype=np.int64))
-            self._b_unitw.append(np.asarray(unitw, dtype=float))
         # rates are recomputed at this same instant (zero-delay wake-up) before any time passes, so the new group
         # waits in ``_new`` with no bytes moved
         self._new.append((float(size_bytes), float(latency_s), float(count), bid, done))
@@ -111,6 +115,23 @@ class FlowNetwork:
         return self._loads.copy()
 
     # -- internals --------------------------------------------------------------------------------------
+    def _add_bundle(self, links: tuple, unitw: tuple) -> int:
+        bid, k = self._nb, len(links)
+        if bid == len(self._b_start):
+            self._b_start = np.concatenate([self._b_start, np.zeros(bid, dtype=np.int64)])
+            self._b_len = np.concatenate([self._b_len, np.zeros(bid, dtype=np.int64)])
+        need = self._flat_n + k
+        if need > len(self._flat_links):
+            cap = max(need, 2 * len(self._flat_links))
+            self._flat_links = np.concatenate([self._flat_links, np.zeros(cap - len(self._flat_links), np.int64)])
+            self._flat_w = np.concatenate([self._flat_w, np.zeros(cap - len(self._flat_w))])
+        self._flat_links[self._flat_n:need] = links
+        self._flat_w[self._flat_n:need] = unitw
+        self._b_start[bid], self._b_len[bid] = self._flat_n, k
+        self._flat_n = need
+        self._nb += 1
+        return bid
+
     def _finish_later(self, done: simpy.Event, latency_s: float, nbytes: float) -> None:
         def fire(_ev, done=done, b=nbytes):
             self.delivered_bytes += b
@@ -190,13 +211,16 @@ class FlowNetwork:
         self._loads = np.zeros(self.n_links)
         if not len(self._done):
             return
-        nb = len(self._b_links)
+        nb = self._nb
         bcount = np.bincount(self._bid, weights=self._cnt, minlength=nb)
         active = np.flatnonzero(bcount > 0)
-        lens = np.fromiter((len(self._b_links[i]) for i in active), dtype=np.int64, count=len(active))
+        lens = self._b_len[active]
         e_group = np.repeat(np.arange(len(active)), lens)
-        e_link = np.concatenate([self._b_links[i] for i in active])
-        e_w = np.concatenate([self._b_unitw[i] * bcount[i] for i in active])
+        # entry j of active bundle a sits at _b_start[a] + j
+        first = np.cumsum(lens) - lens
+        idx = np.repeat(self._b_start[active] - first, lens) + np.arange(int(lens.sum()))
+        e_link = self._flat_links[idx]
+        e_w = self._flat_w[idx] * bcount[active][e_group]
         rates = max_min_rates(self.capacity, e_group, e_link, e_w, len(active))
         brate = np.zeros(nb)
         brate[active] = rates

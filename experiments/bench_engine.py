@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from simfuse.collectives import run_collective  # noqa: E402
-from simfuse.spec import load_topology  # noqa: E402
+from simfuse.system import System  # noqa: E402
 from simfuse.units import parse_size_bytes  # noqa: E402
 
 
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     p.add_argument("--full-upto", type=int, default=2, help="also run full (non-symmetric) simulation up to N nodes")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    topo = load_topology(args.topology)
+    topo = System.load(args.topology).topology
     size = parse_size_bytes(args.size)
     rows = []
     for nodes in [int(x) for x in args.nodes.split(",")]:

@@ -46,7 +46,7 @@ from simfuse.network import INTRA, SELF, Fabric  # noqa: E402
 from simfuse.results.io import atomic_write_df  # noqa: E402
 from simfuse.results.perfetto import write_chrome_trace  # noqa: E402
 from simfuse.results.plots import plot_speedup_vs_size, plot_timeline  # noqa: E402
-from simfuse.spec import load_topology  # noqa: E402
+from simfuse.system import System  # noqa: E402
 from simfuse.workloads.op import run_op  # noqa: E402
 
 # The paper's reported time reductions (facts.md; arXiv 2305.06942, SC24): (average, maximum); None = not given.
@@ -95,6 +95,7 @@ def wire_times(op, topology, nodes: int, gpus_per_node: int) -> tuple[float, flo
     """(intra-node bytes, inter-node bytes) that rank 0 sends, and their wire times at the effective NVLink
     bandwidth and rank 0's share of its NIC (s).  GEMV+AllReduce sends in two phases (reduce-scatter then
     all-gather), so its bytes count twice."""
+    topology = getattr(topology, "topology", topology)  # a System: its resolved topology
     fabric = Fabric(topology, nodes, gpus_per_node=gpus_per_node, symmetric=True)
     dst, out = op.wg_destinations(0)
     cls = fabric.route_class(0, dst)
@@ -111,7 +112,7 @@ def wire_times(op, topology, nodes: int, gpus_per_node: int) -> tuple[float, flo
 def kernel_bound(op, topology) -> str:
     """``hbm`` or ``flops``: which roofline limit sets the unfused kernel's time."""
     w = op.work("compute")
-    dev = topology.device
+    dev = getattr(topology, "topology", topology).device
     t_f = w.flops_per_wg / (dev.flops(w.dtype) * dev.flops_efficiency)
     t_b = w.bytes_per_wg / (dev.hbm_bw_bytes_per_s * dev.hbm_efficiency)
     return "flops" if t_f > t_b else "hbm"
@@ -229,8 +230,9 @@ def main(argv=None) -> int:
     ap.add_argument("--bench-only", action="store_true", help="only run the 1,024-GPU benchmark")
     args = ap.parse_args(argv)
 
-    topology = load_topology(args.topology)
-    topo_name = getattr(topology, "name", Path(args.topology).stem)
+    # one System: calibrated kernels *and* the calibrated fabric (the profile applied once, here)
+    topology = System.load(args.topology)
+    topo_name = topology.name
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

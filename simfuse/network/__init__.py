@@ -1,16 +1,16 @@
 from .fabrics import (
-                      CLASS_NAMES,
-                      INTER,
-                      INTER_CORE,
-                      INTER_LEAF,
-                      INTER_SPINE,
-                      INTER_XRAIL,
-                      INTRA,
-                      SELF,
-                      Fabric,
-                      FlowGroupSpec,
-                      fabric_class,
-                      registered_fabrics,
+    CLASS_NAMES,
+    INTER,
+    INTER_CORE,
+    INTER_LEAF,
+    INTER_SPINE,
+    INTER_XRAIL,
+    INTRA,
+    SELF,
+    Fabric,
+    FlowGroupSpec,
+    fabric_class,
+    registered_fabrics,
 )
 from .flows import FlowNetwork, max_min_rates
 

@@ -206,7 +206,7 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
             nodes_per_leaf=so.integer("nodes_per_leaf", d.nodes_per_leaf, min_value=1),
             leaves_per_pod=so.integer("leaves_per_pod", d.leaves_per_pod, min_value=1),
             spine_oversubscription=so.number("spine_oversubscription", d.spine_oversubscription, min_value=1.0),
-            hop_latency_s=so.number("hop_latency_ns", d.hop_latency_s * 1e9, min_value=0.0) * 1e-9,
+            hop_latency_s=so.number("hop_latency_ns", d.hop_latency_s * 1e9, min_value=0.0) / 1e9,
         )
     else:
         for key in FABRIC_3TIER_FIELDS:

@@ -10,20 +10,20 @@ tiers add latency), import it below, and add the name (and any fields it reads) 
 
 from . import fat_tree, fat_tree_3tier, rail_optimized  # noqa: F401  (registers the fabrics)
 from .base import (
-                   CLASS_NAMES,
-                   INTER,
-                   INTER_CORE,
-                   INTER_LEAF,
-                   INTER_SPINE,
-                   INTER_XRAIL,
-                   INTRA,
-                   SELF,
-                   Fabric,
-                   FlowGroupSpec,
-                   LinkFamily,
-                   fabric_class,
-                   register_fabric,
-                   registered_fabrics,
+    CLASS_NAMES,
+    INTER,
+    INTER_CORE,
+    INTER_LEAF,
+    INTER_SPINE,
+    INTER_XRAIL,
+    INTRA,
+    SELF,
+    Fabric,
+    FlowGroupSpec,
+    LinkFamily,
+    fabric_class,
+    register_fabric,
+    registered_fabrics,
 )
 from .fat_tree import FatTreeFabric
 from .fat_tree_3tier import FatTree3TierFabric

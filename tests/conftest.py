@@ -20,8 +20,10 @@ def h200():
 
 
 def make_topology(gpus_per_node=8, nics_per_node=8, nvl_gbps=450.0, nvl_lat_us=1.0, nic_gbit=400.0,
-                  nic_lat_us=3.0, fabric="fat_tree", oversub=1.0, launch_us=0.0, sync_us=0.0, **extra):
-    """A topology dict with round numbers for closed-form checks (efficiencies 1)."""
+                  nic_lat_us=3.0, fabric="fat_tree", oversub=1.0, launch_us=0.0, sync_us=0.0, scale_out_extra=None,
+                  **extra):
+    """A topology dict with round numbers for closed-form checks (efficiencies 1).  ``scale_out_extra``: further
+    ``scale_out`` keys (e.g. the fat_tree_3tier geometry)."""
     from simfuse.spec import topology_from_dict
 
     d = {
@@ -34,6 +36,7 @@ def make_topology(gpus_per_node=8, nics_per_node=8, nvl_gbps=450.0, nvl_lat_us=1
                       "fabric": fabric, "oversubscription": oversub},
         "collectives": {"launch_us": launch_us, "sync_us": sync_us},
     }
+    d["scale_out"].update(scale_out_extra or {})
     for k, v in extra.items():
         d[k] = v
     return topology_from_dict(d, "<test>")

@@ -183,6 +183,13 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
     if mode == "symmetric" and not algo.symmetric:
         raise SpecError("<argument>", "mode", f"{op}:{algo.name} is not symmetric with these channels")
     symmetric = algo.symmetric if mode == "auto" else mode == "symmetric"
+    if symmetric:
+        # fabrics whose nodes are not all alike (fat_tree_3tier) check the schedule itself; None elsewhere
+        problem = Fabric.symmetry_problem(topology, nodes, gpus_per_node=g, steps_of_rank=algo.steps)
+        if problem is not None:
+            if mode == "symmetric":
+                raise SpecError("<argument>", "mode", f"{op}:{algo.name} is not symmetric here: {problem}")
+            symmetric = False
     fabric = Fabric(topology, nodes, gpus_per_node=g, symmetric=symmetric)
     sim = Simulation(seed=seed, record=record)
     net = FlowNetwork(sim, fabric.capacities, fabric.names, record_usage=record_usage)

@@ -1,4 +1,18 @@
-from .fabric import INTER, INTER_XRAIL, INTRA, SELF, Fabric, FlowGroupSpec
+from .fabrics import (
+    CLASS_NAMES,
+    INTER,
+    INTER_CORE,
+    INTER_LEAF,
+    INTER_SPINE,
+    INTER_XRAIL,
+    INTRA,
+    SELF,
+    Fabric,
+    FlowGroupSpec,
+    fabric_class,
+    registered_fabrics,
+)
 from .flows import FlowNetwork, max_min_rates
 
-__all__ = ['Fabric', 'FlowGroupSpec', 'FlowNetwork', 'max_min_rates', 'SELF', 'INTRA', 'INTER', 'INTER_XRAIL']
+__all__ = ['Fabric', 'FlowGroupSpec', 'FlowNetwork', 'max_min_rates', 'SELF', 'INTRA', 'INTER', 'INTER_XRAIL',
+           'INTER_LEAF', 'INTER_SPINE', 'INTER_CORE', 'CLASS_NAMES', 'fabric_class', 'registered_fabrics']

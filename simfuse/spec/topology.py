@@ -15,7 +15,10 @@ from ..errors import SpecError
 from ..units import gbit_to_bytes_per_s, gbps_to_bytes_per_s
 from ._fields import Fields, load_yaml_mapping
 
-FABRICS = ("fat_tree", "rail_optimized")
+# fabric kinds; each has a class registered under this name in simfuse/network/fabrics/ (a test checks they match)
+FABRICS = ("fat_tree", "rail_optimized", "fat_tree_3tier")
+# fields only fat_tree_3tier reads (rejected for the other fabrics so that a typo'd fabric name is not silent)
+FABRIC_3TIER_FIELDS = ("nodes_per_leaf", "leaves_per_pod", "spine_oversubscription", "hop_latency_ns")
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
 
@@ -64,7 +67,16 @@ class ScaleOutSpec:
 
     ``fabric``: ``fat_tree`` (every inter-node byte crosses the node's leaf uplinks, whose capacity is the
     node's NIC bandwidth over ``oversubscription``) or ``rail_optimized`` (NIC i of every node sits on leaf i;
-    same-rail traffic stays on the leaf, cross-rail traffic crosses the oversubscribed spine).
+    same-rail traffic stays on the leaf, cross-rail traffic crosses the oversubscribed spine) or
+    ``fat_tree_3tier`` (nodes -> leaves -> pod spines -> core; ``oversubscription`` is the leaf -> spine tier's,
+    ``spine_oversubscription`` the spine -> core tier's; see :mod:`simfuse.network.fabrics.fat_tree_3tier`).
+
+    3-tier defaults: a 64-port NDR switch (NVIDIA Quantum-2 QM9700: 64 x 400 Gb/s) used non-blocking has 32
+    ports down, i.e. ``nodes_per_leaf = 32 / 8 NICs = 4`` nodes of 8 rails; ``leaves_per_pod = 8`` makes a pod
+    of 32 nodes, the size of a DGX SuperPOD scalable unit; both oversubscriptions 1 (non-blocking, as SuperPOD
+    builds are; 2:1 or 3:1 at the upper tiers are common cost-reduced choices).  ``hop_latency_s`` = 200 ns
+    per further switch hop: Quantum-2 port-to-port cut-through latency is quoted at about 130-150 ns by
+    resellers (one quotes ~330 ns; NVIDIA's datasheet gives no figure), plus ~10 m of fibre at 5 ns/m; calibrate.
     """
 
     nics_per_node: int
@@ -73,6 +85,10 @@ class ScaleOutSpec:
     fabric: str = "fat_tree"
     oversubscription: float = 1.0
     efficiency: float = 1.0
+    nodes_per_leaf: int = 4
+    leaves_per_pod: int = 8
+    spine_oversubscription: float = 1.0
+    hop_latency_s: float = 200e-9
 
     @property
     def effective_nic_bw_bytes_per_s(self) -> float:
@@ -182,13 +198,28 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
     su.reject_unknown()
 
     so = root.sub("scale_out")
+    fabric = so.string("fabric", "fat_tree", choices=FABRICS)
+    tier3: dict = {}
+    if fabric == "fat_tree_3tier":
+        d = ScaleOutSpec
+        tier3 = dict(
+            nodes_per_leaf=so.integer("nodes_per_leaf", d.nodes_per_leaf, min_value=1),
+            leaves_per_pod=so.integer("leaves_per_pod", d.leaves_per_pod, min_value=1),
+            spine_oversubscription=so.number("spine_oversubscription", d.spine_oversubscription, min_value=1.0),
+            hop_latency_s=so.number("hop_latency_ns", d.hop_latency_s * 1e9, min_value=0.0) / 1e9,
+        )
+    else:
+        for key in FABRIC_3TIER_FIELDS:
+            if key in so.data:
+                raise SpecError(source, so.name(key), f"only used by fabric fat_tree_3tier (this is {fabric})")
     scale_out = ScaleOutSpec(
         nics_per_node=so.integer("nics_per_node", min_value=1),
         nic_bw_bytes_per_s=gbit_to_bytes_per_s(so.number("nic_bw_gbit", positive=True)),
         latency_s=so.number("latency_us", min_value=0.0) * 1e-6,
-        fabric=so.string("fabric", "fat_tree", choices=FABRICS),
+        fabric=fabric,
         oversubscription=so.number("oversubscription", 1.0, min_value=1.0),
         efficiency=so.number("efficiency", 1.0, positive=True, max_value=1.0),
+        **tier3,
     )
     so.reject_unknown()
     if scale_up.gpus_per_node % scale_out.nics_per_node != 0:

@@ -128,7 +128,12 @@ def simulate_group_collective(topology: TopologySpec, nodes: int, gpus_per_node:
     from .groups import make_group_algorithm
 
     algo = make_group_algorithm(op, algorithm, group, gpus_per_node, size_bytes, topology.collectives.channels)
-    fabric = Fabric(topology, nodes, gpus_per_node=gpus_per_node, symmetric=algo.symmetric)
+    symmetric = algo.symmetric
+    if symmetric and group.size == nodes * gpus_per_node:
+        # fabrics whose nodes differ (fat_tree_3tier) check the schedule; None on node-transitive fabrics
+        symmetric = Fabric.symmetry_problem(topology, nodes, gpus_per_node=gpus_per_node,
+                                            steps_of_rank=algo.steps) is None
+    fabric = Fabric(topology, nodes, gpus_per_node=gpus_per_node, symmetric=symmetric)
     sim = Simulation(seed=0, record=False)
     net = FlowNetwork(sim, fabric.capacities, fabric.names)
     co = topology.collectives

@@ -244,8 +244,10 @@ def _find_cycle(parents: list[list[int]], stuck: set[int]) -> list[int]:
         seen[i] = len(path)
         path.append(i)
         i = min(p for p in parents[i] if p in stuck)
-    cycle = path[seen[i]:]
-    return [*reversed(cycle), cycle[-1]]
+    cycle = path[seen[i]:][::-1]  # in execution order: each node must run before the next
+    k = cycle.index(min(cycle))
+    cycle = cycle[k:] + cycle[:k]
+    return [*cycle, cycle[0]]
 
 
 def _work_from_attrs(a: _Attrs) -> KernelWork | None:
@@ -282,7 +284,7 @@ def _convert_node(n: Node, rank: int, n_ranks: int, pg_to_group: dict[str, str],
     exact_time = a.number(A_TIME)
     if exact_time is not None and exact_time < 0:
         raise SpecError(source, f"{where}.attr[{A_TIME}]", f"must be non-negative, got {exact_time}")
-    time_s = exact_time if exact_time is not None else (n.duration_micros * 1e-6 if n.duration_micros else None)
+    time_s = exact_time if exact_time is not None else (n.duration_micros / 1e6 if n.duration_micros else None)
 
     if ntype in (NodeType.COMP_NODE, NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE):
         stream = stream or ("cpu" if a.bool("is_cpu_op") else "compute")
@@ -496,7 +498,7 @@ def _pg_name_of(n: Node) -> str:
 
 def _as_int(value: float, scale: float = 1.0) -> tuple[int, bool]:
     i = int(round(value * scale))
-    back = float(i) if scale == 1.0 else i * (1.0 / scale)
+    back = i / scale
     return i, back == value
 
 

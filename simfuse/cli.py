@@ -48,15 +48,13 @@ def cmd_collective(args) -> int:
         row = run_collective(topo, args.nodes, args.op, size, algorithm=args.algorithm,
                              gpus_per_node=args.gpus_per_node, mode=args.mode, seed=args.seed).as_dict()
         row.pop("wall_s")  # keep the output deterministic
-        rows.append(row)
+        rows.append(output_units(row))
     if len(rows) > 1 or args.out:
         import pandas as pd
 
         df = pd.DataFrame(rows)
         if args.out:
-            from .results.io import atomic_write_text
-
-            atomic_write_text(Path(args.out), df.to_csv(index=False))
+            write_table(df, Path(args.out))
             print(f"wrote {args.out} ({len(df)} sizes)")
         elif args.format == "json":
             print(json.dumps(rows))
@@ -70,9 +68,47 @@ def cmd_collective(args) -> int:
         print(f"{r['op']} ({r['algorithm']}, {r['mode']}) on {r['ranks']} GPUs ({r['nodes']} nodes x "
               f"{r['gpus_per_node']}), size {r['size_bytes'] / 2**20:.3f} MiB per rank")
         print(f"  time   {r['time_s'] * 1e6:12.2f} us")
-        print(f"  algbw  {r['algbw_gbps']:12.2f} GB/s")
-        print(f"  busbw  {r['busbw_gbps']:12.2f} GB/s")
+        print(f"  algbw  {r['algbw_gbyte_per_s']:12.2f} GB/s")
+        print(f"  busbw  {r['busbw_gbyte_per_s']:12.2f} GB/s")
     return 0
+
+
+def output_units(row: dict) -> dict:
+    """Output columns with unambiguous unit names (:data:`simfuse.units.OUTPUT_RENAMES`: ``*_gbps`` -> GB/s is
+    written ``*_gbyte_per_s``)."""
+    from .units import OUTPUT_RENAMES
+
+    return {OUTPUT_RENAMES.get(k, k): v for k, v in row.items()}
+
+
+def write_table(df, path: Path) -> Path:
+    """Write ``df`` by extension: ``.parquet`` real Parquet (needs pyarrow: the ``parquet`` extra), anything
+    else CSV; atomically."""
+    from .results.io import atomic_write_df
+
+    if path.suffix.lower() in (".parquet", ".pq"):
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise SpecError("<argument>", "--out", "writing Parquet needs pyarrow: pip install 'simfuse[parquet]' "
+                                                   "(or name the file .csv)") from None
+        from .results.io import atomic_write
+
+        return atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
+    return atomic_write_df(df, path)
+
+
+def _collective_arg(value: str) -> str:
+    from .collectives import OPS
+    from .names import canonical_collective
+
+    try:
+        name = canonical_collective(value)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    if name not in OPS:
+        raise argparse.ArgumentTypeError(f"{value!r}: simulated collectives are {', '.join(OPS)}")
+    return name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--topology", required=True, help="topology YAML file")
     c.add_argument("--nodes", type=int, default=1)
     c.add_argument("--gpus-per-node", type=int, default=None)
-    c.add_argument("--op", required=True, choices=OPS)
+    c.add_argument("--op", required=True, type=_collective_arg, metavar="OP",
+                   help=f"{' | '.join(OPS)} (aliases such as alltoall, allreduce, allgather accepted)")
     c.add_argument("--algorithm", default=None,
                    help="direct | hierarchical | ring | hierarchical_rhd (depends on --op); default: the tuner's "
                         "choice, as in workloads")
@@ -93,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-b", "--begin", default=None, help="range start (nccl-tests -b)")
     c.add_argument("-e", "--end", default=None, help="range end (nccl-tests -e)")
     c.add_argument("-f", "--factor", type=float, default=2.0, help="range factor (nccl-tests -f)")
-    c.add_argument("--out", default=None, help="write the table as CSV to this file")
+    c.add_argument("--out", default=None, help="write the table to this file: Parquet if it ends in .parquet, "
+                                               "CSV otherwise")
     c.add_argument("--mode", default="auto", choices=("auto", "symmetric", "full"))
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--format", default="text", choices=("text", "json"))

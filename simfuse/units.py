@@ -1,4 +1,12 @@
-"""Unit parsing and formatting.  Inside the engine everything is seconds and bytes."""
+"""Unit parsing and formatting.  Inside the engine everything is seconds and bytes.
+
+Unit names in outputs (CSV/Parquet columns, JSON fields) are unambiguous: ``*_s`` seconds, ``*_bytes`` bytes,
+``*_bytes_per_s`` bytes per second, ``*_gbyte_per_s`` 1e9 **bytes** per second (GB/s, as nccl-tests prints), and
+``*_gbit_per_s`` 1e9 **bits** per second (Gb/s, NIC line rates).  ``gbps`` is never used in outputs (people read
+it as gigabits); :data:`OUTPUT_RENAMES` maps the engine's older field names.  Spec YAML keeps its documented keys
+(``bw_gbps`` = GB/s, ``nic_bw_gbit`` = Gb/s) and also accepts the unambiguous spellings ``bw_gbyte_per_s`` /
+``hbm_bw_gbyte_per_s`` / ``nic_bw_gbit_per_s``.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +24,9 @@ _SIZE_UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 GB = 1e9  # nccl-tests and datasheets use decimal GB/s
+
+#: Older output field names -> unambiguous ones (see the module docstring).
+OUTPUT_RENAMES = {"algbw_gbps": "algbw_gbyte_per_s", "busbw_gbps": "busbw_gbyte_per_s"}
 
 
 def parse_size_bytes(text: str | int | float, source: str = "<argument>", field: str = "size") -> int:

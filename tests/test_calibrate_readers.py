@@ -138,7 +138,7 @@ def test_nccl_tests_collective_inferred_from_content(tmp_path):
     path = tmp_path / "run1.txt"
     path.write_text(text)
     log = read_nccl_tests(path)
-    assert log.collective == "alltoall"
+    assert log.collective == "all_to_all"
     path.write_text((DATA / "nccl_2nodes.log").read_text())
     log = read_nccl_tests(path)
     assert log.collective == "all_reduce" and log.ranks == 16 and log.level == "scale_out"
@@ -170,8 +170,11 @@ def test_nccl_tests_truncated_row(tmp_path):
     lines = lines[:n]
     lines[-1] = lines[-1][:60]
     path = _write_lines(tmp_path / "all_reduce_perf.log", lines)
-    with pytest.raises(TraceError, match=rf"{path}: line {n}: expected 13 columns"):
-        read_nccl_tests(path)
+    log = read_nccl_tests(path)  # a run cut off in its last row: the complete rows are kept, the cut one noted
+    assert log.rows[-1].size_bytes == 512 and any(f"line {n}: last row cut off" in x for x in log.notes)
+    middle = _write_lines(tmp_path / "all_reduce_perf2.log", lines[:-1] + [lines[-1]] + lines[n - 3:n - 1])
+    with pytest.raises(TraceError, match=rf"{middle}: line {n}: expected 13 columns"):
+        read_nccl_tests(middle)  # a malformed row followed by more rows is an error
 
 
 def test_nccl_tests_garbage_number_and_no_table(tmp_path):
@@ -181,9 +184,12 @@ def test_nccl_tests_garbage_number_and_no_table(tmp_path):
     path = _write_lines(tmp_path / "alltoall_perf.log", lines)
     with pytest.raises(TraceError, match=rf"line {i + 1}: column 'size'"):
         read_nccl_tests(path)
-    header_only = _write_lines(tmp_path / "a.log", lines[:3])
-    with pytest.raises(TraceError, match="no '#  size  count  type"):
+    header_only = _write_lines(tmp_path / "a.log", lines[:3])  # nccl-tests' preamble, then nothing: crashed
+    with pytest.raises(TraceError, match="this run produced no results: the log ends before the column header"):
         read_nccl_tests(header_only)
+    foreign = _write_lines(tmp_path / "b.log", ["hello", "world"])
+    with pytest.raises(TraceError, match="no '#  size  count  type"):
+        read_nccl_tests(foreign)
 
 
 # ---------------------------------------------------------------- PyTorch profiler

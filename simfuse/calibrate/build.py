@@ -83,11 +83,14 @@ def expand_inputs(paths: Sequence[str | Path]) -> list[tuple[Path, bool]]:
     return out
 
 
-def read_inputs(paths: Sequence[str | Path], collective: str | None = None) -> Inputs:
+def read_inputs(paths: Sequence[str | Path], collective: str | None = None, *, ranks: int | None = None,
+                nodes: int | None = None) -> Inputs:
     """Read every input, detecting its format by content.
 
     A file named explicitly must be a calibration input; files found inside a named directory whose format is
     not recognised (or that are held-out measurement tables) are skipped and listed in ``Inputs.skipped``.
+    ``collective``, ``ranks`` and ``nodes`` apply to nccl-tests logs that do not tell (see
+    :func:`~simfuse.calibrate.nccl_tests.read_nccl_tests`).
     """
     inp = Inputs()
     for p, explicit in expand_inputs(paths):
@@ -109,7 +112,7 @@ def read_inputs(paths: Sequence[str | Path], collective: str | None = None) -> I
             inp.runs.extend(runs)
             items = len(runs)
         elif fmt == NCCL_TESTS:
-            log = read_nccl_tests(p, collective)
+            log = read_nccl_tests(p, collective, ranks=ranks, nodes=nodes)
             inp.nccl.append(log)
             items = len(log.rows)
         elif fmt == TORCH_PROFILER:
@@ -320,13 +323,24 @@ def fused_slowdown(points: Sequence[dict]) -> list[dict]:
     return out
 
 
+#: Canonical collective name (simfuse.names) -> key of the profile format's ``fabric.<level>.collectives``.
+PROFILE_COLLECTIVE = {"all_to_all": "alltoall"}
+
+
+def profile_collective(name: str) -> str:
+    """The profile format's key for a canonical collective name (the format still spells all-to-all
+    ``alltoall``; readers accept both)."""
+    return PROFILE_COLLECTIVE.get(name, name)
+
+
 def fabric_section(logs: Sequence[NcclTestLog]) -> tuple[dict, list[dict]]:
     """Alpha-beta fits per level and collective (several logs of one level/collective/ranks are pooled)."""
     groups: dict[tuple[str, str, int], list[NcclTestLog]] = {}
     for log in logs:
-        if log.collective not in COLLECTIVE_FACTORS:
+        key = profile_collective(log.collective)
+        if key not in COLLECTIVE_FACTORS:
             continue
-        groups.setdefault((log.level, log.collective, log.ranks), []).append(log)
+        groups.setdefault((log.level, key, log.ranks), []).append(log)
     fabric: dict[str, dict] = {}
     points: list[dict] = []
     for level, coll, ranks in sorted(groups):
@@ -334,7 +348,8 @@ def fabric_section(logs: Sequence[NcclTestLog]) -> tuple[dict, list[dict]]:
         size = np.asarray([r.size_bytes for lg in ls for r in lg.rows], dtype=float)
         t = np.asarray([r.time_s for lg in ls for r in lg.rows], dtype=float)
         f = fit_alpha_beta(coll, ranks, size, t)
-        lv = fabric.setdefault(level, {"ranks": ranks, "hosts": max(len(lg.hosts) for lg in ls), "collectives": {}})
+        lv = fabric.setdefault(level, {"ranks": ranks, "hosts": max(int(lg.nodes or 1) for lg in ls),
+                                       "collectives": {}})
         if coll in lv["collectives"] and lv["collectives"][coll]["ranks"] >= ranks:
             continue  # keep the largest rank count per collective and level
         lv["collectives"][coll] = {
@@ -412,17 +427,37 @@ def write_yaml_atomic(path: str | Path, data: dict) -> None:
 
 
 def calibrate(inputs: Sequence[str | Path], out: str | Path, compute_units: int | None = None,
-              collective: str | None = None, skipped: list[str] | None = None) -> dict:
+              collective: str | None = None, skipped: list[str] | None = None, *, ranks: int | None = None,
+              nodes: int | None = None, topology=None, force: bool = False,
+              warnings: list[str] | None = None) -> dict:
     """Read ``inputs``, fit, validate the result and write the profile to ``out``; returns the mapping.
 
-    Files skipped inside input directories are appended to ``skipped`` when given."""
-    inp = read_inputs(inputs, collective)
+    The fabric fit is checked by :func:`simfuse.calibrate.plausibility.check_fabric` (line rates against
+    ``topology``, a :class:`~simfuse.spec.TopologySpec` or a topology file, when given): an implausible fit raises
+    :class:`~simfuse.calibrate.plausibility.ImplausibleFit` and nothing is written, unless ``force`` (then the
+    reasons are recorded in the profile's ``notes`` and appended to ``warnings``).  Notes of the nccl-tests reader
+    (a crashed run's rows kept, a cut-off last row) are appended to ``warnings`` too.  Files skipped inside input
+    directories are appended to ``skipped`` when given."""
+    from .plausibility import check_fabric, refuse_or_warn
+
+    if isinstance(topology, (str, Path)):
+        from ..spec import load_topology
+
+        topology = load_topology(topology)
+    inp = read_inputs(inputs, collective, ranks=ranks, nodes=nodes)
     if skipped is not None:
         skipped.extend(inp.skipped)
     profile = build_profile(inp, compute_units)
+    forced = refuse_or_warn(check_fabric(profile, inp.nccl, topology), force, source=str(out))
+    notes = [f"{lg.source}: {n}" for lg in inp.nccl for n in lg.notes]
+    if forced:
+        profile["notes"] = [w.removeprefix("warning: ") for w in forced]
+    if warnings is not None:
+        warnings.extend(forced + [f"note: {n}" for n in notes])
     profile_from_dict(profile, source=str(out))  # the writer and the loader agree on the format
     write_yaml_atomic(out, profile)
     return profile
 
 
-__all__ = ["Inputs", "build_profile", "calibrate", "median_launches", "read_inputs", "write_yaml_atomic"]
+__all__ = ["Inputs", "build_profile", "calibrate", "median_launches", "profile_collective", "read_inputs",
+           "write_yaml_atomic"]

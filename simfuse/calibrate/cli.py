@@ -11,7 +11,24 @@ import json
 import sys
 
 from ..errors import SimfuseError
-from .fit import COLLECTIVE_FACTORS
+from ..names import COLLECTIVES, canonical_collective
+
+
+def _collective_arg(value: str) -> str:
+    try:
+        return canonical_collective(value)
+    except SimfuseError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
 
 
 def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
@@ -25,8 +42,19 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="FILE", help="profile to write (YAML)")
     p.add_argument("--compute-units", type=int, default=None,
                    help="compute units (SMs) of the device; default: max smid + 1 seen in the kernel traces")
-    p.add_argument("--collective", choices=sorted(COLLECTIVE_FACTORS), default=None,
-                   help="collective of the nccl-tests logs when neither file name nor content tells")
+    p.add_argument("--collective", type=_collective_arg, default=None, metavar="NAME",
+                   help=f"collective of the nccl-tests logs when neither file name nor content tells: "
+                        f"{', '.join(COLLECTIVES)} (aliases such as alltoall, allreduce accepted)")
+    p.add_argument("--ranks", type=_positive_int, default=None, metavar="N",
+                   help="ranks of the nccl-tests logs that list no 'Rank' lines (default: from the log)")
+    p.add_argument("--nodes", type=_positive_int, default=None, metavar="M",
+                   help="nodes of the nccl-tests logs when the log does not tell (default: from the log)")
+    p.add_argument("--topology", default=None, metavar="FILE",
+                   help="topology YAML whose line rates the fabric fit must respect (checked when given)")
+    p.add_argument("--force", action="store_true",
+                   help="write an implausible fabric fit anyway (with a warning and a note in the profile) "
+                        "instead of refusing it with exit code 2")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
     p.set_defaults(func=_calibrate)
     return p
 
@@ -58,13 +86,21 @@ def _calibrate(args: argparse.Namespace) -> int:
     if args.compute_units is not None and args.compute_units < 1:
         return _fail(ValueError("--compute-units must be >= 1"))
     skipped: list[str] = []
+    warnings: list[str] = []
     try:
         profile = calibrate(args.inputs, args.out, compute_units=args.compute_units, collective=args.collective,
-                            skipped=skipped)
+                            skipped=skipped, ranks=getattr(args, "ranks", None), nodes=getattr(args, "nodes", None),
+                            topology=getattr(args, "topology", None), force=getattr(args, "force", False),
+                            warnings=warnings)
     except (SimfuseError, OSError) as exc:
         return _fail(exc)
     for line in skipped:
         print(f"skipped {line}", file=sys.stderr)
+    for line in warnings:
+        print(line, file=sys.stderr)
+    if getattr(args, "format", "text") == "json":
+        print(json.dumps(_calibrate_summary(args.out, profile, skipped, warnings)))
+        return 0
     n_k = len(profile.get("kernels", []))
     levels = ", ".join(sorted(profile.get("fabric", {}))) or "none"
     print(f"wrote {args.out}: {n_k} kernel fit(s), fabric levels: {levels}, "
@@ -76,6 +112,21 @@ def _calibrate(args: argparse.Namespace) -> int:
               f"slots {k['slots']}, launch {k['launch_latency_s'] * 1e6:.3g} us, "
               f"rel. residual rms {q['rel_residual_rms']:.3g} over {q['points']} points")
     return 0
+
+
+def _calibrate_summary(out, profile: dict, skipped: list[str], warnings: list[str]) -> dict:
+    """What ``calibrate --format json`` prints: the fits (SI units, names as in the profile) and the messages."""
+    fabric = {}
+    for level, lv in profile.get("fabric", {}).items():
+        fabric[level] = {"use": lv["use"], "ranks": lv["ranks"], "hosts": lv["hosts"],
+                         "collectives": {c: {"alpha_s": v["alpha_s"], "beta_bytes_per_s": v.get("beta_bytes_per_s"),
+                                             "fit": v.get("fit")} for c, v in lv["collectives"].items()}}
+    kernels = [{k: v for k, v in kf.items() if k in ("kernel", "variant", "dtype", "overhead_s", "bw_bytes_per_s",
+                                                     "flops_per_s", "slots", "launch_latency_s", "fit")}
+               for kf in profile.get("kernels", [])]
+    return {"out": str(out), "kernels": kernels, "fabric": fabric, "points": len(profile.get("points", [])),
+            "sources": profile.get("sources", []), "skipped": skipped, "warnings": warnings,
+            "notes": profile.get("notes", [])}
 
 
 def _fmt_rate(x, unit: str) -> str:

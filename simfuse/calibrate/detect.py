@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..errors import TraceError
@@ -17,6 +18,14 @@ HELDOUT_COLUMNS = ("kernel", "variant", "backend", "world_size", "dtype", "shape
                    "p10_s", "p90_s", "flops", "bytes", "device", "date")
 
 
+_JSON_START = re.compile(r'^(\{\s*("|\}|$)|\[\s*(\{|\[|\]|"|$))')
+
+
+def _looks_like_json(stripped: str) -> bool:
+    """A JSON document starts with an object or an array of values; ``[host:1234] warning`` does not."""
+    return bool(_JSON_START.match(stripped[:200]))
+
+
 def detect_format(path: str | Path) -> str:
     """One of :data:`KERNEL_TRACE`, :data:`TORCH_PROFILER`, :data:`NCCL_TESTS`, :data:`HELDOUT_CSV`."""
     p = Path(path)
@@ -26,10 +35,10 @@ def detect_format(path: str | Path) -> str:
     stripped = text.lstrip("\ufeff \t\r\n")
     if not stripped:
         raise TraceError(str(p), "line 1", "empty file")
-    if stripped[0] in "{[":
-        return TORCH_PROFILER
     if looks_like_nccl_tests(text):
-        return NCCL_TESTS
+        return NCCL_TESTS  # before JSON: an MPI log may start with "[host:pid]" or "[1,0]<stdout>:"
+    if _looks_like_json(stripped):
+        return TORCH_PROFILER
     for line in text.splitlines():
         s = line.strip()
         if not s or s.startswith("#"):

@@ -1,11 +1,31 @@
-"""Reader of nccl-tests standard output (``all_reduce_perf``, ``alltoall_perf``, ...).
+"""Reader of nccl-tests standard output (``all_reduce_perf``, ``alltoall_perf``, ...) as users have it.
 
-Format: ``#`` header lines (``# nThread 1 nGpus 8 ...``, ``#  Rank  0 Group  0 Pid 123 on host device 0 [0x18]
+The table: ``#`` header lines (``# nThread 1 nGpus 8 ...``, ``#  Rank  0 Group  0 Pid 123 on host device 0 [0x18]
 NVIDIA H100 80GB HBM3``, the column header ``#  size  count  type  redop  root  time  algbw  busbw  #wrong ...``),
 then one row per message size with out-of-place and in-place columns.  Times are microseconds, bandwidths GB/s
-(1e9 bytes).  The collective is taken from the file name or the command line when present (``all_reduce_perf``,
-``alltoall_perf``, ...) and otherwise inferred from ``busbw / algbw`` (2(n-1)/n for all-reduce, (n-1)/n for
-all-to-all) and the ``redop`` column.
+(1e9 bytes).  Only the out-of-place block is used.
+
+What real logs look like and what this reader accepts (fixtures: ``tests/data/nccl_tests/``):
+
+* launcher prefixes on every line: OpenMPI ``--tag-output`` (``[1,0]<stdout>:``), Slurm ``srun --label``
+  (``0: ``), MPICH/Intel MPI ``-prepend-rank`` (``[0] ``, also in the middle of a line when writes were split),
+  pdsh-style ``host: `` prefixes;
+* preambles before the table: OpenMPI ``[host:pid]`` warnings and ``----`` help boxes, NCCL ``NCCL INFO`` lines,
+  the command line, ``NCCL version ...``;
+* column layouts of nccl-tests 1.x (``bytes N type op time algbw busbw res``), 2.x before 2.10 (``size count type
+  redop time algbw busbw error``, ``N/A`` when checks are off), 2.10+ (``... redop root time algbw busbw #wrong``),
+  layouts without ``redop`` (all-gather of old versions), an empty redop column (all-to-all), rows that hold only
+  one (the out-of-place) block;
+* rank lines of every version (``Rank 0 Group 0 Pid P on H``, ``Rank 0 Pid P on H``, ``Rank 0 on H``) or none:
+  the rank count then comes from ``ranks=`` (``--ranks``), ``nranks`` in NCCL INFO lines, or the launcher's
+  command line (``-np``, ``--ntasks``); the node count from ``nodes=`` (``--nodes``), the rank lines' hosts, the
+  NCCL INFO lines' hosts or the command line (``-npernode``, ``--nodes``, ``-H a,b``);
+* crashed or truncated runs: rows up to the failure are kept (the failure is noted); a run without result rows
+  raises a one-line :class:`TraceError` saying "this run produced no results" and why.
+
+The collective comes from the ``--collective`` override, the ``# Collective test starting:`` line, the file name,
+the command line, or ``busbw / algbw`` (2(n-1)/n for all-reduce, (n-1)/n for all-to-all) and the redop column.
+Names are canonical (:mod:`simfuse.names`: ``all_to_all``, ``all_reduce``, ...).
 """
 
 from __future__ import annotations
@@ -16,17 +36,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TraceError
+from ..names import collective_or_none
 from ._io import GZIP_ERRORS, open_text
 
-_RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)(?:\s+on\s+(\S+))?\s+device\s+(\d+)\s*(?:\[[^\]]*\])?\s*(.*)$")
+_RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+)\s+device\s+(\d+)"
+                      r"\s*(?:\[[^\]]*\])?\s*(.*)$")
 _NTHREAD_RE = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
-_BINARIES = {
-    "all_reduce": "all_reduce", "allreduce": "all_reduce",
-    "alltoall": "alltoall", "all_to_all": "alltoall", "a2a": "alltoall",
-    "all_gather": "all_gather", "allgather": "all_gather",
-    "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter",
-}
-_HEADER_COLS = ("size", "count", "type")
+_NRANKS_RE = re.compile(r"\bnranks\s+(\d+)")
+_INFO_HOST_RE = re.compile(r"^([A-Za-z0-9_.\-]+):\d+:\d+\s+\[\d+\]\s+NCCL\s+(?:INFO|WARN)")
+_STARTING_RE = re.compile(r"Collective test starting:\s*(\S+)")
+_VERSION_RE = re.compile(r"NCCL version\s+(\S+)|nccl-tests version\s+(\S+)")
+_BINARY_RE = re.compile(r"(?:^|[/\s])([a-z_]+)_perf(?:_mpi)?\b")
+_FAIL_RE = re.compile(r"NCCL failure|Test CUDA failure|Test failure|CUDA failure|NCCL WARN|Segmentation fault|"
+                      r"segfault|Aborted|core dumped|mpirun noticed|exited on signal|srun: error|"
+                      r"CANCELLED|DUE TO TIME LIMIT|Killed|terminate called|out of memory", re.I)
+_ROW_RE = re.compile(r"^\d+\s+\d+(\s|$)")
+_ROW_START_RE = re.compile(r"^\d[^\s:]*(\s|$)")  # a result row, possibly malformed (not "host:pid" or "12:")
+# Launcher prefixes, tried in order; each is removed once from the start of the line.
+_PREFIXES = (
+    re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),  # OpenMPI --tag-output
+    re.compile(r"^\[\d+,\d+\]:\s?"),                      # OpenMPI with a custom tag
+    re.compile(r"^\s*\d+:\s"),                            # srun --label
+    re.compile(r"^\[\d+\]\s?"),                           # MPICH / Intel MPI -prepend-rank
+)
+_HOST_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*:\s+")  # pdsh / clush: "node01: ..."
+_INLINE_RANK = re.compile(r"\[\d+\]")
+_COL_ALIASES = {"bytes": "size", "n": "count", "op": "redop", "res": "wrong", "error": "wrong", "#wrong": "wrong",
+                "wrong": "wrong", "errors": "wrong"}
+_PREFIX_COLS = ("size", "count", "type", "redop", "root")
+_REDUCTIONS = {"sum", "prod", "min", "max", "avg", "mulsum", "premulsum", "none", "-"}
+_CMD_NP = re.compile(r"(?:^|\s)(?:-np|-n|--np|--ntasks(?:=|\s))\s*(\d+)")
+_CMD_PERNODE = re.compile(r"(?:-npernode|--npernode|-ppn|--ntasks-per-node(?:=|\s)|ppr:)\s*(\d+)")
+_CMD_NODES = re.compile(r"(?:--nodes(?:=|\s)|^srun\b.*?\s-N\s*)(\d+)")
+_CMD_HOSTS = re.compile(r"(?:^|\s)(?:-H|--host|-host)\s+(\S+)")
+_CMD_G = re.compile(r"\s(?:-g|--ngpus)\s+(\d+)")
 
 
 @dataclass
@@ -36,10 +79,11 @@ class NcclRow:
     dtype: str
     redop: str
     time_s: float  # out-of-place
-    algbw_gbps: float
-    busbw_gbps: float
+    algbw_gbyte_per_s: float | None
+    busbw_gbyte_per_s: float | None
     time_inplace_s: float | None
     line: int
+    wrong: str = "0"
 
 
 @dataclass
@@ -52,123 +96,384 @@ class NcclTestLog:
     hosts: list[str]
     devices: list[str]
     rows: list[NcclRow] = field(default_factory=list)
+    nodes: int | None = None
+    notes: list[str] = field(default_factory=list)
+    nccl_version: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # NCCL_ALGO / NCCL_PROTO when the log says
+
+    def __post_init__(self) -> None:
+        if self.nodes is None:
+            self.nodes = max(1, len(self.hosts))
 
     @property
     def level(self) -> str:
-        """``scale_up`` (one host) or ``scale_out`` (several)."""
-        return "scale_out" if len(self.hosts) > 1 else "scale_up"
+        """``scale_up`` (one node) or ``scale_out`` (several)."""
+        return "scale_out" if (self.nodes or 1) > 1 else "scale_up"
+
+    @property
+    def gpus_per_node(self) -> int:
+        return max(1, self.ranks // max(1, self.nodes or 1))
+
+
+def strip_launcher_prefix(line: str) -> str:
+    """The line without the launcher's per-line prefix (see the module docstring)."""
+    for rx in _PREFIXES:
+        m = rx.match(line)
+        if m:
+            line = line[m.end():]
+            break
+    if _INLINE_RANK.search(line) and _ROW_RE.match(_INLINE_RANK.sub(" ", line).strip()):
+        line = _INLINE_RANK.sub(" ", line)  # "-1[0]    1626.5": -prepend-rank on split writes
+    if not line.lstrip().startswith("#") and not _ROW_RE.match(line.strip()):
+        m = _HOST_PREFIX.match(line)
+        if m and (line[m.end():].lstrip().startswith("#") or _ROW_RE.match(line[m.end():].strip())):
+            line = line[m.end():]
+    return line
+
+
+def _column_header(s: str) -> list[str] | None:
+    toks = [t.lower() for t in s.lstrip("#").split()]
+    if len(toks) < 4 or toks[0] not in ("size", "bytes") or toks[1] not in ("count", "n"):
+        return None
+    cols = [_COL_ALIASES.get(t, t) for t in toks]
+    if not {"time", "algbw", "busbw"} <= set(cols):
+        return None
+    return cols
 
 
 def looks_like_nccl_tests(text: str) -> bool:
-    """True if the start of a file looks like nccl-tests output."""
-    return bool(re.search(r"^#\s*nThread\s+\d+", text, re.M)) or bool(
-        re.search(r"^#\s+size\s+count\s+type", text, re.M))
+    """True if the start of a file looks like nccl-tests output (launcher prefixes allowed)."""
+    for raw in text.splitlines():
+        s = strip_launcher_prefix(raw).strip()
+        if _NTHREAD_RE.search(s) and s.lstrip("#").lstrip().startswith("nThread"):
+            return True
+        if s.startswith("#") and _column_header(s) is not None:
+            return True
+        if "Collective test starting:" in s:
+            return True
+    return False
 
 
 def _collective_hint(text: str) -> str | None:
-    low = text.lower()
-    for key in sorted(_BINARIES, key=len, reverse=True):
-        if re.search(rf"(^|[^a-z]){key}(_perf|[^a-z]|$)", low):
-            return _BINARIES[key]
+    m = _BINARY_RE.search(text.lower())
+    if m:
+        return collective_or_none(m.group(1))
     return None
 
 
-def read_nccl_tests(path: str | Path, collective: str | None = None) -> NcclTestLog:
-    """Parse one nccl-tests log.  ``collective`` overrides the detection."""
-    p = Path(path)
-    src = str(p)
-    ranks: dict[int, tuple[str, str]] = {}
-    threads = gpus = None
-    columns: list[str] | None = None
-    rows: list[NcclRow] = []
-    cmdline_hint: str | None = None
-    lineno = 0
+@dataclass
+class _Layout:
+    cols: list[str]
+    prefix: list[str]          # prefix columns present (size, count, type, redop, root)
+    block: list[str]           # one block's columns (time, algbw, busbw[, wrong])
+    nblocks: int
+    out_of_place: int          # index of the out-of-place block
+    time_ends: list[int]       # character offset of the end of each block's "time" header
+
+
+def _layout(src: str, lineno: int, cols: list[str], header_line: str, label_line: str | None) -> _Layout:
+    n_prefix = 0
+    while n_prefix < len(cols) and cols[n_prefix] in _PREFIX_COLS:
+        n_prefix += 1
+    rest = cols[n_prefix:]
+    if not rest or rest[0] != "time":
+        raise TraceError(src, f"line {lineno}", f"unrecognised nccl-tests column header: {' '.join(cols)}")
     try:
-        with open_text(p) as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                line = raw.rstrip("\n")
-                s = line.strip()
-                if not s:
-                    continue
-                if s.startswith("#"):
-                    m = _NTHREAD_RE.search(s)
-                    if m:
-                        threads, gpus = int(m.group(1)), int(m.group(2))
-                        continue
-                    m = _RANK_RE.match(s)
-                    if m:
-                        ranks[int(m.group(1))] = (m.group(4) or "localhost", m.group(6).strip())
-                        continue
-                    toks = s.lstrip("#").split()
-                    if len(toks) >= 3 and tuple(toks[:3]) == _HEADER_COLS:
-                        columns = toks
-                    continue
-                if columns is None:
-                    if "_perf" in s and cmdline_hint is None:
-                        cmdline_hint = _collective_hint(s)
-                    continue  # e.g. a command line or an MPI banner before the table
-                rows.append(_parse_row(src, lineno, s, columns))
-    except GZIP_ERRORS as exc:
-        raise TraceError(src, f"line {lineno + 1}", f"corrupt or truncated gzip stream ({exc})") from None
-    except UnicodeDecodeError:
-        raise TraceError(src, f"line {lineno + 1}", "not UTF-8 text (not an nccl-tests log)") from None
-    if columns is None:
-        raise TraceError(src, "", "not an nccl-tests log: no '#  size  count  type ...' column header found")
-    if not rows:
-        raise TraceError(src, f"line {lineno}", "nccl-tests log has no result rows (truncated?)")
-    n = len(ranks) if ranks else (threads or 1) * (gpus or 1)
-    if n < 2:
-        raise TraceError(src, "", f"nccl-tests log covers {n} rank(s); need at least 2 to fit a fabric")
-    hosts = sorted({h for h, _ in ranks.values()}) or ["localhost"]
-    devices = sorted({d for _, d in ranks.values() if d})
-    coll = collective or _collective_hint(p.name) or cmdline_hint or _infer_collective(src, rows, n)
-    return NcclTestLog(src, coll, n, hosts, devices, rows)
+        bs = rest.index("time", 1)
+    except ValueError:
+        bs = len(rest)
+    block = rest[:bs]
+    if "algbw" not in block or "busbw" not in block or len(rest) % bs:
+        raise TraceError(src, f"line {lineno}", f"unrecognised nccl-tests column header: {' '.join(cols)}")
+    nblocks = len(rest) // bs
+    oop = 0
+    if label_line is not None:
+        low = label_line.lower()
+        i_oop, i_in = low.find("out-of-place"), low.replace("out-of-place", " " * 12).find("in-place")
+        if i_oop >= 0 and 0 <= i_in < i_oop and nblocks == 2:
+            oop = 1  # mscclpp-test prints in-place first
+    ends = [m.end() for m in re.finditer(r"\btime\b", header_line.lower())]
+    return _Layout(cols, cols[:n_prefix], block, nblocks, oop, ends)
 
 
-def _num(src: str, lineno: int, name: str, tok: str) -> float:
+def _num(src: str, lineno: int, name: str, tok: str) -> float | None:
+    if tok.upper() in ("N/A", "NA", "-"):
+        return None
     try:
         value = float(tok)
     except ValueError:
-        value = math.nan
+        raise TraceError(src, f"line {lineno}", f"column {name!r}: {tok!r} is not a number") from None
     if not math.isfinite(value):
         raise TraceError(src, f"line {lineno}", f"column {name!r}: {tok!r} is not a finite number")
     return value
 
 
-def _parse_row(src: str, lineno: int, s: str, columns: list[str]) -> NcclRow:
+def _parse_row(src: str, lineno: int, s: str, lay: _Layout) -> NcclRow | None:
+    """One result row (``None`` when it holds no out-of-place time, e.g. ``N/A``)."""
     toks = s.split()
-    if len(toks) != len(columns):
-        raise TraceError(src, f"line {lineno}",
-                         f"expected {len(columns)} columns ({' '.join(columns)}), got {len(toks)} (truncated?)")
-    idx = {}
-    for i, c in enumerate(columns):
-        idx.setdefault(c, []).append(i)
-    if "time" not in idx or "algbw" not in idx or "busbw" not in idx:
-        raise TraceError(src, f"line {lineno}", "column header lacks time/algbw/busbw")
-    size = _num(src, lineno, "size", toks[idx["size"][0]])
-    count = _num(src, lineno, "count", toks[idx["count"][0]])
-    t_us = _num(src, lineno, "time", toks[idx["time"][0]])
-    algbw = _num(src, lineno, "algbw", toks[idx["algbw"][0]])
-    busbw = _num(src, lineno, "busbw", toks[idx["busbw"][0]])
-    t_in = None
-    if len(idx["time"]) > 1:
-        t_in = _num(src, lineno, "time", toks[idx["time"][1]]) * 1e-6
+    i = 0
+    vals: dict[str, str] = {}
+    for c in lay.prefix:
+        if i >= len(toks):
+            raise TraceError(src, f"line {lineno}", "truncated result row")
+        if c == "redop" and _looks_numeric(toks[i]) and toks[i].lower() not in _REDUCTIONS:
+            vals["redop"] = "none"  # empty redop column (all-to-all, all-gather)
+            continue
+        if c == "type" and _looks_numeric(toks[i]):
+            raise TraceError(src, f"line {lineno}", f"column 'type': {toks[i]!r} is not a data type")
+        vals[c] = toks[i]
+        i += 1
+    rest = toks[i:]
+    bs = len(lay.block)
+    if len(rest) == bs * lay.nblocks:
+        blocks = [rest[k * bs:(k + 1) * bs] for k in range(lay.nblocks)]
+        oop = blocks[lay.out_of_place]
+        inplace = blocks[1 - lay.out_of_place] if lay.nblocks == 2 else None
+    elif len(rest) == bs and lay.nblocks == 2:
+        # One block only: which one is told by where it sits under the header (right-aligned columns).
+        pos = _token_end(s, i + lay.block.index("time") if "time" in lay.block else i)
+        which = lay.out_of_place
+        if len(lay.time_ends) == 2 and pos is not None:
+            which = min((0, 1), key=lambda k: abs(lay.time_ends[k] - pos))
+        if which != lay.out_of_place:
+            return None  # only the in-place block was measured
+        oop, inplace = rest, None
+    else:
+        raise TraceError(src, f"line {lineno}", f"expected {len(lay.cols)} columns ({' '.join(lay.cols)}), got "
+                                                f"{len(toks)} (truncated?)")
+    b = dict(zip(lay.block, oop, strict=True))
+    size = _num(src, lineno, "size", vals["size"])
+    count = _num(src, lineno, "count", vals["count"])
+    t_us = _num(src, lineno, "time", b["time"])
+    if size is None or count is None:
+        raise TraceError(src, f"line {lineno}", "size and count must be numbers")
+    if t_us is None:
+        return None
     if size < 0 or t_us <= 0:
         raise TraceError(src, f"line {lineno}", f"size must be >= 0 and time > 0 (got {size}, {t_us} us)")
-    redop = toks[idx["redop"][0]] if "redop" in idx else "none"
-    return NcclRow(int(size), int(count), toks[idx["type"][0]], redop, t_us * 1e-6, algbw, busbw, t_in, lineno)
+    t_in = None
+    if inplace is not None:
+        v = _num(src, lineno, "time", dict(zip(lay.block, inplace, strict=True))["time"])
+        t_in = None if v is None or v <= 0 else v * 1e-6
+    return NcclRow(int(size), int(count), vals.get("type", "-"), vals.get("redop", "none"), t_us * 1e-6,
+                   _num(src, lineno, "algbw", b["algbw"]), _num(src, lineno, "busbw", b["busbw"]), t_in, lineno,
+                   b.get("wrong", "0"))
+
+
+def _looks_numeric(tok: str) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return tok.upper() == "N/A"
+    return True
+
+
+def _token_end(line: str, index: int) -> int | None:
+    ms = list(re.finditer(r"\S+", line))
+    return ms[index].end() if index < len(ms) else None
+
+
+def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: int | None = None,
+                    nodes: int | None = None) -> NcclTestLog:
+    """Parse one nccl-tests log.  ``collective``, ``ranks`` and ``nodes`` override what the log says."""
+    p = Path(path)
+    src = str(p)
+    rank_lines: dict[int, tuple[str, str, str | None]] = {}
+    duplicate_rank0 = False
+    threads = gpus = None
+    nranks_info: set[int] = set()
+    info_hosts: set[str] = set()
+    lay: _Layout | None = None
+    label_line: str | None = None
+    rows: list[NcclRow] = []
+    cmdlines: list[str] = []
+    starting: str | None = None
+    version: str | None = None
+    failures: list[str] = []
+    malformed: tuple[int, str] | None = None
+    env: dict[str, str] = {}
+    lineno = 0
+    try:
+        with open_text(p) as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                line = strip_launcher_prefix(raw.rstrip("\n"))
+                s = line.strip()
+                if not s:
+                    continue
+                for m in re.finditer(r"\b(NCCL_ALGO|NCCL_PROTO)=(\S+)", s):
+                    env[m.group(1)] = m.group(2).strip("'\"")
+                m = _NTHREAD_RE.search(s)
+                if m and s.lstrip("#").lstrip().startswith("nThread"):
+                    threads, gpus = int(m.group(1)), int(m.group(2))
+                    continue
+                if s.startswith("#") or _RANK_RE.match(s):
+                    body = s.lstrip("#").strip()
+                    m = _NTHREAD_RE.search(body)
+                    if m and body.startswith("nThread"):
+                        threads, gpus = int(m.group(1)), int(m.group(2))
+                        continue
+                    m = _RANK_RE.match(s)
+                    if m:
+                        r = int(m.group(1))
+                        entry = (m.group(3), m.group(5).strip(), m.group(2))
+                        if r in rank_lines and rank_lines[r] != entry:
+                            duplicate_rank0 = duplicate_rank0 or r == 0
+                        rank_lines.setdefault(r, entry)
+                        continue
+                    m = _STARTING_RE.search(body)
+                    if m:
+                        starting = m.group(1)
+                        continue
+                    m = _VERSION_RE.search(body)
+                    if m:
+                        version = version or m.group(1) or m.group(2)
+                    cols = _column_header(s)
+                    if cols is not None:
+                        if lay is None:
+                            lay = _layout(src, lineno, cols, line, label_line)
+                        continue
+                    if "out-of-place" in body or "in-place" in body:
+                        label_line = line
+                    continue
+                m = _INFO_HOST_RE.match(s)
+                if m:
+                    info_hosts.add(m.group(1))
+                    m2 = _NRANKS_RE.search(s)
+                    if m2:
+                        nranks_info.add(int(m2.group(1)))
+                    if "NCCL WARN" in s:
+                        failures.append(s)
+                    continue
+                if lay is not None and _ROW_START_RE.match(s):
+                    if malformed is not None:
+                        raise TraceError(src, f"line {malformed[0]}", malformed[1])
+                    try:
+                        row = _parse_row(src, lineno, s, lay)
+                    except TraceError as exc:
+                        malformed = (lineno, exc.message)  # fatal only if more rows follow (else: truncated)
+                        continue
+                    if row is not None:
+                        rows.append(row)
+                    continue
+                m = _VERSION_RE.search(s)
+                if m:
+                    version = version or m.group(1) or m.group(2)
+                    continue
+                if "_perf" in s:
+                    cmdlines.append(s)
+                    continue
+                if _FAIL_RE.search(s):
+                    failures.append(s)
+    except GZIP_ERRORS as exc:
+        raise TraceError(src, f"line {lineno + 1}", f"corrupt or truncated gzip stream ({exc})") from None
+    except UnicodeDecodeError:
+        raise TraceError(src, f"line {lineno + 1}", "not UTF-8 text (not an nccl-tests log)") from None
+    notes: list[str] = []
+    if malformed is not None:
+        notes.append(f"line {malformed[0]}: last row cut off ({malformed[1]}); dropped")
+    if lay is None and not rank_lines and threads is None and starting is None:
+        raise TraceError(src, "", "not an nccl-tests log: no '#  size  count  type ...' column header found")
+    if not rows:
+        why = (f"it failed: {_clip(failures[0])}" if failures else
+               "the log ends before the first result row (crashed or truncated?)" if lay is not None else
+               "the log ends before the column header (crashed or truncated?)")
+        raise TraceError(src, "", f"this run produced no results: {why}")
+    if failures:
+        notes.append(f"the run reported a failure after {len(rows)} row(s): {_clip(failures[0])}")
+    wrong = [r for r in rows if r.wrong not in ("0", "N/A", "0e+00") and _nonzero(r.wrong)]
+    if wrong:
+        notes.append(f"{len(wrong)} row(s) with wrong results (#wrong/error column): timings kept")
+    # Launcher options come before the binary (nccl-tests' own "-n" is the iteration count), "-g" after it.
+    launch = " ".join(re.split(r"\S*_perf(?:_mpi)?\b", c, maxsplit=1)[0] for c in cmdlines)
+    cmd = " ".join(cmdlines)
+    if duplicate_rank0 and ranks is None:
+        raise TraceError(src, "", "this log holds several independent 1-rank runs (every process printed its own "
+                                  "'Rank 0' header: nccl-tests built without MPI=1?); no collective over several "
+                                  "ranks was measured")
+    n, how = _rank_count(ranks, rank_lines, nranks_info, threads, gpus, launch, cmd)
+    if n < 2:
+        raise TraceError(src, "", f"nccl-tests log covers {n} rank(s) ({how}); need at least 2 to fit a fabric "
+                                  "(pass --ranks N if the log does not list its ranks)")
+    complete = bool(rank_lines) and len(rank_lines) == n and max(rank_lines) == n - 1
+    hosts = sorted({h for h, _, _ in rank_lines.values()}) if complete else sorted(info_hosts)
+    k = nodes or (len(hosts) if complete else None) or _nodes_from_cmd(launch, n)
+    if k is None:
+        if how == "nThread x nGpus":
+            k = 1  # one process drives every GPU: one node
+        elif info_hosts:
+            k = len(info_hosts)
+            notes.append(f"node count {k} taken from the hosts of NCCL INFO lines")
+        else:
+            raise TraceError(src, "", f"cannot tell how many nodes the {n} ranks ran on (no complete 'Rank' lines, "
+                                      "no launcher options in the log): pass --nodes M")
+    if k < 1 or n % k:
+        raise TraceError(src, "", f"{n} ranks do not spread evenly over {k} node(s): check --ranks/--nodes")
+    devices = sorted({d for _, d, _ in rank_lines.values() if d})
+    coll = (collective_or_none(collective) if collective else None) or \
+        (collective_or_none(starting) if starting else None) or _collective_hint(p.name) or \
+        _collective_hint(cmd) or _infer_collective(src, rows, n)
+    return NcclTestLog(src, coll, n, hosts if hosts else ["localhost"], devices, rows, nodes=k, notes=notes,
+                       nccl_version=version, env=env)
+
+
+def _clip(s: str, width: int = 160) -> str:
+    s = " ".join(s.split())
+    return s if len(s) <= width else s[:width - 3] + "..."
+
+
+def _nonzero(tok: str) -> bool:
+    try:
+        return float(tok) != 0.0
+    except ValueError:
+        return False
+
+
+def _rank_count(ranks, rank_lines, nranks_info, threads, gpus, launch, cmd) -> tuple[int, str]:
+    if ranks is not None:
+        return int(ranks), "--ranks"
+    if nranks_info:
+        return max(nranks_info), "nranks in NCCL INFO lines"
+    if rank_lines and len(rank_lines) == max(rank_lines) + 1 and (len(rank_lines) > 1 or not launch.strip()):
+        return len(rank_lines), "Rank lines"
+    per_proc = (threads or 1) * (gpus or 1)
+    m = _CMD_NP.search(launch)
+    if m:
+        g = _CMD_G.search(cmd)
+        return int(m.group(1)) * (int(g.group(1)) if g else per_proc), "launcher -np"
+    m_nodes, m_per = _CMD_NODES.search(launch), _CMD_PERNODE.search(launch)
+    if m_nodes and m_per:
+        return int(m_nodes.group(1)) * int(m_per.group(1)) * per_proc, "launcher --nodes x --ntasks-per-node"
+    if rank_lines:
+        return max(len(rank_lines), max(rank_lines) + 1), "Rank lines"
+    if threads is None:
+        return 1, "the log has no 'Rank' lines, nThread/nGpus header, nranks or launcher options"
+    return per_proc, "nThread x nGpus"
+
+
+def _nodes_from_cmd(cmd: str, ranks: int) -> int | None:
+    m = _CMD_NODES.search(cmd)
+    if m:
+        return int(m.group(1))
+    m = _CMD_PERNODE.search(cmd)
+    if m and int(m.group(1)) > 0:
+        return max(1, ranks // int(m.group(1)))
+    m = _CMD_HOSTS.search(cmd)
+    if m:
+        return len([h for h in m.group(1).split(",") if h])
+    return None
 
 
 def _infer_collective(src: str, rows: list[NcclRow], n: int) -> str:
-    big = [r for r in rows if r.algbw_gbps >= 1.0]
+    big = [r for r in rows if r.algbw_gbyte_per_s is not None and r.busbw_gbyte_per_s is not None and r.algbw_gbyte_per_s >= 1.0]
     if not big:
-        raise TraceError(src, "", "cannot tell the collective (name the file e.g. all_reduce_perf.log)")
-    ratio = sorted(r.busbw_gbps / r.algbw_gbps for r in big)[len(big) // 2]
+        raise TraceError(src, "", "cannot tell the collective (name the file e.g. all_reduce_perf.log, or pass "
+                                  "--collective)")
+    ratio = sorted(r.busbw_gbyte_per_s / r.algbw_gbyte_per_s for r in big)[len(big) // 2]
     ar, a2a = 2.0 * (n - 1) / n, (n - 1) / n
     reduces = any(r.redop not in ("none", "-") for r in rows)
     if abs(ratio - ar) < 0.02 * ar and reduces:
         return "all_reduce"
     if abs(ratio - a2a) < 0.02 * a2a:
-        return "reduce_scatter" if reduces else "alltoall"
+        return "reduce_scatter" if reduces else "all_to_all"
     raise TraceError(src, "", f"cannot tell the collective from busbw/algbw = {ratio:.3f} at {n} ranks "
-                              "(name the file e.g. alltoall_perf.log)")
+                              "(name the file e.g. alltoall_perf.log, or pass --collective)")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import matplotlib
+import matplotlib.ticker
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -78,7 +80,7 @@ def plot_speedup_vs_size(df, path: Path | str, *, size_col: str = "comm_bytes_pe
         ax.set_xlabel("per-rank collective buffer (bytes)" if size_col == "comm_bytes_per_rank" else size_col)
         ax.set_ylabel("speedup (baseline / fused)")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
         ticks = ax.get_xticks()
         ax.set_xticks(ticks)
         ax.set_xticklabels([_fmt_bytes(t) if t > 0 else "" for t in ticks], fontsize=7, rotation=30)
@@ -243,7 +245,7 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
     for color, (key, g) in zip(colors, groups, strict=False):
         g = g.sort_values("nodes")
         lab = _group_label(key, cols) or "fused"
-        ax1.plot(g["nodes"], g["speedup"], "-o", ms=4, color=color, label=lab)
+        ax1.plot(g["nodes"], g["speedup"], "-o", ms=4, color=color, label=f"{lab}: speedup" if cols else "speedup")
         sel = df[df["mode"] == "baseline"]
         fsel = df[df["mode"] == "fused"]
         if cols:
@@ -257,22 +259,59 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
                  label=f"{prefix}baseline")
         ax2.plot(fsel["nodes"], fsel["iteration_time_s"] * 1e3, "-o", ms=4, color=color, label=f"{prefix}fused")
     ax1.axhline(1.0, color="0.5", lw=0.8, ls="--")
-    for ax in (ax1, ax2):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("nodes")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
     nodes = sorted(set(int(v) for v in df["nodes"]))
     gpus = {int(n): int(gv) for n, gv in zip(df["nodes"], df["gpus"], strict=False)}
     for ax in (ax1, ax2):
-        ax.set_xticks(nodes)
-        ax.set_xticklabels([f"{n}\n({gpus[n]} GPUs)" for n in nodes], fontsize=7)
-    ax1.set_ylabel("speedup (baseline / fused)")
-    ax2.set_ylabel("iteration time (ms)")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+        node_ticks(ax, nodes, gpus)
+    ax2.set_yscale("log")
+    for which in (ax2.yaxis.set_major_formatter, ax2.yaxis.set_minor_formatter):
+        which(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax1.set_ylabel("speedup (baseline time / fused time)")
+    ax2.set_ylabel("iteration time (ms, log scale)")
+    ax1.set_title("speedup of fused over baseline", fontsize=9)
+    ax2.set_title("iteration time", fontsize=9)
+    fig.suptitle(title or "speedup and iteration time against node count")
+    _legend_below(fig, [ax1, ax2])
     return save_figure(fig, path)
+
+
+def node_ticks(ax, nodes: Sequence[int], gpus: dict[int, int] | None = None, max_labels: int = 8) -> None:
+    """A tick at every node count; labels ``N`` (and the GPU count on a second line) on at most ``max_labels``
+    of them (every k-th, always the first and the last), so they stay readable from 1 to 1,024+ nodes."""
+    nodes = sorted(int(n) for n in nodes)
+    ax.set_xticks(nodes)
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    step = max(1, -(-len(nodes) // max_labels))
+    keep = {nodes[i] for i in range(0, len(nodes), step)} | {nodes[-1]}
+    if len(nodes) > 1 and nodes[-1] in keep and nodes[-2] in keep and step > 1:
+        keep.discard(nodes[-2])
+    labels = []
+    for n in nodes:
+        if n not in keep:
+            labels.append("")
+        elif gpus and n in gpus:
+            labels.append(f"{n:,}\n({gpus[n]:,} GPUs)")
+        else:
+            labels.append(f"{n:,}")
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_xlabel("nodes (GPUs)" if gpus else "nodes")
+
+
+def _legend_below(fig, axes, ncol: int | None = None) -> None:
+    """One legend under the axes (never on the data); duplicate labels merged."""
+    if ncol is None:
+        ncol = max(1, int(fig.get_figwidth() // 2.5))
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=False):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.tight_layout(rect=(0, 0.1 + 0.04 * (len(labels) // (ncol + 1)), 1, 1))
+    if labels:
+        fig.legend(handles, labels, loc="lower center", ncol=min(ncol, len(labels)), fontsize=7, frameon=False)
 
 
 def plot_breakdown(df, path: Path | str, *, title: str | None = None) -> Path:
@@ -299,15 +338,15 @@ def plot_breakdown(df, path: Path | str, *, title: str | None = None) -> Path:
             ax.bar(x + off, comm, width, bottom=comp, color="#DD8452", hatch=hatch, edgecolor="white",
                    label=f"{mode}: exposed comm")
         ax.set_xticks(x)
-        ax.set_xticklabels([str(v) for v in nodes])
-        ax.set_xlabel("nodes (left bar baseline, right bar fused)")
-        ax.set_ylabel("time (ms)")
+        step = max(1, -(-len(nodes) // 10))
+        ax.set_xticklabels([f"{v:,}" if i % step == 0 or i == len(nodes) - 1 else ""
+                            for i, v in enumerate(nodes)], fontsize=7)
+        ax.set_xlabel("nodes (left bar: baseline, right bar: fused)")
+        ax.set_ylabel("time per iteration (ms)")
         ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=7)
         lab = _group_label(key, cols)
         if lab:
             ax.set_title(lab, fontsize=9)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+    fig.suptitle(title or "compute and exposed communication per iteration")
+    _legend_below(fig, list(axes))
     return save_figure(fig, path)

@@ -56,6 +56,17 @@ class Fields:
             return default
         return self.data[key]
 
+    def pick(self, *keys: str) -> str:
+        """The one of ``keys`` (spellings of one field, e.g. ``bw_gbyte_per_s`` / ``bw_gbps``) that is given; the
+        last when none is (so a missing-field error names the documented key).  Both given: :class:`SpecError`."""
+        given = [k for k in keys if self.has(k)]
+        if len(given) > 1:
+            raise SpecError(self.source, self.name(given[0]), f"give one of {', '.join(given)}, not both")
+        for k in keys:
+            if k not in given:
+                self._used.add(k)
+        return given[0] if given else keys[-1]
+
     def sub(self, key: str, required: bool = True) -> Fields:
         val = self._get(key, {}, required)
         return Fields(val, self.source, self.name(key))

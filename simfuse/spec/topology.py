@@ -1,7 +1,8 @@
 """System (topology) specs: device, scale-up fabric, scale-out fabric, GPU-initiated communication costs.
 
 YAML files use human units named in the keys (``bw_gbps`` = 1e9 bytes/s per direction, ``latency_us``,
-``nic_bw_gbit`` = link rate in 1e9 bits/s); the dataclasses hold SI units (bytes/s, seconds).
+``nic_bw_gbit`` = link rate in 1e9 bits/s; the unambiguous spellings ``bw_gbyte_per_s``, ``hbm_bw_gbyte_per_s`` and
+``nic_bw_gbit_per_s`` are accepted too); the dataclasses hold SI units (bytes/s, seconds).
 The node count is a run parameter, not part of the file.
 """
 
@@ -172,7 +173,7 @@ def _device(f: Fields) -> DeviceSpec:
         compute_units=f.integer("compute_units", min_value=1),
         max_workgroups_per_cu=f.integer("max_workgroups_per_cu", min_value=1),
         peak_flops=peak,
-        hbm_bw_bytes_per_s=gbps_to_bytes_per_s(f.number("hbm_bw_gbps", positive=True)),
+        hbm_bw_bytes_per_s=gbps_to_bytes_per_s(f.number(f.pick("hbm_bw_gbyte_per_s", "hbm_bw_gbps"), positive=True)),
         hbm_efficiency=f.number("hbm_efficiency", 0.9, positive=True, max_value=1.0),
         flops_efficiency=f.number("flops_efficiency", 0.75, positive=True, max_value=1.0),
         kernel_launch_latency_s=f.number("kernel_launch_latency_us", 4.0, min_value=0.0) * 1e-6,
@@ -190,7 +191,7 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
     su = root.sub("scale_up")
     scale_up = ScaleUpSpec(
         gpus_per_node=su.integer("gpus_per_node", min_value=1),
-        bw_bytes_per_s=gbps_to_bytes_per_s(su.number("bw_gbps", positive=True)),
+        bw_bytes_per_s=gbps_to_bytes_per_s(su.number(su.pick("bw_gbyte_per_s", "bw_gbps"), positive=True)),
         latency_s=su.number("latency_us", min_value=0.0) * 1e-6,
         efficiency=su.number("efficiency", 1.0, positive=True, max_value=1.0),
     )
@@ -214,7 +215,7 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
                 raise SpecError(source, so.name(key), f"only used by fabric fat_tree_3tier (this is {fabric})")
     scale_out = ScaleOutSpec(
         nics_per_node=so.integer("nics_per_node", min_value=1),
-        nic_bw_bytes_per_s=gbit_to_bytes_per_s(so.number("nic_bw_gbit", positive=True)),
+        nic_bw_bytes_per_s=gbit_to_bytes_per_s(so.number(so.pick("nic_bw_gbit_per_s", "nic_bw_gbit"), positive=True)),
         latency_s=so.number("latency_us", min_value=0.0) * 1e-6,
         fabric=fabric,
         oversubscription=so.number("oversubscription", 1.0, min_value=1.0),

@@ -28,14 +28,34 @@ def cmd_run(args) -> int:
     show = df[cols].copy()
     for c in ("iteration_time_s", "compute_time_s", "exposed_comm_time_s"):
         show[c.replace("_s", "_ms")] = show.pop(c) * 1e3
+    if args.trace and not args.out:
+        raise SpecError("<argument>", "--trace", "needs --out DIR")
+    written = write_run_outputs(Path(args.out), res, rows, bool(args.trace)) if args.out else []
+    if getattr(args, "format", "text") == "json":
+        print(_json({"rows": rows, "written": [str(p) for p in written]}))
+        return 0
     print(f"{spec.name} on {topo.name}: {args.nodes} nodes x {g} GPUs ({res[next(iter(res))].sim_mode} simulation)")
     print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    if args.out:
-        written = write_run_outputs(Path(args.out), res, rows, bool(args.trace))
+    if written:
         print("wrote " + ", ".join(str(p) for p in written))
-    elif args.trace:
-        raise SpecError("<argument>", "--trace", "needs --out DIR")
     return 0
+
+
+def _json(obj) -> str:
+    """JSON with numpy scalars as numbers and NaN as null."""
+    import json
+    import math
+
+    def clean(v):
+        if isinstance(v, dict):
+            return {str(k): clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        if hasattr(v, "item"):
+            v = v.item()
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    return json.dumps(clean(obj))
 
 
 def cmd_sweep(args) -> int:
@@ -51,6 +71,9 @@ def cmd_sweep(args) -> int:
     df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
                    sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
                    progress=not args.quiet, settings=settings)
+    if getattr(args, "format", "text") == "json":
+        print(_json({"rows": df.to_dict(orient="records"), "written": [str(Path(args.out) / "results.csv")]}))
+        return 0
     fused = df[df["mode"] == "fused"]
     if len(fused):
         print(fused[["nodes", "gpus", "iteration_time_s", "speedup"]].to_string(index=False,
@@ -66,6 +89,7 @@ def _common(p) -> None:
     p.add_argument("--mode", default="both", choices=("both", "fused", "baseline"))
     p.add_argument("--sim-mode", default="auto", choices=("auto", "classes", "full"),
                    help="classes: one representative per class of alike ranks; full: every rank")
+    p.add_argument("--format", default="text", choices=("text", "json"), help="summary format on stdout")
     add_set_option(p)
 
 

@@ -128,8 +128,8 @@ def test_cli_json_and_determinism(root):
     assert a.returncode == 0, a.stderr
     assert a.stdout == b.stdout
     d = json.loads(a.stdout)
-    assert {"time_s", "algbw_gbps", "busbw_gbps"} <= set(d)
-    assert d["algbw_gbps"] == pytest.approx(64 * MiB / d["time_s"] / 1e9)
+    assert {"time_s", "algbw_gbyte_per_s", "busbw_gbyte_per_s"} <= set(d)
+    assert d["algbw_gbyte_per_s"] == pytest.approx(64 * MiB / d["time_s"] / 1e9)
 
 
 def test_cli_range_writes_csv(root, tmp_path):

@@ -15,13 +15,32 @@ def cmd_run(args) -> int:
     from ..system import System
     from .run import simulate_workload, summary_rows, write_run_outputs
 
-    spec = load_workload(args.model)
     ex = parse_execution({**parse_set_pairs(args.set), "mode": args.mode, "sim_mode": args.sim_mode})
     system = System.load(args.topology)
     topo = system.topology
-    g = args.gpus_per_node or topo.scale_up.gpus_per_node
-    res = simulate_workload(spec, system, args.nodes, gpus_per_node=g, execution=ex, record=bool(args.trace))
-    rows = summary_rows(spec.name, topo.name, args.nodes, args.nodes * g, res)
+    if args.out:  # fail before simulating, not after
+        out_path = Path(args.out)
+        if out_path.exists() and not out_path.is_dir():
+            raise SpecError("<argument>", "--out", f"{args.out} exists and is not a directory")
+    if args.chakra:
+        if args.model:
+            raise SpecError("<argument>", "--chakra", "give either --model or --chakra, not both")
+        from ..graph.chakra import import_et
+        from .run import simulate_graph
+
+        graph = import_et(args.chakra, gpus_per_node=args.gpus_per_node)
+        nodes, g, name = graph.nodes, graph.gpus_per_node, graph.name
+        res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra")
+    else:
+        if not args.model:
+            raise SpecError("<argument>", "--model", "give a workload (--model FILE) or a Chakra ET (--chakra DIR)")
+        spec = load_workload(args.model)
+        nodes, name = args.nodes, spec.name
+        g = args.gpus_per_node or topo.scale_up.gpus_per_node
+        if args.export_chakra:
+            _export_chakra(spec, system, nodes, g, ex, args.export_chakra)
+        res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace))
+    rows = summary_rows(name, topo.name, nodes, nodes * g, res)
     df = pd.DataFrame(rows)
     cols = ["mode", "iteration_time_s", "compute_time_s", "exposed_comm_time_s"] + (["speedup"] if "speedup" in df
                                                                                       else [])
@@ -34,7 +53,7 @@ def cmd_run(args) -> int:
     if getattr(args, "format", "text") == "json":
         print(_json({"rows": rows, "written": [str(p) for p in written]}))
         return 0
-    print(f"{spec.name} on {topo.name}: {args.nodes} nodes x {g} GPUs ({res[next(iter(res))].sim_mode} simulation)")
+    print(f"{name} on {topo.name}: {nodes} nodes x {g} GPUs ({res[next(iter(res))].sim_mode} simulation)")
     print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if written:
         print("wrote " + ", ".join(str(p) for p in written))
@@ -56,6 +75,23 @@ def _json(obj) -> str:
         return None if isinstance(v, float) and not math.isfinite(v) else v
 
     return json.dumps(clean(obj))
+
+
+def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str) -> None:
+    """Write the baseline graph of the workload (every rank's program) as Chakra ET into ``directory``."""
+    import dataclasses
+
+    from ..graph.chakra import export_et
+    from .run import workload_graph
+
+    graph = workload_graph(spec, system, nodes, "baseline", gpus_per_node=g,
+                           execution=dataclasses.replace(ex, sim_mode="full"))
+    if not graph.full:  # builders that emit rank 0 alone: relabelled programs are needed per rank
+        raise SpecError("<argument>", "--export-chakra", "this workload's builder emits a symmetric graph only")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = export_et(graph, d, prefix=spec.name)
+    print(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} to {d} (baseline graph)")
 
 
 def cmd_sweep(args) -> int:
@@ -83,7 +119,7 @@ def cmd_sweep(args) -> int:
 
 
 def _common(p) -> None:
-    p.add_argument("--model", required=True, help="workload YAML (models/)")
+    p.add_argument("--model", default=None, help="workload YAML (models/)")
     p.add_argument("--topology", required=True, help="topology YAML (topologies/)")
     p.add_argument("--gpus-per-node", type=int, default=None)
     p.add_argument("--mode", default="both", choices=("both", "fused", "baseline"))
@@ -112,6 +148,10 @@ def add_run_parser(sub) -> None:
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--out", default=None, help="write summary.csv, breakdown.csv (and trace.json) here")
     p.add_argument("--trace", action="store_true", help="write a Perfetto trace (DIR/trace.json)")
+    p.add_argument("--chakra", default=None, metavar="DIR",
+                   help="run a Chakra execution trace (ET files <prefix>.<rank>.et) instead of --model")
+    p.add_argument("--export-chakra", default=None, metavar="DIR",
+                   help="also write the workload's baseline graph as Chakra ET (one file per rank) into DIR")
     p.set_defaults(func=cmd_run)
 
 

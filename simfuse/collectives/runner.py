@@ -129,8 +129,10 @@ def simulate_group_collective(topology: TopologySpec, nodes: int, gpus_per_node:
 
     algo = make_group_algorithm(op, algorithm, group, gpus_per_node, size_bytes, topology.collectives.channels)
     symmetric = algo.symmetric
-    if symmetric and group.size == nodes * gpus_per_node:
-        # fabrics whose nodes differ (fat_tree_3tier) check the schedule; None on node-transitive fabrics
+    if symmetric and group.size == nodes * gpus_per_node <= 64:
+        # fabrics whose nodes differ (fat_tree_3tier) check the schedule; None on node-transitive fabrics.  On
+        # bigger systems the tuner ranks candidates on the representative-rank approximation (a full simulation
+        # of every candidate would dominate the run), which is also what the executor's fast path runs
         symmetric = Fabric.symmetry_problem(topology, nodes, gpus_per_node=gpus_per_node,
                                             steps_of_rank=algo.steps) is None
     fabric = Fabric(topology, nodes, gpus_per_node=gpus_per_node, symmetric=symmetric)

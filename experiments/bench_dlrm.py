@@ -43,6 +43,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=str(ROOT / "models/dlrm_dcnv2.yaml"))
     p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
     p.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--out", default=None, help="also write the table as CSV (with machine and date)")
     args = p.parse_args(argv)
     if args.one is not None:
         print(json.dumps(one(args.one, args.model, args.topology)))
@@ -56,6 +57,20 @@ def main(argv=None) -> int:
         print(f"{row['nodes']:5d} nodes ({row['gpus']} GPUs): wall {row['wall_s']:.2f} s, events {row['events']}, "
               f"peak RSS {row['peak_rss_mib']:.0f} MiB, rank classes {row['rank_classes']}, "
               f"speedup {row['speedup']:.3f}", flush=True)
+    if args.out:
+        import datetime
+        import os
+        import platform
+
+        import pandas as pd
+
+        from simfuse.results.io import atomic_write_df
+
+        df = pd.DataFrame(rows)
+        df["machine"] = f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}"
+        df["date"] = datetime.date.today().isoformat()
+        atomic_write_df(df, Path(args.out))
+        print(f"wrote {args.out}")
     return 0
 
 

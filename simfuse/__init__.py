@@ -1,7 +1,26 @@
 """simfuse: simulate (and run) fused computation-collective operators.
 
-Layers (data flows one way): ``spec`` (validated YAML) -> ``network``/``engine`` (simpy) -> ``results``
-(DataFrames, plots, Perfetto traces).  ``simfuse.kernels`` (Triton) is an optional extra imported lazily.
+Python API (each returns pandas DataFrames; see :mod:`simfuse.api`)::
+
+    import simfuse
+    system = simfuse.load_topology("topologies/h200_nvl8_ib_ndr.yaml")
+    df = simfuse.run("models/dlrm_dcnv2.yaml", system, nodes=16, slice_wgs=2)
+    df = simfuse.sweep("models/dlrm_dcnv2.yaml", "topologies/h200_nvl8_ib_ndr.yaml", "8..64", "runs/x")
+    df = simfuse.collective(system, 16, "all_reduce", 64 * 2**20)
+    df = simfuse.op("embedding_all_to_all", system, nodes=2, global_batch=65536)
+
+Layers (data flows one way): specs -> System -> graph builders -> executor (simpy) -> results.  The Triton
+kernels (``simfuse.kernels``) are an optional extra imported lazily.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+__all__ = ["collective", "load_topology", "load_workload", "op", "run", "sweep"]
+
+
+def __getattr__(name):  # import the API (and pandas) on first use
+    if name in __all__:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'simfuse' has no attribute {name!r}")

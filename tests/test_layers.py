@@ -18,7 +18,7 @@ LAYERS = [
     {"system"},
     {"workloads"},
     {"sweep", "guard"},
-    {"cli", "__init__", "__main__"},
+    {"api", "cli", "__init__", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

@@ -1,0 +1,92 @@
+"""The Python API: every CLI subcommand as a function returning pandas DataFrames.
+
+``topology`` arguments accept a path, a :class:`~simfuse.spec.TopologySpec` or a :class:`~simfuse.system.System`
+(resolved once); ``model`` arguments a path or a loaded workload spec.  ``settings`` are the same keys as the
+CLI's ``--set`` (:mod:`simfuse.fused.knobs`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+
+def load_topology(path) -> object:
+    """A :class:`~simfuse.system.System` from a topology YAML file (calibration profile applied)."""
+    from .system import System
+
+    return System.load(path)
+
+
+def load_workload(path):
+    """A validated workload spec from a model YAML file."""
+    from .spec import load_workload as _load
+
+    return _load(path)
+
+
+def _system(topology):
+    from .spec import TopologySpec
+    from .system import System
+
+    if isinstance(topology, System):
+        return topology
+    if isinstance(topology, TopologySpec):
+        return System.from_topology(topology)
+    return System.load(topology)
+
+
+def run(model, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mode: str = "both",
+        sim_mode: str = "auto", **settings) -> pd.DataFrame:
+    """One iteration of a workload (``simfuse run``): one row per mode with iteration, compute and exposed
+    communication time (s) and the speedup."""
+    from .fused.knobs import parse_execution
+    from .workloads.run import simulate_workload, summary_rows
+
+    spec = load_workload(model) if isinstance(model, (str, Path)) else model
+    system = _system(topology)
+    ex = parse_execution({**settings, "mode": mode, "sim_mode": sim_mode}, source="<api>")
+    g = gpus_per_node or system.gpus_per_node
+    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex)
+    return pd.DataFrame(summary_rows(spec.name, system.name, nodes, nodes * g, res))
+
+
+def sweep(model, topology, nodes, out, *, gpus_per_node: int | None = None, mode: str = "both",
+          sim_mode: str = "auto", workers: int = 1, **settings) -> pd.DataFrame:
+    """A node-count sweep (``simfuse sweep``); ``nodes`` is a list or a string like ``"8..1024"``.  Writes
+    ``out/results.csv`` and the figures; returns the table."""
+    from .sweep import parse_nodes, run_sweep
+
+    node_list = parse_nodes(nodes) if isinstance(nodes, str) else sorted(int(n) for n in nodes)
+    return run_sweep(str(model), str(topology), node_list, out, gpus_per_node=gpus_per_node, mode=mode,
+                     sim_mode=sim_mode, workers=workers, progress=False,
+                     settings={k: str(v) for k, v in settings.items()})
+
+
+def collective(topology, nodes: int, op: str, size_bytes: float, *, algorithm: str | None = None,
+               gpus_per_node: int | None = None, mode: str = "auto") -> pd.DataFrame:
+    """One bulk collective (``simfuse collective``): time, algbw and busbw (nccl-tests definitions)."""
+    from .collectives import run_collective
+
+    r = run_collective(_system(topology).topology, nodes, op, size_bytes, algorithm=algorithm,
+                       gpus_per_node=gpus_per_node, mode=mode)
+    return pd.DataFrame([r.as_dict()]).drop(columns=["wall_s"])
+
+
+def op(name: str, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mode: str = "auto",
+       **params_and_knobs) -> pd.DataFrame:
+    """One fused operator against its baseline (``simfuse op``): one row with both times and the speedup."""
+    from .fused.cli import split_knobs
+    from .fused.ops import make_op
+    from .workloads.op import run_op
+
+    system = _system(topology)
+    g = gpus_per_node or system.gpus_per_node
+    params, knobs = split_knobs({k: str(v) for k, v in params_and_knobs.items()})
+    res = run_op(make_op(name, params, nodes, g), system, nodes, knobs=knobs, mode=mode)
+    d = res.as_dict()
+    d.pop("breakdown")
+    params_out = d.pop("params")
+    params_out.pop("wall_s", None)
+    return pd.DataFrame([{**d, **params_out}])

@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for mod, fn in (("simfuse.fused.cli", "add_op_parser"), ("simfuse.workloads.cli", "add_run_parser"),
                     ("simfuse.workloads.cli", "add_sweep_parser"), ("simfuse.calibrate.cli", "add_calibrate_parser"),
-                    ("simfuse.calibrate.cli", "add_validate_parser")):
+                    ("simfuse.calibrate.cli", "add_validate_parser"),
+                    ("simfuse.calibrate.fabric_cli", "add_fit_fabric_parser")):
         try:
             module = __import__(mod, fromlist=[fn])
         except ImportError:

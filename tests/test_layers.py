@@ -26,7 +26,7 @@ RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 def _top(path: Path) -> str:
     """The layer name of a module: its top-level package; every ``cli.py`` is part of the CLI (the edge)."""
     rel = path.relative_to(PKG)
-    if path.name == "cli.py":
+    if path.name == "cli.py" or path.name.endswith("_cli.py"):
         return "cli"
     return rel.parts[0].removesuffix(".py")
 

@@ -1,0 +1,54 @@
+"""``simfuse fit-fabric``: fabric calibration by simulation (:mod:`simfuse.calibrate.fabric_fit`)."""
+
+from __future__ import annotations
+
+from ..errors import SpecError
+from .fabric_fit import LARGE_BYTES, calibrated_topology_yaml, fit_fabric
+
+
+def cmd_fit_fabric(args) -> int:
+    """``simfuse fit-fabric LOG --topology FILE --out FILE``: write a topology whose simulated collectives
+    reproduce the log."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from ..results.io import atomic_write_text
+    from ..system import System
+    from .nccl_tests import read_nccl_tests
+
+    out = Path(args.out) if args.out else None
+    if out is not None and out.is_dir():
+        raise SpecError("<argument>", "--out", f"{out} is a directory; give a topology file name")
+    system = System.load(args.topology)
+    log = read_nccl_tests(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
+    res = fit_fabric(log, system.topology, force=args.force)
+    for p in res.problems:
+        print(f"simfuse: warning: applied with --force: {p}", file=sys.stderr)
+    if out is not None:
+        atomic_write_text(out, calibrated_topology_yaml(args.topology, res))
+    if args.format == "json":
+        print(json.dumps({**res.as_dict(), "written": [str(out)] if out else []}))
+        return 0
+    print(f"{res.collective} on {res.nodes} nodes x {res.gpus_per_node} GPUs ({res.level}), algorithms "
+          f"{', '.join(sorted(set(res.algorithms)))}")
+    print(f"  efficiency {res.efficiency:.4f}  latency {res.latency_s * 1e6:.3f} us  per-collective overhead "
+          f"{res.overhead_s * 1e6:.3f} us")
+    print(f"  max |simulated/measured - 1|: {100 * res.max_residual():.1f}% (all sizes), "
+          f"{100 * res.max_residual(LARGE_BYTES):.1f}% (>= 64 MiB)")
+    if out is not None:
+        print(f"wrote {out}")
+    return 0
+
+
+def add_fit_fabric_parser(sub) -> None:
+    p = sub.add_parser("fit-fabric", help="fit a topology's fabric to an nccl-tests log by simulation")
+    p.add_argument("log", help="nccl-tests output (launcher prefixes and preambles are fine)")
+    p.add_argument("--topology", required=True, help="topology YAML whose line rates bound the fit")
+    p.add_argument("--out", default=None, help="write the fitted topology YAML here")
+    p.add_argument("--collective", default=None, help="override the collective the log measured")
+    p.add_argument("--ranks", type=int, default=None, help="ranks, when the log does not say")
+    p.add_argument("--nodes", type=int, default=None, help="nodes, when the log does not say")
+    p.add_argument("--force", action="store_true", help="apply a poor or implausible fit anyway (warns)")
+    p.add_argument("--format", default="text", choices=("text", "json"))
+    p.set_defaults(func=cmd_fit_fabric)

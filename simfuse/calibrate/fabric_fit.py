@@ -164,7 +164,6 @@ def fit_fabric(log: NcclTestLog, topology: TopologySpec, *, force: bool = False)
     delta = 1e-7
     w = 1.0 / meas
     nominal_lat = getattr(topo, level).latency_s
-    notes: list[str] = []
 
     def solve(eff: float, lat_ref: float | None = None):
         """Best (latency, overhead) for this efficiency: weighted least squares on relative residuals of the

@@ -2,10 +2,19 @@
 
 from .base import FusedOp, OpResult, PushEngine
 from .knobs import ExecutionSpec, FusedKnobs
-from .ops import OPS, EmbeddingAllToAll, GemmAllToAll, GemvAllReduce, PushKernel, make_op
+from .ops import (
+    OPS,
+    AllGatherGemm,
+    EmbeddingAllToAll,
+    GemmAllToAll,
+    GemmReduceScatter,
+    GemvAllReduce,
+    PushKernel,
+    make_op,
+)
 
 __all__ = ["ExecutionSpec", "FusedKnobs", "FusedOp", "OpResult", "PushEngine", "run_op", "OPS",
-           "EmbeddingAllToAll", "GemmAllToAll", "GemvAllReduce", "PushKernel", "make_op"]
+           "AllGatherGemm", "EmbeddingAllToAll", "GemmAllToAll", "GemmReduceScatter", "GemvAllReduce", "PushKernel", "make_op"]
 
 
 def __getattr__(name):

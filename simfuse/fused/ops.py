@@ -316,9 +316,8 @@ class GemmReduceScatter(FusedOp):
         tp = self.tp
         gi, dev = topology.gpu_initiated, topology.device
         engines: dict[int, PushEngine] = {}
-        owners = 1 if fabric.symmetric else tp
         n_pos = -(-self.W // tp)  # upper bound on slices per chunk
-        arrived = np.zeros((owners, n_pos), dtype=np.int64)  # partials arrived per (owner, slice position)
+        arrived = np.zeros((1 if fabric.symmetric else self.layout.n, n_pos), dtype=np.int64)  # partials arrived per (owner, slice position)
         # the reductions are waits on the owner: only the last one's end matters for the node
         reduce_rate = dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units  # one workgroup's share
         last = {"end": 0.0}
@@ -328,7 +327,7 @@ class GemmReduceScatter(FusedOp):
             sl = np.asarray(slices, dtype=np.int64)
             # symmetric: rank 0's push at a position stands for every rank's push at that position, all of them
             # addressed (by relabelling) to owner 0
-            own = np.zeros(len(sl), dtype=np.int64) if fabric.symmetric else np.asarray(dsts, dtype=np.int64) % tp
+            own = np.zeros(len(sl), dtype=np.int64) if fabric.symmetric else np.asarray(dsts, dtype=np.int64)
             pos = eng.slice_pos[sl]
             np.add.at(arrived, (own, pos), 1)
             full = arrived[own, pos] == tp
@@ -351,7 +350,8 @@ class GemmReduceScatter(FusedOp):
         if last["end"] > env.now:
             yield env.timeout(last["end"] - env.now)
         per_chunk = len(engines[ranks[0]].slice_pos) // tp
-        if not (arrived[:, :per_chunk] == tp).all() or arrived[:, per_chunk:].any():
+        owned = arrived[[0] if fabric.symmetric else list(ranks)]
+        if not (owned[:, :per_chunk] == tp).all() or owned[:, per_chunk:].any():
             raise RuntimeError("gemm_reduce_scatter: not every slice was reduced (internal error)")
         sim.recorder.add("fused", self.name, "fused_ops", 0, 0.0, env.now)
         return kernel_end, env.now

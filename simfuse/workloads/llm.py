@@ -113,6 +113,11 @@ def attention_work(spec: LLMSpec, backward: bool = False) -> KernelWork:
                       (("m", s * b * hl), ("n", int(causal * s)), ("k", d)), traffic_bytes_per_wg=traffic)
 
 
+def _phase(name: str) -> str:
+    """Breakdown label of a node: its name without the layer index (``qkv_fwd3`` -> ``qkv_fwd``)."""
+    return name.rstrip("0123456789")
+
+
 def _check(spec: LLMSpec, g: int, nodes: int) -> None:
     if nodes < 1:
         raise SpecError("<argument>", "nodes", f"must be >= 1, got {nodes}")
@@ -166,8 +171,8 @@ def build_llm_graph(spec: LLMSpec, system, nodes: int, mode: str, *, gpus_per_no
         rg = graph.program(r)
         tpg, dpg = f"tp{r // tp}", f"dp{r % tp}"
 
-        def comp(work, phase, deps=(), rg=rg):
-            return rg.add(ComputeNode(name=f"{phase}", work=work, phase=phase, deps=tuple(d for d in deps if
+        def comp(work, name, deps=(), rg=rg):
+            return rg.add(ComputeNode(name=name, work=work, phase=_phase(name), deps=tuple(d for d in deps if
                                                                                           d is not None)))
 
         def coll(kind, name, dep, rg=rg, tpg=tpg):
@@ -179,7 +184,8 @@ def build_llm_graph(spec: LLMSpec, system, nodes: int, mode: str, *, gpus_per_no
             GEMM's id (its output is local)."""
             if sp and "ag_gemm" in fuse:
                 return rg.add(FusedNode(name=name, op=op(AllGatherGemm, T, nn * tp, k), group=tpg,
-                                        knobs=ex.knobs, phase=f"{name}+ag", wait_phase=f"{name}+ag_exposed",
+                                        knobs=ex.knobs, phase=f"{_phase(name)}+ag",
+                                        wait_phase=f"{_phase(name)}+ag_exposed",
                                         deps=(ready,) if ready is not None else ()))
             if sp:
                 ready = coll("all_gather", f"{name}:all_gather", ready)
@@ -193,7 +199,8 @@ def build_llm_graph(spec: LLMSpec, system, nodes: int, mode: str, *, gpus_per_no
                 return comp(gemm_work(name, T, nn, k_local, dt), name, (ready,))
             if sp and "gemm_rs" in fuse:
                 return rg.add(FusedNode(name=name, op=op(GemmReduceScatter, T, nn, k_local * tp), group=tpg,
-                                        knobs=ex.knobs, phase=f"{name}+rs", wait_phase=f"{name}+rs_exposed",
+                                        knobs=ex.knobs, phase=f"{_phase(name)}+rs",
+                                        wait_phase=f"{_phase(name)}+rs_exposed",
                                         deps=(ready,) if ready is not None else ()))
             c = comp(gemm_work(name, T, nn, k_local, dt), name, (ready,))
             return coll("reduce_scatter" if sp else "all_reduce", f"{name}:{'rs' if sp else 'ar'}", c)

@@ -2,8 +2,16 @@
 
 from .base import FusedOp, OpResult, PushEngine
 from .knobs import ExecutionSpec, FusedKnobs
-from .ops import OPS, EmbeddingAllToAll, GemmAllToAll, GemvAllReduce, PushKernel, make_op
+from .ops import (
+    OPS,
+    AllGatherGemm,
+    EmbeddingAllToAll,
+    GemmAllToAll,
+    GemmReduceScatter,
+    GemvAllReduce,
+    PushKernel,
+    make_op,
+)
 
-__all__ = ["ExecutionSpec", "FusedKnobs", "FusedOp", "OpResult", "PushEngine", "OPS",
-           "EmbeddingAllToAll", "GemmAllToAll", "GemvAllReduce", "PushKernel", "make_op"]
-
+__all__ = ["ExecutionSpec", "FusedKnobs", "FusedOp", "OpResult", "PushEngine", "OPS", "AllGatherGemm",
+           "EmbeddingAllToAll", "GemmAllToAll", "GemmReduceScatter", "GemvAllReduce", "PushKernel", "make_op"]

@@ -1,4 +1,5 @@
-"""The three fused operators: embedding-bag + All-to-All, GEMM + All-to-All (MoE), GEMV + AllReduce."""
+"""Fused operators: embedding-bag + All-to-All, GEMM + All-to-All (MoE), GEMV + AllReduce (decode), and for
+tensor-parallel training with sequence parallelism GEMM + ReduceScatter and AllGather + GEMM."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import simpy
 
 from ..collectives import Layout
 from ..costs import KernelWork
+from ..engine.compute import effective_slots
 from ..errors import SpecError
 from .base import FusedOp, PushEngine, PushOp, dtype_bytes, fused_work, start_puts
 
@@ -248,6 +250,227 @@ class GemvAllReduce(FusedOp):
         return kernel_end, end
 
 
+def _tp_size(params: dict, layout: Layout, source: str) -> int:
+    """``tp``: the tensor-parallel group size (consecutive blocks of ``tp`` ranks inside a node); default the
+    whole layout (one group: ``simfuse op``)."""
+    tp = _pos_int(params, "tp", source, layout.n)
+    if tp != layout.n and layout.gpus_per_node % tp:
+        raise SpecError(source, "tp", f"tp {tp} must divide the {layout.gpus_per_node} GPUs per node (node-local "
+                                      f"groups) or equal all {layout.n} ranks")
+    return tp
+
+
+class GemmReduceScatter(FusedOp):
+    """Row-parallel GEMM + ReduceScatter (Megatron sequence parallelism):
+    ``y[m, n] = sum_r x_r[m, k/tp] W_r[k/tp, n]``, rows of ``y`` split in ``tp`` chunks, chunk ``c`` owned by TP
+    rank ``c`` of the group.
+
+    Fused variant (phase one of :class:`GemvAllReduce`'s two-phase scheme): each tile of ``tile_m`` x ``tile_n``
+    outputs is pushed, as soon as it finishes, to the owner of its row chunk (local tiles stay); when all
+    ``tp`` partials of a slice position are at the owner it reduces them (``tp * slice`` bytes at one
+    workgroup's HBM share, as in GemvAllReduce; the reduction's SM time is not charged to the GEMM).  The node
+    is done when every owner has reduced every slice.  Baseline: the GEMM, then a bulk reduce-scatter of the
+    ``m x n`` partial (nccl-tests size: the input buffer)."""
+
+    name = "gemm_reduce_scatter"
+    collective = "reduce_scatter"
+    defaults = {"m": 8192, "n": 8192, "k": 8192, "dtype": "bf16", "tile_m": 128, "tile_n": 128}
+
+    def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
+        super().__init__(params, layout, source)
+        p = self.params
+        self.tp = _tp_size(p, layout, source)
+        self.M = _pos_int(p, "m", source)
+        self.N = _pos_int(p, "n", source)
+        self.K = _pos_int(p, "k", source)
+        self.eb = dtype_bytes(str(p["dtype"]), source)
+        self.dtype = str(p["dtype"])
+        if self.M % self.tp:
+            raise SpecError(source, "m", f"{self.M} rows do not split over tp {self.tp}")
+        if self.K % self.tp:
+            raise SpecError(source, "k", f"{self.K} does not split over tp {self.tp}")
+        self.chunk = self.M // self.tp
+        self.k_local = self.K // self.tp
+        self.BM = _largest_divisor_at_most(self.chunk, _pos_int(p, "tile_m", source))  # a tile has one owner
+        self.BN = _largest_divisor_at_most(self.N, _pos_int(p, "tile_n", source))
+        self.col_blocks = self.N // self.BN
+        self.W = (self.M // self.BM) * self.col_blocks
+
+    def work(self, variant: str) -> KernelWork:
+        M, N, K, eb = self.M, self.N, self.k_local, self.eb
+        return KernelWork("gemm", self.W, 2.0 * self.BM * self.BN * K, (M * K + K * N + M * N) * eb / self.W,
+                          self.dtype, variant, (("m", M), ("n", N), ("k", K)),
+                          traffic_bytes_per_wg=(self.BM * K + K * self.BN + self.BM * self.BN) * eb)
+
+    def wg_destinations(self, rank: int):
+        i = np.arange(self.W, dtype=np.int64)
+        base = (rank // self.tp) * self.tp
+        return base + (i // self.col_blocks) * self.BM // self.chunk, np.full(self.W, float(self.BM * self.BN
+                                                                                            * self.eb))
+
+    def collective_size_bytes(self) -> float:
+        return float(self.M * self.N * self.eb)
+
+    def fused_process(self, sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss):
+        env = sim.env
+        tp = self.tp
+        gi, dev = topology.gpu_initiated, topology.device
+        engines: dict[int, PushEngine] = {}
+        n_pos = -(-self.W // tp)  # upper bound on slices per chunk
+        arrived = np.zeros((1 if fabric.symmetric else self.layout.n, n_pos), dtype=np.int64)  # partials arrived per (owner, slice position)
+        # the reductions are waits on the owner: only the last one's end matters for the node
+        reduce_rate = dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units  # one workgroup's share
+        last = {"end": 0.0}
+
+        def on_arrival(dsts, slices, t, src):
+            eng = engines[src]
+            sl = np.asarray(slices, dtype=np.int64)
+            # symmetric: rank 0's push at a position stands for every rank's push at that position, all of them
+            # addressed (by relabelling) to owner 0
+            own = np.zeros(len(sl), dtype=np.int64) if fabric.symmetric else np.asarray(dsts, dtype=np.int64)
+            pos = eng.slice_pos[sl]
+            np.add.at(arrived, (own, pos), 1)
+            full = arrived[own, pos] == tp
+            if full.any():
+                reduce_s = tp * float(eng.slice_bytes[sl[full]].max()) / reduce_rate + gi.store_issue_s
+                last["end"] = max(last["end"], sim.env.now + reduce_s)
+
+        for r in ranks:
+            eng = PushEngine(sim, fabric, net, self, cost, knobs, topology, r, on_arrival=on_arrival)
+            pos = np.zeros(len(eng.slice_dst), dtype=np.int64)
+            for c in np.unique(eng.slice_dst):
+                ids = np.flatnonzero(eng.slice_dst == c)
+                pos[ids] = np.arange(len(ids))
+            eng.slice_pos = pos
+            engines[r] = eng
+        procs = [env.process(e.process(fused_work(self, knobs, fabric, e.rank), occupancy_loss))
+                 for e in engines.values()]
+        yield simpy.AllOf(env, procs)
+        kernel_end = max(p.value[0] for p in procs)
+        if last["end"] > env.now:
+            yield env.timeout(last["end"] - env.now)
+        per_chunk = len(engines[ranks[0]].slice_pos) // tp
+        owned = arrived[[0] if fabric.symmetric else list(ranks)]
+        if not (owned[:, :per_chunk] == tp).all() or owned[:, per_chunk:].any():
+            raise RuntimeError("gemm_reduce_scatter: not every slice was reduced (internal error)")
+        sim.recorder.add("fused", self.name, "fused_ops", 0, 0.0, env.now)
+        return kernel_end, env.now
+
+
+class AllGatherGemm(FusedOp):
+    """AllGather + column-parallel GEMM (Megatron sequence parallelism): ``y[m, n/tp] = x[m, k] W_r[k, n/tp]``
+    where the rows of ``x`` are sharded over the ``tp`` ranks of the group (``m / tp`` rows each).
+
+    Fused variant, consumer side (a simple model): at the start every rank pushes its shard to its ``tp - 1``
+    peers (direct NVLink stores: store issue, flag latency); one GEMM kernel runs its tiles local shard
+    first, then the shards of peers ``r + 1``, ``r + 2`` ... (the order the shards arrive in by symmetry); its
+    waves are those of :func:`~simfuse.engine.run_kernel` (same slots and workgroup times) and a wave starts
+    once the shards all its tiles read have arrived (wave granularity: a tile does not start early inside its
+    wave).  Baseline: a bulk all-gather (nccl-tests size: the output
+    buffer ``m x k``), then the GEMM (``simfuse op`` runs the GEMM first; the sum is the same)."""
+
+    name = "all_gather_gemm"
+    collective = "all_gather"
+    exchange = True
+    defaults = {"m": 8192, "n": 8192, "k": 8192, "dtype": "bf16", "tile_m": 128, "tile_n": 128}
+
+    def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
+        super().__init__(params, layout, source)
+        p = self.params
+        self.tp = _tp_size(p, layout, source)
+        self.M = _pos_int(p, "m", source)
+        self.N = _pos_int(p, "n", source)
+        self.K = _pos_int(p, "k", source)
+        self.eb = dtype_bytes(str(p["dtype"]), source)
+        self.dtype = str(p["dtype"])
+        if self.M % self.tp:
+            raise SpecError(source, "m", f"{self.M} rows do not split over tp {self.tp}")
+        if self.N % self.tp:
+            raise SpecError(source, "n", f"{self.N} output columns do not split over tp {self.tp}")
+        self.shard_rows = self.M // self.tp
+        self.n_local = self.N // self.tp
+        self.tile = _pos_int(p, "tile_m", source)
+        if _pos_int(p, "tile_n", source) != self.tile:
+            raise SpecError(source, "tile_n", "all_gather_gemm uses square tiles: tile_n must equal tile_m")
+
+    def _gemm(self, m: int, variant: str) -> KernelWork:
+        import dataclasses
+
+        from ..workloads.dense import gemm_work
+
+        return dataclasses.replace(gemm_work(self.name, m, self.n_local, self.K, self.dtype, self.tile),
+                                   variant=variant)
+
+    def work(self, variant: str) -> KernelWork:
+        return self._gemm(self.M, variant)
+
+    def collective_size_bytes(self) -> float:
+        return float(self.M * self.K * self.eb)
+
+    def shard_bytes(self) -> float:
+        return float(self.shard_rows * self.K * self.eb)
+
+    def member_process(self, ctx, inst, entity: int, rank: int, knobs):
+        """Push the local shard to the peers; run the GEMM's waves, each once the shards its tiles read have
+        arrived.  Returns the kernel end (s)."""
+        env = ctx.sim.env
+        tp = self.tp
+        base, pos = (rank // tp) * tp, rank % tp
+        gi = ctx.topology.gpu_initiated
+        occ = gi.occupancy_loss if knobs.occupancy_loss is None else knobs.occupancy_loss
+        arrivals = inst.__dict__.setdefault("ag_arrivals", {})  # (src, dst) -> event: shard landed
+
+        def arrival(src: int, dst: int):
+            ev = arrivals.get((src, dst))
+            if ev is None:
+                ev = arrivals[(src, dst)] = env.event()
+            return ev
+
+        inst.enter(entity)
+        t0 = env.now
+        peers = np.array([base + (pos + j) % tp for j in range(1, tp)], dtype=np.int64)
+        if len(peers):
+            yield env.timeout(gi.store_issue_s)
+            for grp, done in start_puts(ctx.net, ctx.fabric, gi, rank, peers,
+                                        np.full(len(peers), self.shard_bytes()), self.name):
+                inst.register(grp, done)
+                for d in np.asarray(grp.dsts).tolist():
+                    done.callbacks.append(lambda _ev, d=int(d): arrival(rank, d).succeed())
+
+        def shard_event(j: int):
+            """The event for the shard of peer ``r + j`` at ``r``.  Symmetric: it reaches r when r's own shard
+            reaches r - j (relabelling)."""
+            if ctx.fabric.symmetric:
+                return arrival(rank, base + (pos - j) % tp)
+            return arrival(base + (pos + j) % tp, rank)
+
+        work = self.work("fused")
+        W = int(work.num_workgroups)
+        bm = min(self.tile, self.M)
+        col_blocks = -(-self.n_local // min(self.tile, self.n_local))
+        rb = np.arange(W, dtype=np.int64) // col_blocks
+        # shard of the last row a tile reads, relative to this rank (0 = local); tiles run local first
+        rel = (np.minimum(((rb + 1) * bm - 1) // self.shard_rows, tp - 1) - pos) % tp
+        need = np.sort(rel, kind="stable")
+        slots = effective_slots(ctx.cost, work, occ, knobs.persistent_grid or None)
+        lat = ctx.cost.launch_latency_s(work)
+        if lat > 0:
+            yield env.timeout(lat)
+        t_start, have = env.now, 0
+        for lo in range(0, W, slots):
+            hi = min(W, lo + slots)
+            while have < int(need[hi - 1]):
+                have += 1
+                ev = shard_event(have)
+                if not ev.processed:
+                    yield ev
+            yield env.timeout(ctx.cost.workgroup_time_s(work, hi - lo))
+        ctx.sim.recorder.add("kernel", work.name, f"gpu{rank}/compute", rank, t_start, env.now,
+                             variant=work.variant, workgroups=W, slots=slots, launched_s=t0)
+        inst.start(entity)
+        return env.now
+
+
 class PushKernel(FusedOp):
     """Any compute kernel whose waves push their share of a per-destination payload as they complete.
 
@@ -303,6 +526,8 @@ OPS: dict[str, type[FusedOp]] = {
     EmbeddingAllToAll.name: EmbeddingAllToAll,
     GemvAllReduce.name: GemvAllReduce,
     GemmAllToAll.name: GemmAllToAll,
+    GemmReduceScatter.name: GemmReduceScatter,
+    AllGatherGemm.name: AllGatherGemm,
 }
 
 

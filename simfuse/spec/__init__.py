@@ -16,6 +16,14 @@ __all__ = [
     "TopologySpec", "load_topology", "topology_from_dict",
 ]
 
-from .workload import DLRMSpec, MoESpec, TableSpec, TransformerDecodeSpec, load_workload, workload_from_dict  # noqa: E402
+from .workload import (  # noqa: E402
+    DLRMSpec,
+    LLMSpec,
+    MoESpec,
+    TableSpec,
+    TransformerDecodeSpec,
+    load_workload,
+    workload_from_dict,
+)
 
-__all__ += ["DLRMSpec", "MoESpec", "TableSpec", "TransformerDecodeSpec", "load_workload", "workload_from_dict"]
+__all__ += ["DLRMSpec", "LLMSpec", "MoESpec", "TableSpec", "TransformerDecodeSpec", "load_workload", "workload_from_dict"]

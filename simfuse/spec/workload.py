@@ -1,7 +1,8 @@
-"""Workload specs (``models/*.yaml``): DLRM training, tensor-parallel decode, MoE layer.
+"""Workload specs (``models/*.yaml``): DLRM training, tensor-parallel decode, MoE layer, LLM training step with
+tensor + data parallelism.
 
-Every file has ``name`` and ``kind`` (``dlrm``, ``transformer_tp_decode``, ``moe_layer``); the rest depends on
-the kind.  Validation errors name the file and the field.
+Every file has ``name`` and ``kind`` (``dlrm``, ``transformer_tp_decode``, ``moe_layer``, ``llm_tp_dp``); the rest
+depends on the kind.  Validation errors name the file and the field.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 from ..errors import SpecError
 from ._fields import Fields, load_yaml_mapping
 
-KINDS = ("dlrm", "transformer_tp_decode", "moe_layer")
+KINDS = ("dlrm", "transformer_tp_decode", "moe_layer", "llm_tp_dp")
+LLM_FUSED = ("gemm_rs", "ag_gemm")  # fusable operators of llm_tp_dp: GEMM+ReduceScatter, AllGather+GEMM
 DTYPES = ("fp32", "bf16", "fp16")
 PLACEMENTS = ("table_wise", "row_wise")
 INTERACTIONS = ("dot", "dcn")
@@ -82,7 +84,51 @@ class MoESpec:
     source: str = "<memory>"
 
 
-WorkloadSpec = DLRMSpec | TransformerDecodeSpec | MoESpec
+@dataclass(frozen=True)
+class LLMSpec:
+    """One training step of a dense decoder-only transformer (Llama-3 style: GQA attention, SwiGLU MLP, untied
+    embeddings) with Megatron tensor parallelism inside a node and data parallelism across replicas
+    (:mod:`simfuse.workloads.llm` has the operator graph).
+
+    ``micro_batch``: sequences of ``seq_len`` tokens per model replica (TP group) per step, i.e. every GPU of
+    the TP group works on these sequences (one micro-batch, no gradient accumulation).  ``tp`` must divide the
+    GPUs per node (checked when the system is known); DP size = ranks / tp.  ``sequence_parallel``: activations
+    between the TP regions are sharded along the sequence, so each TP all-reduce becomes a reduce-scatter
+    (after row-parallel GEMMs) and an all-gather (before column-parallel GEMMs).  ``fuse``: which fused
+    operators the ``fused`` mode uses (``gemm_rs``: row-parallel GEMM + ReduceScatter, ``ag_gemm``: AllGather +
+    column-parallel GEMM); both need ``sequence_parallel``.  ``causal``: attention-core FLOP are halved
+    (masked-out key blocks are skipped, as flash-attention kernels do)."""
+
+    name: str
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    seq_len: int
+    micro_batch: int
+    tp: int
+    dtype: str = "bf16"
+    grad_dtype: str = "fp32"
+    bucket_bytes: float = 25 * 2**20      # DDP gradient bucket (ddp_bucket_mib in the file)
+    sequence_parallel: bool = False
+    fuse: tuple[str, ...] = ()
+    causal: bool = True
+    kind: str = "llm_tp_dp"
+    source: str = "<memory>"
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per replica per step (rows of every activation of a TP rank without sequence parallelism)."""
+        return self.seq_len * self.micro_batch
+
+
+WorkloadSpec = DLRMSpec | TransformerDecodeSpec | MoESpec | LLMSpec
 
 
 def _int_list(f: Fields, key: str) -> tuple[int, ...]:
@@ -183,10 +229,65 @@ def _moe(root: Fields, source: str) -> MoESpec:
     return spec
 
 
+def _llm_fuse(root: Fields, sp: bool) -> tuple[str, ...]:
+    """``fuse``: true (every fusable operator), false / "none", one of LLM_FUSED, "both", or a list of them.
+    Default: true with sequence parallelism (the fused operators replace its reduce-scatter/all-gather), else
+    false."""
+    val = root.data.get("fuse")
+    root._used.add("fuse")
+    if val is None:
+        val = sp
+    if isinstance(val, bool):
+        out = LLM_FUSED if val else ()
+    elif isinstance(val, str) and val in ("none", "both", *LLM_FUSED):
+        out = {"none": (), "both": LLM_FUSED}.get(val, (val,))
+    elif isinstance(val, list) and all(isinstance(v, str) and v in LLM_FUSED for v in val):
+        out = tuple(v for v in LLM_FUSED if v in val)
+    else:
+        raise SpecError(root.source, "fuse", f"expected true, false, none, both, {', '.join(LLM_FUSED)} or a "
+                                             f"list of them, got {val!r}")
+    if out and not sp:
+        raise SpecError(root.source, "fuse", f"{', '.join(out)} replace the reduce-scatter/all-gather of "
+                                             f"sequence parallelism: set sequence_parallel: true or fuse: false")
+    return out
+
+
+def llm_from_fields(root: Fields, source: str) -> LLMSpec:
+    sp = root.boolean("sequence_parallel", False)
+    spec = LLMSpec(
+        name=root.string("name"), layers=root.integer("layers", min_value=1),
+        hidden=root.integer("hidden", min_value=1), ffn=root.integer("ffn", min_value=1),
+        heads=root.integer("heads", min_value=1), kv_heads=root.integer("kv_heads", min_value=1),
+        vocab=root.integer("vocab", min_value=1), seq_len=root.integer("seq_len", min_value=1),
+        micro_batch=root.integer("micro_batch", min_value=1), tp=root.integer("tp", min_value=1),
+        dtype=root.string("dtype", "bf16", choices=DTYPES), grad_dtype=root.string("grad_dtype", "fp32",
+                                                                                   choices=DTYPES),
+        bucket_bytes=root.number("ddp_bucket_mib", 25.0, positive=True) * 2**20, sequence_parallel=sp,
+        fuse=_llm_fuse(root, sp), causal=root.boolean("causal", True), source=source)
+    if spec.hidden % spec.heads:
+        raise SpecError(source, "heads", f"{spec.heads} heads do not divide hidden {spec.hidden}")
+    if spec.heads % spec.kv_heads:
+        raise SpecError(source, "kv_heads", f"{spec.kv_heads} KV heads do not divide {spec.heads} heads "
+                                            f"(grouped-query attention)")
+    if spec.heads % spec.tp:
+        raise SpecError(source, "tp", f"tp {spec.tp} does not divide the {spec.heads} attention heads")
+    if spec.kv_heads % spec.tp:
+        raise SpecError(source, "tp", f"tp {spec.tp} does not divide the {spec.kv_heads} KV heads (replicated "
+                                      f"KV heads are not modelled)")
+    if spec.ffn % spec.tp:
+        raise SpecError(source, "tp", f"tp {spec.tp} does not divide ffn {spec.ffn}")
+    if sp and spec.tokens % spec.tp:
+        raise SpecError(source, "seq_len", f"sequence parallelism splits the {spec.tokens} tokens of a step "
+                                           f"(seq_len x micro_batch) over tp {spec.tp}: not divisible")
+    root.reject_unknown(extra_allowed=("kind", "description"))
+    return spec
+
+
 def workload_from_dict(data: dict, source: str = "<memory>") -> WorkloadSpec:
     root = Fields(data, source)
     kind = root.string("kind", choices=KINDS)
-    return {"dlrm": _dlrm, "transformer_tp_decode": _decode, "moe_layer": _moe}[kind](root, source)
+    return {"dlrm": _dlrm, "transformer_tp_decode": _decode, "moe_layer": _moe,
+            "llm_tp_dp": llm_from_fields}[kind](root, source)
 
 
 def load_workload(path: str | Path) -> WorkloadSpec:

@@ -9,9 +9,10 @@ import pandas as pd
 
 from ..errors import SpecError
 from ..fused.knobs import ExecutionSpec
-from ..spec import DLRMSpec, MoESpec, TransformerDecodeSpec, load_workload
+from ..spec import DLRMSpec, LLMSpec, MoESpec, TransformerDecodeSpec, load_workload
 from ..system import System, as_system
 from .dlrm import simulate_dlrm
+from .llm import simulate_llm
 from .models import simulate_decode, simulate_moe
 
 MODES = ("both", "fused", "baseline")
@@ -46,6 +47,8 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
         res = simulate_decode(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     elif isinstance(spec, MoESpec):
         res = simulate_moe(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
+    elif isinstance(spec, LLMSpec):
+        res = simulate_llm(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     else:  # pragma: no cover - load_workload only returns the kinds above
         raise SpecError(getattr(spec, "source", "<model>"), "kind", "unsupported workload")
     return {m: res[m] for m in modes}
@@ -62,7 +65,10 @@ def workload_graph(spec, system, nodes: int, mode: str, *, gpus_per_node=None,
     if isinstance(spec, DLRMSpec):
         return build_dlrm_graph(spec, system, nodes, gpus_per_node=gpus_per_node, mode=mode, sim_mode=ex.sim_mode,
                                 knobs=ex.knobs)
-    builder = {TransformerDecodeSpec: build_decode_graph, MoESpec: build_moe_graph}.get(type(spec))
+    from .llm import build_llm_graph
+
+    builder = {TransformerDecodeSpec: build_decode_graph, MoESpec: build_moe_graph,
+               LLMSpec: build_llm_graph}.get(type(spec))
     if builder is None:
         raise SpecError(getattr(spec, "source", "<model>"), "kind", "no graph builder for this workload kind")
     return builder(spec, system, nodes, mode, gpus_per_node=gpus_per_node, execution=ex)

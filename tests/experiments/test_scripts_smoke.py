@@ -44,3 +44,17 @@ def test_calibration_effect_tiny(root, tmp_path):
     eff = pd.read_csv(tmp_path / "cal" / "calibration_effect.csv")
     assert {"roofline_avg", "calibrated_avg"} <= set(eff.columns) and len(eff) > 0
     assert (tmp_path / "cal" / "calibration_coverage.csv").exists()
+
+
+def test_bench_llm_tiny(root, tmp_path):
+    import yaml
+
+    model = tmp_path / "tiny_llm.yaml"
+    model.write_text(yaml.safe_dump({"name": "tiny", "kind": "llm_tp_dp", "layers": 2, "hidden": 256, "ffn": 512,
+                                     "heads": 8, "kv_heads": 4, "vocab": 1000, "seq_len": 128, "micro_batch": 1,
+                                     "tp": 4, "sequence_parallel": True}))
+    out = tmp_path / "bench_llm.csv"
+    _run(root, "experiments/bench_llm.py", "--nodes", "1,2", "--models", str(model), "--out", str(out))
+    df = pd.read_csv(out)
+    assert set(df["nodes"]) == {1, 2} and set(df["mode"]) == {"baseline", "fused"}
+    assert (df["wall_s"] > 0).all() and (df["step_time_s"] > 0).all() and df["machine"].notna().all()

@@ -10,13 +10,21 @@ from ..errors import SpecError
 def cmd_run(args) -> int:
     import pandas as pd
 
+    from ..checks import check_nodes, check_out_dir, resolve_gpus_per_node
     from ..costs import resolve_topology
+    from ..guard import check_cost, estimate_workload
     from ..spec import load_topology, load_workload
     from .run import simulate_workload, summary_rows, write_run_outputs
 
+    # every argument checked before simulating: a bad --out fails now, not after the simulation
+    check_nodes(args.nodes)
+    if args.trace and not args.out:
+        raise SpecError("<argument>", "--trace", "needs --out DIR")
+    check_out_dir(args.out)
     spec = load_workload(args.model)
     topo = resolve_topology(load_topology(args.topology))
-    g = args.gpus_per_node or topo.scale_up.gpus_per_node
+    g = resolve_gpus_per_node(topo, args.gpus_per_node)
+    check_cost(estimate_workload(spec, topo, args.nodes, g, args.sim_mode), args.force)
     res = simulate_workload(spec, topo, args.nodes, mode=args.mode, gpus_per_node=g, sim_mode=args.sim_mode,
                             record=bool(args.trace))
     rows = summary_rows(spec.name, topo.name, args.nodes, args.nodes * g, res)
@@ -29,19 +37,30 @@ def cmd_run(args) -> int:
     print(f"{spec.name} on {topo.name}: {args.nodes} nodes x {g} GPUs ({res[next(iter(res))].sim_mode} simulation)")
     print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.out:
+        check_out_dir(args.out)  # still a directory (or absent) after the simulation
         written = write_run_outputs(Path(args.out), res, rows, bool(args.trace))
         print("wrote " + ", ".join(str(p) for p in written))
-    elif args.trace:
-        raise SpecError("<argument>", "--trace", "needs --out DIR")
     return 0
 
 
 def cmd_sweep(args) -> int:
     import os
 
+    from ..checks import check_out_dir, resolve_gpus_per_node
+    from ..costs import resolve_topology
+    from ..guard import check_cost, estimate_workload
+    from ..spec import load_topology, load_workload
     from ..sweep import parse_nodes, run_sweep
 
     nodes = parse_nodes(args.nodes)
+    if args.workers is not None and not 1 <= args.workers <= 1024:
+        raise SpecError("<argument>", "--workers", f"must be in 1..1024, got {args.workers}")
+    check_out_dir(args.out)
+    spec = load_workload(args.model)
+    topo = resolve_topology(load_topology(args.topology))
+    g = resolve_gpus_per_node(topo, args.gpus_per_node)
+    for n in nodes:  # the guard looks at every point before the first one starts
+        check_cost(estimate_workload(spec, topo, n, g, args.sim_mode), args.force)
     workers = args.workers or os.cpu_count() or 1
     df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
                    sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
@@ -61,6 +80,7 @@ def _common(p) -> None:
     p.add_argument("--mode", default="both", choices=("both", "fused", "baseline"))
     p.add_argument("--sim-mode", default="auto", choices=("auto", "classes", "full"),
                    help="classes: one representative per class of alike ranks; full: every rank")
+    p.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
 
 
 def add_run_parser(sub) -> None:

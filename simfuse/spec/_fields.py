@@ -149,6 +149,8 @@ def parse_yaml_text(text: str, source: str) -> Any:
 def load_yaml_mapping(path: str | Path) -> dict:
     """Read a YAML file that must contain a mapping at top level."""
     p = Path(path)
+    if p.is_dir():
+        raise SpecError(str(p), "", "is a directory, not a YAML file")
     if not p.is_file():
         raise SpecError(str(p), "", "file not found")
     try:

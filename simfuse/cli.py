@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import SimfuseError, SpecError
+from .errors import SimfuseError, SpecError, short_repr
 from .units import parse_size_bytes
 
 
@@ -21,32 +21,33 @@ def _load_topology(path: str):
 
 
 def cmd_collective(args) -> int:
-    from .collectives import run_collective
+    from .checks import check_nodes, check_out_file, resolve_gpus_per_node, size_range
+    from .collectives import REGISTRY, run_collective
     from .system import System
 
-    topo = System.load(args.topology).topology
-    if args.nodes < 1:
-        raise SpecError("<argument>", "--nodes", f"must be >= 1, got {args.nodes}")
+    # bounds on every argument before loading or simulating anything
+    check_nodes(args.nodes)
+    check_out_file(args.out)
+    if args.algorithm is not None and args.algorithm not in REGISTRY.get(args.op, {}):
+        raise SpecError("<argument>", "--algorithm", f"unknown algorithm {short_repr(args.algorithm)} for {args.op}; "
+                        f"expected one of {', '.join(REGISTRY.get(args.op, {}))}")
     if args.size is None and args.begin is None:
         raise SpecError("<argument>", "--size", "give --size or a range with --begin/--end/--factor")
     if args.begin is not None:
         begin = parse_size_bytes(args.begin, "<argument>", "--begin")
         end = parse_size_bytes(args.end or args.begin, "<argument>", "--end")
-        if args.factor <= 1:
-            raise SpecError("<argument>", "--factor", "must be > 1")
-        if begin <= 0 or end < begin:
-            raise SpecError("<argument>", "--begin/--end", "need 0 < begin <= end")
-        sizes = []
-        s = float(begin)
-        while s <= end * (1 + 1e-12):
-            sizes.append(int(s))
-            s *= args.factor
+        sizes = size_range(begin, end, args.factor)
     else:
         sizes = [parse_size_bytes(args.size, "<argument>", "--size")]
+    topo = System.load(args.topology).topology
+    g = resolve_gpus_per_node(topo, args.gpus_per_node)
+    from .guard import check_cost, estimate_collective
+
+    check_cost(estimate_collective(args.op, args.nodes, g, args.mode, len(sizes)), args.force)
     rows = []
     for size in sizes:
         row = run_collective(topo, args.nodes, args.op, size, algorithm=args.algorithm,
-                             gpus_per_node=args.gpus_per_node, mode=args.mode, seed=args.seed).as_dict()
+                             gpus_per_node=g, mode=args.mode, seed=args.seed).as_dict()
         row.pop("wall_s")  # keep the output deterministic
         rows.append(output_units(row))
     if len(rows) > 1 or args.out:
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--mode", default="auto", choices=("auto", "symmetric", "full"))
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--format", default="text", choices=("text", "json"))
+    c.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
     c.set_defaults(func=cmd_collective)
 
     for mod, fn in (("simfuse.fused.cli", "add_op_parser"), ("simfuse.workloads.cli", "add_run_parser"),
@@ -154,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        from .checks import check_finite_number
+
+        for name in ("factor", "seed"):  # argparse's float() accepts nan/inf and int() any size
+            if isinstance(getattr(args, name, None), (int, float)):
+                check_finite_number(getattr(args, name), f"--{name}")
         return int(args.func(args) or 0)
     except SpecError as exc:
         print(f"simfuse: error: {exc}", file=sys.stderr)

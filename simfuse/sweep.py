@@ -1,46 +1,84 @@
 """Node-count sweeps: a local process pool by default, a Dask distributed cluster with ``scheduler``.
 
-Every finished point is written to ``DIR/points/<key>.json`` at once, so an interrupted sweep rerun with the
-same inputs reuses the points already done (the key hashes the contents of the model and topology files and of
-the calibration profile the topology references, the node count, GPUs per node, mode and simulation mode).
+Crash safety:
+
+* Every finished point is written at once (temporary file + rename) to ``DIR/points/<hash>.json``, where
+  ``<hash>`` is the SHA-256 of the point's key: the contents of the model and topology files and of the calibration
+  profile the topology references, the node count, GPUs per node, mode and simulation mode.  No part of a file name
+  comes from input content (a model ``name: ../../x`` stays a label).
+* A point file holds ``{"format", "key", "rows", "checksum"}``; on resume it is used only when its key equals the
+  point's and the checksum matches the rows (so ``null``, ``[]``, ``{}``, another point's file, edited numbers, a
+  directory or a symbolic link in its place are recomputed, never trusted).
+* ``DIR/.sweep.lock`` (``fcntl.flock``) lets one sweep at a time use ``DIR``; a second one fails at once with a
+  one-line error.  The lock file is removed when the sweep ends.
+* Pool workers die with the sweep: each sets ``PR_SET_PDEATHSIG`` (Linux) and watches its parent's pid, so a
+  SIGKILLed sweep leaves no worker running; rerunning it resumes from the points already written.
+* Bounds (node counts, GPUs per node, paths under ``DIR``) are checked before anything is created; a sweep that
+  fails before finishing any point leaves nothing behind in a ``DIR`` it created.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import os
+import shutil
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pandas as pd
 
-from .errors import SpecError
+from .checks import MAX_NODES, MAX_SWEEP_POINTS, check_out_dir, inside, resolve_gpus_per_node
+from .errors import SimfuseError, SpecError, short_repr
 from .results.io import atomic_write_df, atomic_write_text
 from .spec import load_topology, load_workload
 from .workloads.run import run_point
 
+#: Version of the point-file layout (part of the key: older files are recomputed).
+POINT_FORMAT = 2
+#: Largest point file read back (bytes); anything larger is not one of ours.
+MAX_POINT_BYTES = 1 * 2**20
+LOCK_NAME = ".sweep.lock"
+
 
 def parse_nodes(text: str) -> list[int]:
-    """``1,2,4`` or ``8..1024`` (powers of two) into a sorted list of node counts."""
+    """``1,2,4`` or ``8..1024`` (powers of two from the first) into a sorted list of node counts.
+
+    Every count must lie in 1..:data:`~simfuse.checks.MAX_NODES`, and a sweep has at most
+    :data:`~simfuse.checks.MAX_SWEEP_POINTS` points."""
     out: set[int] = set()
-    for part in str(text).split(","):
+    text = str(text)
+    if len(text) > 10_000:
+        raise SpecError("<argument>", "--nodes", "list too long")
+    for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         try:
             if ".." in part:
                 lo, hi = (int(x) for x in part.split(".."))
+                if not 1 <= lo <= hi <= MAX_NODES:
+                    raise SpecError("<argument>", "--nodes", f"range {short_repr(part)} must satisfy "
+                                    f"1 <= start <= end <= {MAX_NODES}")
                 v = lo
                 while v <= hi:
                     out.add(v)
                     v *= 2
             else:
-                out.add(int(part))
+                v = int(part)
+                if not 1 <= v <= MAX_NODES:
+                    raise SpecError("<argument>", "--nodes", f"node count {v} not in 1..{MAX_NODES}")
+                out.add(v)
         except ValueError:
-            raise SpecError("<argument>", "--nodes", f"cannot parse {part!r} (use 1,2,4 or 8..1024)") from None
-    if not out or min(out) < 1:
+            raise SpecError("<argument>", "--nodes", f"cannot parse {short_repr(part)} (use 1,2,4 or 8..1024)") from None
+        if len(out) > MAX_SWEEP_POINTS:
+            raise SpecError("<argument>", "--nodes", f"more than {MAX_SWEEP_POINTS} node counts")
+    if not out:
         raise SpecError("<argument>", "--nodes", "node counts must be positive integers")
     return sorted(out)
 
@@ -48,8 +86,178 @@ def parse_nodes(text: str) -> list[int]:
 def _digest(*paths: str) -> str:
     h = hashlib.sha256()
     for p in paths:
-        h.update(Path(p).read_bytes())
-    return h.hexdigest()[:16]
+        data = Path(p).read_bytes()
+        h.update(len(data).to_bytes(8, "little"))  # unambiguous concatenation
+        h.update(data)
+    return h.hexdigest()
+
+
+def point_key(digest: str, nodes: int, gpus_per_node: int, mode: str, sim_mode: str,
+              settings: dict | None = None) -> dict:
+    """The identity of one sweep point (what its file name hashes and what its file must contain); ``settings``
+    (the ``--set`` pairs) are part of it when given."""
+    key = {"format": POINT_FORMAT, "inputs": digest, "nodes": int(nodes), "gpus_per_node": int(gpus_per_node),
+           "mode": mode, "sim_mode": sim_mode}
+    if settings:
+        key["settings"] = {str(k): str(v) for k, v in sorted(settings.items())}
+    return key
+
+
+def _canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def point_file_name(key: dict) -> str:
+    """``<sha256 of the key>.json`` (64 hex digits): fixed length, no input content."""
+    return hashlib.sha256(_canonical(key).encode()).hexdigest() + ".json"
+
+
+def _checksum(key: dict, rows: list) -> str:
+    return hashlib.sha256(_canonical({"key": key, "rows": rows}).encode()).hexdigest()
+
+
+def encode_point(key: dict, rows: list[dict]) -> str:
+    """The text of a point file."""
+    return json.dumps({"format": POINT_FORMAT, "key": key, "rows": rows, "checksum": _checksum(key, rows)},
+                      allow_nan=False)
+
+
+_ROW_FIELDS = ("model", "topology", "nodes", "gpus", "mode", "iteration_time_s", "compute_time_s",
+               "exposed_comm_time_s")
+
+
+def _expected_modes(mode: str) -> list[str]:
+    return ["baseline", "fused"] if mode == "both" else [mode]
+
+
+def decode_point(text: str, key: dict) -> list[dict] | None:
+    """The rows of a point file, or ``None`` when it is not a valid file of this very point."""
+    try:
+        d = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(d, dict) or set(d) != {"format", "key", "rows", "checksum"}:
+        return None
+    if d["format"] != POINT_FORMAT or d["key"] != key:
+        return None
+    rows = d["rows"]
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        return None
+    try:
+        if d["checksum"] != _checksum(key, rows):
+            return None
+    except (TypeError, ValueError):
+        return None
+    if [r.get("mode") for r in rows] != _expected_modes(key["mode"]):
+        return None
+    for r in rows:
+        if any(f not in r for f in _ROW_FIELDS):
+            return None
+        if r["nodes"] != key["nodes"] or r["gpus"] != key["nodes"] * key["gpus_per_node"]:
+            return None
+        for f in ("iteration_time_s", "compute_time_s", "exposed_comm_time_s"):
+            v = r[f]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                return None
+    return rows
+
+
+def _read_point(path: Path, key: dict) -> list[dict] | None:
+    """Rows of a valid point file at ``path``; anything else there (a directory, a link, junk) is removed."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    import stat as _stat
+
+    if _stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+        return None
+    if not _stat.S_ISREG(st.st_mode) or st.st_size > MAX_POINT_BYTES:
+        path.unlink(missing_ok=True)  # a link (never followed), a fifo, or far too large
+        return None
+    try:
+        rows = decode_point(path.read_text(encoding="utf-8"), key)
+    except (OSError, UnicodeDecodeError):
+        rows = None
+    if rows is None:
+        path.unlink(missing_ok=True)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ lock file
+
+class SweepLock:
+    """An exclusive ``fcntl.flock`` on ``DIR/.sweep.lock`` (non-blocking: a second sweep fails at once)."""
+
+    def __init__(self, out: Path):
+        self.path = inside(out, LOCK_NAME)
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no locking
+            return
+        for _ in range(10):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = ""
+                with contextlib.suppress(OSError, ValueError):
+                    holder = f" (pid {int(os.pread(fd, 32, 0).decode().strip())})"
+                os.close(fd)
+                raise SpecError("<argument>", "--out", f"{short_repr(str(self.path.parent))} is in use by another "
+                                f"sweep{holder}; wait for it to finish or give another --out") from None
+            # the holder before us may have removed the file after we opened it: lock the file at the path
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path, follow_symlinks=False).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                self.fd = fd
+                return
+            os.close(fd)
+        raise SimfuseError(f"{self.path}: could not take the sweep lock")
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        os.close(self.fd)  # closing drops the flock
+        self.fd = None
+
+
+# ------------------------------------------------------------------------------------------ worker lifetime
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Pool initializer: the worker exits when the sweep process does (even on SIGKILL).
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``; everywhere: a daemon thread that polls ``os.getppid()``."""
+    import signal
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        import time
+
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="simfuse-parent-watch", daemon=True).start()
 
 
 class _Progress:
@@ -81,74 +289,139 @@ class _Progress:
 def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, gpus_per_node: int | None = None,
               mode: str = "both", sim_mode: str = "auto", workers: int | None = None, scheduler: str | None = None,
               progress: bool = True, plots: bool = True, settings: dict | None = None) -> pd.DataFrame:
-    """Run every node count, write ``results.csv`` (and figures), return the table."""
-    spec = load_workload(model)          # validate before starting anything
+    """Run every node count, write ``results.csv`` (and figures), return the table.  ``settings``: ``--set``
+    pairs (execution settings and fused knobs), validated before anything starts.
+
+    Workers (processes or Dask) receive the loaded, validated workload spec and the resolved System, not file
+    paths, so a Dask worker needs no access to the files and relative paths work anywhere."""
+    from .fused.knobs import parse_execution
+    from .system import System
+    from .workloads.run import MODES
+
+    # --- validate everything before creating anything
+    spec = load_workload(model)  # validate before starting anything
     topo = load_topology(topology)
-    out = Path(out)
-    points_dir = out / "points"
-    points_dir.mkdir(parents=True, exist_ok=True)
-    # the key covers every input file, the calibration profile the topology references included
-    digest = _digest(model, topology, *([topo.calibration] if topo.calibration else []))
-    g = gpus_per_node or topo.scale_up.gpus_per_node
-    settings = dict(sorted((settings or {}).items()))
-    if settings:  # the execution settings are part of the key
-        digest += "-" + hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:8]
-    todo, rows = [], []
+    settings = dict(settings or {})
+    parse_execution({**settings, "mode": mode, "sim_mode": sim_mode})
+    if mode not in MODES:
+        raise SpecError("<argument>", "--mode", f"unknown mode {short_repr(mode)}; expected one of {', '.join(MODES)}")
+    nodes = sorted({int(n) for n in nodes})
+    if not nodes:
+        raise SpecError("<argument>", "--nodes", "no node counts")
     for n in nodes:
-        key = f"{spec.name}-{digest}-n{n}-g{g}-{mode}-{sim_mode}"
-        path = points_dir / f"{key}.json"
-        if path.exists():
-            try:
-                rows.extend(json.loads(path.read_text()))
-                continue
-            except (json.JSONDecodeError, OSError):
-                path.unlink()
-        todo.append((n, path))
-    bar = _Progress(len(todo), progress)
-
-    def finish(n, path, result_rows):
-        atomic_write_text(path, json.dumps(result_rows))
-        rows.extend(result_rows)
-        bar.update(f"{n} nodes")
-
+        if not 1 <= n <= MAX_NODES:
+            raise SpecError("<argument>", "--nodes", f"node count {n} not in 1..{MAX_NODES}")
+    g = resolve_gpus_per_node(topo, gpus_per_node)
+    if workers is not None and workers < 1:
+        raise SpecError("<argument>", "--workers", f"must be >= 1, got {workers}")
+    out = check_out_dir(out)
+    # the key covers every input file, the calibration profile the topology references included
+    inputs = [model, topology, *([topo.calibration] if topo.calibration else [])]
+    for p in inputs:
+        if not Path(p).is_file():
+            raise SpecError(str(p), "", "file not found")
+    digest = _digest(*inputs)
+    keys = {n: point_key(digest, n, g, mode, sim_mode, settings) for n in nodes}
+    system = System.from_topology(topo)  # resolved once; shipped to the workers
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    points_dir = inside(out, "points")
+    lock = SweepLock(out)
     try:
-        if scheduler:
-            try:
-                from distributed import Client
-            except ImportError:
-                raise SpecError("<argument>", "--scheduler", "needs the 'sweep' extra (dask[distributed])") from None
-            client = Client(scheduler)
-            try:
-                futs = {client.submit(run_point, model, topology, n, g, mode, sim_mode, settings, pure=False): (n, p)
-                        for n, p in todo}
-                from distributed import as_completed as d_as_completed
+        lock.acquire()
+    except BaseException:
+        if created:
+            _remove_if_empty(out)
+        raise
+    finished = 0
+    try:
+        if points_dir.is_symlink() or (points_dir.exists() and not points_dir.is_dir()):
+            raise SpecError("<argument>", "--out", f"{short_repr(str(points_dir))} is not a directory "
+                            "(a link or a file); refusing to write there")
+        todo, rows = [], []
+        for n in nodes:
+            path = inside(out, "points", point_file_name(keys[n]))
+            cached = _read_point(path, keys[n])
+            if cached is not None:
+                rows.extend(cached)
+            else:
+                todo.append((n, path))
+        bar = _Progress(len(todo), progress)
 
-                for fut in d_as_completed(futs):
-                    n, p = futs[fut]
-                    finish(n, p, fut.result())
-            finally:
-                client.close()
-        elif (workers or 1) > 1 and len(todo) > 1:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futs = {pool.submit(run_point, model, topology, n, g, mode, sim_mode, settings): (n, p) for n, p in todo}
-                for fut in as_completed(futs):
-                    n, p = futs[fut]
-                    finish(n, p, fut.result())
-        else:
-            for n, p in todo:
-                finish(n, p, run_point(model, topology, n, g, mode, sim_mode, settings))
+        def finish(n, path, result_rows):
+            nonlocal finished
+            atomic_write_text(path, encode_point(keys[n], result_rows))
+            finished += 1
+            rows.extend(result_rows)
+            bar.update(f"{n} nodes")
+
+        try:
+            _run_points(todo, finish, spec, system, g, mode, sim_mode, workers, scheduler, settings)
+        finally:
+            bar.close()
+        df = pd.DataFrame(rows).sort_values(["nodes", "mode"], kind="stable").reset_index(drop=True)
+        df = df.drop(columns=[c for c in ("wall_s",) if c in df.columns])
+        atomic_write_df(df, inside(out, "results.csv"))
+        if plots and len(df):
+            from .results.plots import plot_breakdown, plot_speedup_vs_nodes
+
+            if "fused" in set(df["mode"]) and "baseline" in set(df["mode"]):
+                plot_speedup_vs_nodes(df, inside(out, "speedup_vs_nodes.png"))
+            plot_breakdown(df, inside(out, "breakdown.png"))
+        if os.environ.get("SIMFUSE_SWEEP_KEEP_POINTS", "1") == "0":
+            for p in points_dir.glob("*.json"):
+                p.unlink()
+        return df
+    except BaseException:
+        if finished == 0 and points_dir.is_dir() and not points_dir.is_symlink():
+            _remove_if_empty(points_dir)
+        raise
     finally:
-        bar.close()
-    df = pd.DataFrame(rows).sort_values(["nodes", "mode"], kind="stable").reset_index(drop=True)
-    df = df.drop(columns=[c for c in ("wall_s",) if c in df.columns])
-    atomic_write_df(df, out / "results.csv")
-    if plots and len(df):
-        from .results.plots import plot_breakdown, plot_speedup_vs_nodes
+        lock.release()
+        if created:
+            _remove_if_empty(out)
 
-        if "fused" in set(df["mode"]) and "baseline" in set(df["mode"]):
-            plot_speedup_vs_nodes(df, out / "speedup_vs_nodes.png")
-        plot_breakdown(df, out / "breakdown.png")
-    if os.environ.get("SIMFUSE_SWEEP_KEEP_POINTS", "1") == "0":
-        for p in points_dir.glob("*.json"):
-            p.unlink()
-    return df
+
+def _remove_if_empty(d: Path) -> None:
+    with contextlib.suppress(OSError):
+        d.rmdir()
+
+
+def _run_points(todo, finish, model, topology, g, mode, sim_mode, workers, scheduler, settings=None) -> None:
+    """Compute the points of ``todo`` (``[(nodes, path)]``), calling ``finish(nodes, path, rows)`` for each."""
+    if not todo:
+        return
+    if scheduler:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise SpecError("<argument>", "--scheduler", "needs the 'sweep' extra (dask[distributed])") from None
+        client = Client(scheduler)
+        try:
+            futs = {client.submit(run_point, model, topology, n, g, mode, sim_mode, settings, pure=False): (n, p)
+                    for n, p in todo}
+            from distributed import as_completed as d_as_completed
+
+            for fut in d_as_completed(futs):
+                n, p = futs[fut]
+                finish(n, p, fut.result())
+        finally:
+            client.close()
+    elif (workers or 1) > 1 and len(todo) > 1:
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), initializer=_die_with_parent,
+                                   initargs=(os.getpid(),))
+        try:
+            futs = {pool.submit(run_point, model, topology, n, g, mode, sim_mode, settings): (n, p) for n, p in todo}
+            for fut in as_completed(futs):
+                n, p = futs[fut]
+                try:
+                    result = fut.result()
+                except BrokenProcessPool:
+                    raise SimfuseError(f"a sweep worker died while computing {n} nodes (out of memory?); "
+                                       "rerun to resume from the finished points") from None
+                finish(n, p, result)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    else:
+        for n, p in todo:
+            finish(n, p, run_point(model, topology, n, g, mode, sim_mode, settings))

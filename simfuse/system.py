@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .costs import CostModel, RooflineCostModel
+from .costs.base import FusedFloor
 from .spec import TopologySpec, load_topology
 
 
 @dataclass(frozen=True)
 class System:
-    """``topology``: resolved (calibration applied); ``cost``: the kernel cost model; ``profile``: the loaded
+    """``topology``: resolved (calibration applied); ``cost``: the kernel cost model (a fused kernel's workgroup
+    is never priced below the plain kernel's: :class:`~simfuse.costs.base.FusedFloor`); ``profile``: the loaded
     calibration profile or None; ``nominal``: the topology as written in its file."""
 
     topology: TopologySpec
@@ -32,9 +34,9 @@ class System:
             from .calibrate.profile import apply_to_topology, cost_model_for, load_profile
 
             profile = load_profile(topology.calibration)
-            return cls(apply_to_topology(topology, profile), cost_model_for(topology), profile, topology)
+            return cls(apply_to_topology(topology, profile), FusedFloor(cost_model_for(topology)), profile, topology)
         nominal = topology.replace(calibration=None) if topology.calibration else topology
-        return cls(nominal, RooflineCostModel(topology.device), None, topology)
+        return cls(nominal, FusedFloor(RooflineCostModel(topology.device)), None, topology)
 
     @classmethod
     def load(cls, path: str | Path, *, calibrated: bool = True) -> System:

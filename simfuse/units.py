@@ -10,9 +10,10 @@ it as gigabits); :data:`OUTPUT_RENAMES` maps the engine's older field names.  Sp
 
 from __future__ import annotations
 
+import math
 import re
 
-from .errors import SpecError
+from .errors import SpecError, short_repr
 
 _SIZE_UNITS = {
     "": 1, "B": 1,
@@ -28,20 +29,31 @@ GB = 1e9  # nccl-tests and datasheets use decimal GB/s
 #: Older output field names -> unambiguous ones (see the module docstring).
 OUTPUT_RENAMES = {"algbw_gbps": "algbw_gbyte_per_s", "busbw_gbps": "busbw_gbyte_per_s"}
 
+#: Largest buffer a size argument may name (1 PiB; per rank buffers beyond are not a real configuration).
+MAX_SIZE_BYTES = 2**50
 
-def parse_size_bytes(text: str | int | float, source: str = "<argument>", field: str = "size") -> int:
-    """Parse ``64MiB``, ``1GB``, ``4096`` ... into bytes (KiB/MiB/GiB binary, KB/MB/GB decimal)."""
+
+def parse_size_bytes(text: str | int | float, source: str = "<argument>", field: str = "size",
+                     max_bytes: int = MAX_SIZE_BYTES) -> int:
+    """Parse ``64MiB``, ``1GB``, ``4096`` ... into bytes (KiB/MiB/GiB binary, KB/MB/GB decimal).
+
+    Sizes must be finite, non-negative and at most ``max_bytes`` (default 1 PiB)."""
     if isinstance(text, bool):
         raise SpecError(source, field, f"expected a size, got {text!r}")
     if isinstance(text, (int, float)):
-        value = float(text)
+        try:
+            value = float(text)
+        except OverflowError:
+            value = math.inf
     else:
-        m = _SIZE_RE.match(str(text))
+        m = _SIZE_RE.match(str(text)) if len(str(text)) <= 64 else None
         if not m or m.group(2).upper() not in _SIZE_UNITS:
-            raise SpecError(source, field, f"cannot parse size {text!r} (use e.g. 64MiB, 1GB, 4096)")
+            raise SpecError(source, field, f"cannot parse size {short_repr(text)} (use e.g. 64MiB, 1GB, 4096)")
         value = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+    if not math.isfinite(value) or value > max_bytes:
+        raise SpecError(source, field, f"size must be at most {format_size(max_bytes)}, got {short_repr(text)}")
     if value < 0:
-        raise SpecError(source, field, f"size must be non-negative, got {text!r}")
+        raise SpecError(source, field, f"size must be non-negative, got {short_repr(text)}")
     return int(round(value))
 
 

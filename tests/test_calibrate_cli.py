@@ -62,8 +62,10 @@ def calibrated(tmp_path_factory, root):
                   str(DATA / "nccl_2nodes.log"), "--out", str(prof)])
     assert rc == 0 and prof.is_file()
     topo = tmp / "topo.yaml"
-    topo.write_text((root / "topologies" / "h200_nvl8_ib_ndr.yaml").read_text()
-                    + "calibration: profiles/cal.yaml\n")
+    text = (root / "topologies" / "h200_nvl8_ib_ndr.yaml").read_text()
+    # replace the topology's own calibration line (a second one would be a duplicate key, an error)
+    lines = [ln for ln in text.splitlines() if not ln.startswith("calibration:")]
+    topo.write_text("\n".join(lines) + "\ncalibration: profiles/cal.yaml\n")
     return tmp, prof, topo, held
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "simfuse"
 # lowest first; a package may import its own layer and anything below
 LAYERS = [
-    {"errors", "units", "names", "spec", "results"},
+    {"errors", "units", "names", "checks", "spec", "results"},
     {"costs"},
     {"engine"},
     {"network"},

@@ -81,10 +81,15 @@ def _fail(exc: BaseException) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from ..checks import check_out_file
     from .build import calibrate
 
-    if args.compute_units is not None and args.compute_units < 1:
-        return _fail(ValueError("--compute-units must be >= 1"))
+    if args.compute_units is not None and not 1 <= args.compute_units <= 100_000:
+        return _fail(ValueError("--compute-units must be in 1..100000"))
+    try:
+        check_out_file(args.out)
+    except SimfuseError as exc:
+        return _fail(exc)
     skipped: list[str] = []
     warnings: list[str] = []
     try:
@@ -134,9 +139,11 @@ def _fmt_rate(x, unit: str) -> str:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from ..checks import check_out_dir
     from .validate import run_validation
 
     try:
+        check_out_dir(args.out)
         _, summary = run_validation(args.topology, args.measurements, args.out)
     except (SimfuseError, OSError) as exc:
         return _fail(exc)

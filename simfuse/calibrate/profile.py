@@ -98,7 +98,7 @@ def profile_from_dict(data: dict, source: str = "<memory>") -> CalibrationProfil
             overhead_s=k.number("overhead_s", min_value=0.0),
             bw_bytes_per_s=_opt_rate(k, "bw_bytes_per_s"),
             flops_per_s=_opt_rate(k, "flops_per_s"),
-            slots=k.integer("slots", min_value=1),
+            slots=k.integer("slots", min_value=1, max_value=2**26),
             launch_latency_s=k.number("launch_latency_s", min_value=0.0),
             bw_headroom=k.number("bw_headroom", PER_CU_BW_HEADROOM, min_value=1.0),
         )
@@ -169,7 +169,7 @@ def profile_from_dict(data: dict, source: str = "<memory>") -> CalibrationProfil
             for key in ("kernel", "variant", "dtype"):
                 p.string(key)
             p.string("shape", "")
-            p.integer("grid", min_value=1)
+            p.integer("grid", min_value=1, max_value=2**26)
             p.number("flops", min_value=0.0)
             p.number("bytes", min_value=0.0)
         else:

@@ -87,6 +87,8 @@ class _Stream:
         while True:
             try:
                 obj, end = decoder.raw_decode(self.buf, self.pos)
+            except RecursionError:
+                raise TraceError(self.src, f"key {key} (line {self.line})", "JSON nested too deeply") from None
             except json.JSONDecodeError as exc:
                 # Incomplete value at the end of the buffer: read more and retry; otherwise corrupt.
                 if not self.eof and len(self.buf) - self.pos < MAX_EVENT_CHARS:

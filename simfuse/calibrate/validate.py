@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 
 from ..costs.base import CostModel, KernelWork
-from ..errors import SpecError, TraceError
+from ..errors import SpecError, TraceError, short_repr
 from ..spec import load_topology
+from ..spec.topology import DTYPES as TOPOLOGY_DTYPES
 from ._io import GZIP_ERRORS, open_text
 from .fit import alpha_beta_time_s
 from .kernel_trace import format_shape, parse_shape
@@ -33,6 +34,10 @@ MEASUREMENT_COLUMNS = ("kernel", "variant", "backend", "world_size", "dtype", "s
 #: Optional measurement column: requested (trace-definition) bytes of the launch; empty = unknown.
 TRAFFIC_COLUMN = "traffic_bytes"
 _REQUIRED = ("kernel", "variant", "dtype", "shape", "grid", "median_s", "flops", "bytes")
+#: Largest launch grid a measurement may name (programs); the engine keeps per-program arrays.
+MAX_GRID = 2**26
+#: Variants a measured kernel may have.
+VARIANTS = ("compute", "fused")
 TABLE_COLUMNS = ("set", "kind", "quantity", "kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps",
                  "level", "collective", "ranks", "size_bytes", "bytes_per_wg", "requested_bytes_per_wg", "flops_per_wg",
                  "in_calibration_range", "measured_s",
@@ -94,26 +99,35 @@ def read_measurements(path: str | Path) -> list[Measurement]:
 def _measurement(src: str, lineno: int, row: dict) -> Measurement:
     where = f"line {lineno}"
 
-    def num(key: str, positive: bool = False, integer: bool = False, default: float | None = None) -> float:
+    def num(key: str, positive: bool = False, integer: bool = False, default: float | None = None,
+            max_value: float = 1e21) -> float:
         text = (row.get(key) or "").strip()
         if not text and default is not None:
             return default
         try:
             v = float(text)
         except ValueError:
-            raise TraceError(src, where, f"column {key!r}: {text!r} is not a number") from None
-        if not math.isfinite(v) or v < 0 or (positive and v <= 0) or (integer and not v.is_integer()):
-            raise TraceError(src, where, f"column {key!r}: {text!r} out of range")
+            raise TraceError(src, where, f"column {key!r}: {short_repr(text)} is not a number") from None
+        if not math.isfinite(v) or v < 0 or (positive and v <= 0) or (integer and not v.is_integer()) \
+                or v > max_value:
+            raise TraceError(src, where, f"column {key!r}: {short_repr(text)} out of range")
         return v
 
     shape = format_shape(parse_shape(row["shape"], src, f"{where} shape"))
     for key in ("kernel", "variant", "dtype"):
         if not (row.get(key) or "").strip():
             raise TraceError(src, where, f"column {key!r} is empty")
+    if row["variant"].strip() not in VARIANTS:
+        raise TraceError(src, where, f"column 'variant': unknown {short_repr(row['variant'].strip())}; expected one "
+                         f"of {', '.join(VARIANTS)}")
+    if row["dtype"].strip() not in TOPOLOGY_DTYPES:
+        raise TraceError(src, where, f"column 'dtype': unknown {short_repr(row['dtype'].strip())}; expected one of "
+                         f"{', '.join(TOPOLOGY_DTYPES)}")
     traffic = num(TRAFFIC_COLUMN, default=-1.0) if TRAFFIC_COLUMN in row else -1.0
     return Measurement(row["kernel"].strip(), row["variant"].strip(), (row.get("backend") or "").strip(),
-                       int(num("world_size", integer=True, default=1)), row["dtype"].strip(), shape,
-                       int(num("grid", positive=True, integer=True)), int(num("num_warps", integer=True, default=0)),
+                       int(num("world_size", integer=True, default=1, max_value=2**24)), row["dtype"].strip(), shape,
+                       int(num("grid", positive=True, integer=True, max_value=MAX_GRID)),
+                       int(num("num_warps", integer=True, default=0, max_value=1024)),
                        num("median_s", positive=True), num("flops"), num("bytes"), lineno,
                        traffic if traffic >= 0 else None)
 
@@ -175,7 +189,18 @@ def validation_table(topology_path: str | Path, measurements: str | Path | None 
         base["simulated_s"] = sim
         rows.append(base)
     if measurements is not None:
-        for m in read_measurements(measurements):
+        fitted = {(k.kernel, k.variant, k.dtype) for k in profile.kernels}
+        held = read_measurements(measurements)
+        for m in held:  # every row checked before any is simulated
+            if (m.kernel, m.variant, m.dtype) not in fitted:
+                raise TraceError(str(measurements), f"line {m.line}", f"no fit for kernel {short_repr(m.kernel)} "
+                                 f"variant {m.variant} dtype {m.dtype} in {profile_source(spec)} (it would be "
+                                 "simulated with the roofline); known: "
+                                 f"{', '.join(sorted('/'.join(k) for k in fitted)) or 'none'}")
+            if m.dtype not in spec.device.peak_flops:
+                raise TraceError(str(measurements), f"line {m.line}", f"dtype {m.dtype} has no peak FLOP/s in "
+                                 f"{topology_path} (device.peak_tflops)")
+        for m in held:
             work = kernel_work(m.kernel, m.variant, m.dtype, m.shape, m.grid, m.flops, m.bytes, m.traffic_bytes)
             row = {c: None for c in TABLE_COLUMNS}
             row.update(set="held_out", kind="kernel", quantity="time", kernel=m.kernel, variant=m.variant,
@@ -189,6 +214,10 @@ def validation_table(topology_path: str | Path, measurements: str | Path | None 
     df["simulated_s"] = df["simulated_s"].astype(float)
     df["pct_error"] = 100.0 * (df["simulated_s"] - df["measured_s"]) / df["measured_s"]
     return df
+
+
+def profile_source(spec) -> str:
+    return str(spec.calibration)
 
 
 #: Relative tolerance of the calibration-range check (per-program counts of shared inputs differ by a few %).

@@ -4,7 +4,33 @@ from __future__ import annotations
 
 import json
 
-from ..errors import SpecError
+from ..errors import SpecError, short_repr
+
+
+def parse_sets(pairs: list[str]) -> dict:
+    """``key=value`` pairs; numbers become int/float (finite, magnitude <= 2**53); a key given twice is an error."""
+    from ..checks import check_finite_number
+
+    out: dict = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise SpecError("<argument>", "--set", f"expected key=value, got {short_repr(pair)}")
+        key, value = pair.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise SpecError("<argument>", "--set", f"empty key in {short_repr(pair)}")
+        if key in out:
+            raise SpecError("<argument>", f"--set {short_repr(key)}", "given twice")
+        v: object = value.strip()
+        if len(value) <= 64:
+            for conv in (int, float):
+                try:
+                    v = conv(value)
+                    break
+                except ValueError:
+                    continue
+        out[key] = check_finite_number(v, f"--set {short_repr(key)}")
+    return out
 
 
 def split_knobs(sets: dict):
@@ -27,22 +53,33 @@ def split_knobs(sets: dict):
 
 
 def cmd_op(args) -> int:
+    from ..checks import check_nodes, resolve_gpus_per_node
+    from ..collectives import REGISTRY
+    from ..guard import check_cost, estimate_op
     from ..system import System
     from ..workloads.op import run_op
-    from .knobs import fused_knob_names, parse_set_pairs
+    from .knobs import fused_knob_names
     from .ops import OPS, make_op
 
-    system = System.load(args.topology)
-    topo = system.topology
-    g = args.gpus_per_node or topo.scale_up.gpus_per_node
-    if args.nodes < 1 or g < 1:
-        raise SpecError("<argument>", "--nodes", "nodes and GPUs per node must be >= 1")
-    params, knobs = split_knobs(parse_set_pairs(args.set))
+    check_nodes(args.nodes)
+    params, knobs = split_knobs(parse_sets(args.set))
     unknown = set(params) - set(OPS[args.op].defaults) if args.op in OPS else set()
     if unknown:
-        raise SpecError("<argument>", "--set", f"unknown parameter {sorted(unknown)[0]!r} for {args.op}; known: "
-                        f"{', '.join(list(OPS[args.op].defaults) + fused_knob_names())}")
+        raise SpecError("<argument>", "--set", f"unknown parameter {short_repr(sorted(unknown)[0])} for {args.op}; "
+                        f"known: {', '.join(list(OPS[args.op].defaults) + fused_knob_names())}")
+    algos = REGISTRY.get(OPS[args.op].collective, {})
+    if knobs.baseline_algorithm is not None and knobs.baseline_algorithm not in algos:
+        raise SpecError("<argument>", "baseline_algorithm", f"unknown {short_repr(knobs.baseline_algorithm)} for "
+                        f"{OPS[args.op].collective}; expected one of {', '.join(algos)}")
+    for k in ("slice_wgs", "persistent_grid"):
+        if getattr(knobs, k) > 2**31:
+            raise SpecError("<argument>", k, f"must be <= {2**31}, got {getattr(knobs, k)}")
+    system = System.load(args.topology)
+    topo = system.topology
+    g = resolve_gpus_per_node(topo, args.gpus_per_node)
     op = make_op(args.op, params, args.nodes, g)
+    check_cost(estimate_op(args.op, params, topo, args.nodes, g, args.mode, knobs.slice_wgs, knobs.tile_order),
+               args.force)
     res = run_op(op, system, args.nodes, knobs=knobs, mode=args.mode, seed=args.seed)
     d = res.as_dict()
     d["params"].pop("wall_s", None)
@@ -74,4 +111,5 @@ def add_op_parser(sub) -> None:
     p.add_argument("--mode", default="auto", choices=("auto", "symmetric", "full"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", default="text", choices=("text", "json"))
+    p.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
     p.set_defaults(func=cmd_op)

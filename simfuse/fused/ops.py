@@ -394,12 +394,17 @@ class AllGatherGemm(FusedOp):
             raise SpecError(source, "tile_n", "all_gather_gemm uses square tiles: tile_n must equal tile_m")
 
     def _gemm(self, m: int, variant: str) -> KernelWork:
-        import dataclasses
+        """``[m, K] x [K, n_local]`` in ``tile`` x ``tile`` output tiles; HBM bytes assume full L2 reuse (the
+        same definition as :func:`simfuse.workloads.dense.gemm_work`, which sits above this layer)."""
+        import math
 
-        from ..workloads.dense import gemm_work
-
-        return dataclasses.replace(gemm_work(self.name, m, self.n_local, self.K, self.dtype, self.tile),
-                                   variant=variant)
+        eb = self.eb
+        bm, bn = min(self.tile, m), min(self.tile, self.n_local)
+        tiles = math.ceil(m / bm) * math.ceil(self.n_local / bn)
+        unique = (m * self.K + self.K * self.n_local + m * self.n_local) * eb
+        return KernelWork("gemm", tiles, 2.0 * bm * bn * self.K, unique / tiles, self.dtype, variant,
+                          (("m", m), ("n", self.n_local), ("k", self.K)),
+                          traffic_bytes_per_wg=(bm * self.K + self.K * bn + bm * bn) * eb)
 
     def work(self, variant: str) -> KernelWork:
         return self._gemm(self.M, variant)

@@ -14,13 +14,19 @@ from pathlib import Path
 
 from ..errors import SpecError
 from ..units import gbit_to_bytes_per_s, gbps_to_bytes_per_s
-from ._fields import Fields, load_yaml_mapping
+from ._fields import Fields, check_finite, load_yaml_mapping
 
 # fabric kinds; each has a class registered under this name in simfuse/network/fabrics/ (a test checks they match)
 FABRICS = ("fat_tree", "rail_optimized", "fat_tree_3tier")
 # fields only fat_tree_3tier reads (rejected for the other fabrics so that a typo'd fabric name is not silent)
 FABRIC_3TIER_FIELDS = ("nodes_per_leaf", "leaves_per_pod", "spine_oversubscription", "hop_latency_ns")
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+
+# Bounds checked at load time (far beyond real hardware; they keep sizes and loops finite).
+MAX_GPUS_PER_NODE = 1024
+MAX_COMPUTE_UNITS = 100_000
+MAX_RATE = 1e15         # TFLOP/s, GB/s, Gbit/s in the file's units (huge values model free links)
+MAX_LATENCY_US = 1e9    # about 17 minutes
 
 
 @dataclass(frozen=True)
@@ -165,19 +171,21 @@ def _device(f: Fields) -> DeviceSpec:
     for dtype in list(flops.data):
         if dtype not in DTYPES:
             raise SpecError(f.source, flops.name(dtype), f"unknown dtype; expected one of {', '.join(DTYPES)}")
-        peak[dtype] = flops.number(dtype, positive=True) * 1e12
+        peak[dtype] = flops.number(dtype, positive=True, max_value=MAX_RATE) * 1e12
     if not peak:
         raise SpecError(f.source, f.name("peak_tflops"), "give at least one dtype")
     dev = DeviceSpec(
-        name=f.string("name"),
-        compute_units=f.integer("compute_units", min_value=1),
-        max_workgroups_per_cu=f.integer("max_workgroups_per_cu", min_value=1),
+        name=f.label("name"),
+        compute_units=f.integer("compute_units", min_value=1, max_value=MAX_COMPUTE_UNITS),
+        max_workgroups_per_cu=f.integer("max_workgroups_per_cu", min_value=1, max_value=1024),
         peak_flops=peak,
-        hbm_bw_bytes_per_s=gbps_to_bytes_per_s(f.number(f.pick("hbm_bw_gbyte_per_s", "hbm_bw_gbps"), positive=True)),
+        hbm_bw_bytes_per_s=gbps_to_bytes_per_s(f.number(f.pick("hbm_bw_gbyte_per_s", "hbm_bw_gbps"), positive=True,
+                                                        max_value=MAX_RATE)),
         hbm_efficiency=f.number("hbm_efficiency", 0.9, positive=True, max_value=1.0),
         flops_efficiency=f.number("flops_efficiency", 0.75, positive=True, max_value=1.0),
-        kernel_launch_latency_s=f.number("kernel_launch_latency_us", 4.0, min_value=0.0) * 1e-6,
-        memory_bytes=f.number("memory_gb", 141.0, positive=True) * 1e9,
+        kernel_launch_latency_s=f.number("kernel_launch_latency_us", 4.0, min_value=0.0,
+                                         max_value=MAX_LATENCY_US) * 1e-6,
+        memory_bytes=f.number("memory_gb", 141.0, positive=True, max_value=1e9) * 1e9,
     )
     f.reject_unknown()
     return dev
@@ -186,13 +194,15 @@ def _device(f: Fields) -> DeviceSpec:
 def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
     """Validate a topology mapping (as loaded from YAML) into a :class:`TopologySpec`."""
     root = Fields(data, source)
+    check_finite(data, source)
     device = _device(root.sub("device"))
 
     su = root.sub("scale_up")
     scale_up = ScaleUpSpec(
-        gpus_per_node=su.integer("gpus_per_node", min_value=1),
-        bw_bytes_per_s=gbps_to_bytes_per_s(su.number(su.pick("bw_gbyte_per_s", "bw_gbps"), positive=True)),
-        latency_s=su.number("latency_us", min_value=0.0) * 1e-6,
+        gpus_per_node=su.integer("gpus_per_node", min_value=1, max_value=MAX_GPUS_PER_NODE),
+        bw_bytes_per_s=gbps_to_bytes_per_s(su.number(su.pick("bw_gbyte_per_s", "bw_gbps"), positive=True,
+                                                     max_value=MAX_RATE)),
+        latency_s=su.number("latency_us", min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         efficiency=su.number("efficiency", 1.0, positive=True, max_value=1.0),
     )
     su.string("kind", "nvswitch", choices=("nvswitch",))
@@ -214,11 +224,12 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
             if key in so.data:
                 raise SpecError(source, so.name(key), f"only used by fabric fat_tree_3tier (this is {fabric})")
     scale_out = ScaleOutSpec(
-        nics_per_node=so.integer("nics_per_node", min_value=1),
-        nic_bw_bytes_per_s=gbit_to_bytes_per_s(so.number(so.pick("nic_bw_gbit_per_s", "nic_bw_gbit"), positive=True)),
-        latency_s=so.number("latency_us", min_value=0.0) * 1e-6,
+        nics_per_node=so.integer("nics_per_node", min_value=1, max_value=MAX_GPUS_PER_NODE),
+        nic_bw_bytes_per_s=gbit_to_bytes_per_s(so.number(so.pick("nic_bw_gbit_per_s", "nic_bw_gbit"), positive=True,
+                                                         max_value=MAX_RATE)),
+        latency_s=so.number("latency_us", min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         fabric=fabric,
-        oversubscription=so.number("oversubscription", 1.0, min_value=1.0),
+        oversubscription=so.number("oversubscription", 1.0, min_value=1.0, max_value=1e6),
         efficiency=so.number("efficiency", 1.0, positive=True, max_value=1.0),
         **tier3,
     )
@@ -229,19 +240,19 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
 
     gi = root.sub("gpu_initiated", required=False)
     gpu_initiated = GpuInitiatedSpec(
-        put_issue_s=gi.number("put_issue_us", 0.5, min_value=0.0) * 1e-6,
-        store_issue_s=gi.number("store_issue_us", 0.1, min_value=0.0) * 1e-6,
-        nic_proxy_latency_s=gi.number("nic_proxy_latency_us", 2.0, min_value=0.0) * 1e-6,
-        flag_latency_s=gi.number("flag_latency_us", 1.0, min_value=0.0) * 1e-6,
+        put_issue_s=gi.number("put_issue_us", 0.5, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
+        store_issue_s=gi.number("store_issue_us", 0.1, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
+        nic_proxy_latency_s=gi.number("nic_proxy_latency_us", 2.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
+        flag_latency_s=gi.number("flag_latency_us", 1.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         occupancy_loss=gi.number("occupancy_loss", 0.0, min_value=0.0, max_value=0.9),
     )
     gi.reject_unknown()
 
     co = root.sub("collectives", required=False)
     collectives = CollectiveOverheadSpec(
-        launch_s=co.number("launch_us", 5.0, min_value=0.0) * 1e-6,
-        sync_s=co.number("sync_us", 2.0, min_value=0.0) * 1e-6,
-        channels=co.integer("channels", 0, min_value=0),
+        launch_s=co.number("launch_us", 5.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
+        sync_s=co.number("sync_us", 2.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
+        channels=co.integer("channels", 0, min_value=0, max_value=MAX_GPUS_PER_NODE),
     )
     co.reject_unknown()
 
@@ -251,7 +262,7 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
         if source not in ("<memory>",) and not Path(calibration).is_absolute():
             calibration = str((Path(source).parent / calibration).resolve())
     spec = TopologySpec(
-        name=root.string("name"),
+        name=root.label("name"),
         device=device,
         scale_up=scale_up,
         scale_out=scale_out,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SpecError
+from ..errors import SpecError, short_repr
 from ._fields import Fields, load_yaml_mapping
 
 KINDS = ("dlrm", "transformer_tp_decode", "moe_layer", "llm_tp_dp")
@@ -18,6 +18,16 @@ LLM_FUSED = ("gemm_rs", "ag_gemm")  # fusable operators of llm_tp_dp: GEMM+Reduc
 DTYPES = ("fp32", "bf16", "fp16")
 PLACEMENTS = ("table_wise", "row_wise")
 INTERACTIONS = ("dot", "dcn")
+
+# Bounds checked at load time (far beyond any real model; they keep sizes, memory and loops finite).
+MAX_GLOBAL_BATCH = 2**24       # samples per iteration
+MAX_TABLES = 100_000
+MAX_ROWS = 2**40               # rows of one embedding table
+MAX_WIDTH = 2**20              # embedding dim, MLP widths, hidden/ffn sizes, dense features
+MAX_POOLING = 1_000_000        # lookups per bag
+MAX_LAYERS = 10_000
+MAX_TOKENS_PER_GPU = 2**24
+MAX_EXPERTS_PER_GPU = 4096
 
 
 @dataclass(frozen=True)
@@ -132,11 +142,12 @@ WorkloadSpec = DLRMSpec | TransformerDecodeSpec | MoESpec | LLMSpec
 
 
 def _int_list(f: Fields, key: str) -> tuple[int, ...]:
-    vals = f.list(key)
+    vals = f.list(key, max_items=MAX_LAYERS)
     out = []
     for i, v in enumerate(vals):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise SpecError(f.source, f"{f.name(key)}[{i}]", f"expected a positive integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_WIDTH:
+            raise SpecError(f.source, f"{f.name(key)}[{i}]",
+                            f"expected an integer in 1..{MAX_WIDTH}, got {short_repr(v)}")
         out.append(int(v))
     if not out:
         raise SpecError(f.source, f.name(key), "must not be empty")
@@ -147,20 +158,23 @@ def _tables(f: Fields) -> tuple[TableSpec, ...]:
     emb = f.sub("embedding")
     tables: list[TableSpec] = []
     if emb.has("tables"):
-        for i, t in enumerate(emb.list("tables")):
+        for i, t in enumerate(emb.list("tables", max_items=MAX_TABLES)):
             tf = Fields(t, f.source, f"{emb.name('tables')}[{i}]")
-            tables.append(TableSpec(rows=tf.integer("rows", min_value=1), pooling=tf.number("pooling", positive=True)))
+            tables.append(TableSpec(rows=tf.integer("rows", min_value=1, max_value=MAX_ROWS),
+                                    pooling=tf.number("pooling", positive=True, max_value=MAX_POOLING)))
             tf.reject_unknown()
     else:
-        rows = emb.list("rows")
-        pooling = emb.list("pooling")
+        rows = emb.list("rows", max_items=MAX_TABLES)
+        pooling = emb.list("pooling", max_items=MAX_TABLES)
         if len(rows) != len(pooling):
             raise SpecError(f.source, emb.name("pooling"), f"has {len(pooling)} entries but rows has {len(rows)}")
         for i, (r, p) in enumerate(zip(rows, pooling, strict=False)):
-            if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-                raise SpecError(f.source, f"{emb.name('rows')}[{i}]", f"expected a positive integer, got {r!r}")
-            if isinstance(p, bool) or not isinstance(p, (int, float)) or p <= 0:
-                raise SpecError(f.source, f"{emb.name('pooling')}[{i}]", f"expected a positive number, got {p!r}")
+            if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= MAX_ROWS:
+                raise SpecError(f.source, f"{emb.name('rows')}[{i}]",
+                                f"expected an integer in 1..{MAX_ROWS}, got {short_repr(r)}")
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= MAX_POOLING:  # NaN fails too
+                raise SpecError(f.source, f"{emb.name('pooling')}[{i}]",
+                                f"expected a number in (0, {MAX_POOLING}], got {short_repr(p)}")
             tables.append(TableSpec(int(r), float(p)))
     if not tables:
         raise SpecError(f.source, emb.name("tables"), "needs at least one table")
@@ -169,24 +183,24 @@ def _tables(f: Fields) -> tuple[TableSpec, ...]:
 
 def _dlrm(root: Fields, source: str) -> DLRMSpec:
     tables, emb = _tables(root)
-    dim = emb.integer("dim", min_value=1)
+    dim = emb.integer("dim", min_value=1, max_value=MAX_WIDTH)
     placement = emb.string("placement", "table_wise", choices=PLACEMENTS)
     emb_dtype = emb.string("dtype", "fp32", choices=DTYPES)
     memfrac = emb.number("memory_fraction", 0.5, positive=True, max_value=1.0)
-    opt = emb.number("optimizer_state_factor", 1.0, min_value=0.0)
-    bags = emb.integer("bags_per_wg", 4, min_value=1)
+    opt = emb.number("optimizer_state_factor", 1.0, min_value=0.0, max_value=1000.0)
+    bags = emb.integer("bags_per_wg", 4, min_value=1, max_value=MAX_GLOBAL_BATCH)
     emb.reject_unknown()
     inter = root.sub("interaction")
     kind = inter.string("kind", choices=INTERACTIONS)
-    dcn_layers = inter.integer("layers", 3 if kind == "dcn" else 0, min_value=0)
-    dcn_rank = inter.integer("low_rank", 512 if kind == "dcn" else 0, min_value=0)
+    dcn_layers = inter.integer("layers", 3 if kind == "dcn" else 0, min_value=0, max_value=MAX_LAYERS)
+    dcn_rank = inter.integer("low_rank", 512 if kind == "dcn" else 0, min_value=0, max_value=MAX_WIDTH)
     inter.reject_unknown()
     spec = DLRMSpec(
-        name=root.string("name"),
-        global_batch=root.integer("global_batch", min_value=1),
+        name=root.label("name"),
+        global_batch=root.integer("global_batch", min_value=1, max_value=MAX_GLOBAL_BATCH),
         dim=dim,
         tables=tables,
-        dense_features=root.integer("dense_features", min_value=1),
+        dense_features=root.integer("dense_features", min_value=1, max_value=MAX_WIDTH),
         bottom_mlp=_int_list(root, "bottom_mlp"),
         top_mlp=_int_list(root, "top_mlp"),
         interaction=kind,
@@ -197,7 +211,7 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
         placement=placement,
         embedding_memory_fraction=memfrac,
         optimizer_state_factor=opt,
-        bucket_bytes=root.number("ddp_bucket_mib", 25.0, positive=True) * 2**20,
+        bucket_bytes=root.number("ddp_bucket_mib", 25.0, positive=True, max_value=2**20) * 2**20,
         bags_per_wg=bags,
         fuse_backward=root.boolean("fuse_backward", True),
         source=source,
@@ -210,8 +224,9 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
 
 def _decode(root: Fields, source: str) -> TransformerDecodeSpec:
     spec = TransformerDecodeSpec(
-        name=root.string("name"), layers=root.integer("layers", min_value=1), hidden=root.integer("hidden", min_value=1),
-        ffn=root.integer("ffn", min_value=1), tokens=root.integer("tokens", min_value=1),
+        name=root.label("name"), layers=root.integer("layers", min_value=1, max_value=MAX_LAYERS),
+        hidden=root.integer("hidden", min_value=1, max_value=MAX_WIDTH),
+        ffn=root.integer("ffn", min_value=1, max_value=MAX_WIDTH), tokens=root.integer("tokens", min_value=1),
         dtype=root.string("dtype", "bf16", choices=DTYPES), source=source)
     if spec.tokens > 64:
         raise SpecError(source, "tokens", f"decode GEMV expects 1..64 tokens, got {spec.tokens}")
@@ -221,10 +236,12 @@ def _decode(root: Fields, source: str) -> TransformerDecodeSpec:
 
 def _moe(root: Fields, source: str) -> MoESpec:
     spec = MoESpec(
-        name=root.string("name"), layers=root.integer("layers", min_value=1),
-        tokens_per_gpu=root.integer("tokens_per_gpu", min_value=1), hidden=root.integer("hidden", min_value=1),
-        ffn=root.integer("ffn", min_value=1), experts_per_gpu=root.integer("experts_per_gpu", min_value=1),
-        top_k=root.integer("top_k", min_value=1), dtype=root.string("dtype", "bf16", choices=DTYPES), source=source)
+        name=root.label("name"), layers=root.integer("layers", min_value=1, max_value=MAX_LAYERS),
+        tokens_per_gpu=root.integer("tokens_per_gpu", min_value=1, max_value=MAX_TOKENS_PER_GPU),
+        hidden=root.integer("hidden", min_value=1, max_value=MAX_WIDTH),
+        ffn=root.integer("ffn", min_value=1, max_value=MAX_WIDTH),
+        experts_per_gpu=root.integer("experts_per_gpu", min_value=1, max_value=MAX_EXPERTS_PER_GPU),
+        top_k=root.integer("top_k", min_value=1, max_value=MAX_EXPERTS_PER_GPU), dtype=root.string("dtype", "bf16", choices=DTYPES), source=source)
     root.reject_unknown(extra_allowed=("kind", "description"))
     return spec
 
@@ -284,7 +301,11 @@ def llm_from_fields(root: Fields, source: str) -> LLMSpec:
 
 
 def workload_from_dict(data: dict, source: str = "<memory>") -> WorkloadSpec:
+    """Validate a workload mapping (as loaded from YAML); every number must be finite and within bounds."""
+    from ._fields import check_finite
+
     root = Fields(data, source)
+    check_finite(data, source)
     kind = root.string("kind", choices=KINDS)
     return {"dlrm": _dlrm, "transformer_tp_decode": _decode, "moe_layer": _moe,
             "llm_tp_dp": llm_from_fields}[kind](root, source)

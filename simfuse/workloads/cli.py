@@ -10,18 +10,21 @@ from ..errors import SpecError
 def cmd_run(args) -> int:
     import pandas as pd
 
+    from ..checks import check_nodes, check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
+    from ..guard import check_cost, estimate_workload
     from ..spec import load_workload
     from ..system import System
     from .run import simulate_workload, summary_rows, write_run_outputs
 
+    # every argument checked before simulating: a bad --out fails now, not after the simulation
+    check_nodes(args.nodes)
+    if args.trace and not args.out:
+        raise SpecError("<argument>", "--trace", "needs --out DIR")
+    check_out_dir(args.out)
     ex = parse_execution({**parse_set_pairs(args.set), "mode": args.mode, "sim_mode": args.sim_mode})
     system = System.load(args.topology)
     topo = system.topology
-    if args.out:  # fail before simulating, not after
-        out_path = Path(args.out)
-        if out_path.exists() and not out_path.is_dir():
-            raise SpecError("<argument>", "--out", f"{args.out} exists and is not a directory")
     if args.chakra:
         if args.model:
             raise SpecError("<argument>", "--chakra", "give either --model or --chakra, not both")
@@ -36,7 +39,8 @@ def cmd_run(args) -> int:
             raise SpecError("<argument>", "--model", "give a workload (--model FILE) or a Chakra ET (--chakra DIR)")
         spec = load_workload(args.model)
         nodes, name = args.nodes, spec.name
-        g = args.gpus_per_node or topo.scale_up.gpus_per_node
+        g = resolve_gpus_per_node(topo, args.gpus_per_node)
+        check_cost(estimate_workload(spec, topo, nodes, g, args.sim_mode), args.force)
         if args.export_chakra:
             _export_chakra(spec, system, nodes, g, ex, args.export_chakra)
         res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace))
@@ -47,9 +51,10 @@ def cmd_run(args) -> int:
     show = df[cols].copy()
     for c in ("iteration_time_s", "compute_time_s", "exposed_comm_time_s"):
         show[c.replace("_s", "_ms")] = show.pop(c) * 1e3
-    if args.trace and not args.out:
-        raise SpecError("<argument>", "--trace", "needs --out DIR")
-    written = write_run_outputs(Path(args.out), res, rows, bool(args.trace)) if args.out else []
+    written = []
+    if args.out:
+        check_out_dir(args.out)  # still a directory (or absent) after the simulation
+        written = write_run_outputs(Path(args.out), res, rows, bool(args.trace))
     if getattr(args, "format", "text") == "json":
         print(_json({"rows": rows, "written": [str(p) for p in written]}))
         return 0
@@ -97,13 +102,27 @@ def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str) -> None
 def cmd_sweep(args) -> int:
     import os
 
+    from ..checks import check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
+    from ..guard import check_cost, estimate_workload
+    from ..spec import load_workload
     from ..sweep import parse_nodes, run_sweep
+    from ..system import System
 
+    if not args.model:
+        raise SpecError("<argument>", "--model", "sweep needs --model FILE")
     nodes = parse_nodes(args.nodes)
-    workers = args.workers or os.cpu_count() or 1
+    if args.workers is not None and not 1 <= args.workers <= 1024:
+        raise SpecError("<argument>", "--workers", f"must be in 1..1024, got {args.workers}")
+    check_out_dir(args.out)
     settings = parse_set_pairs(args.set)
-    parse_execution(settings)  # validate before starting any worker
+    parse_execution({**settings, "mode": args.mode, "sim_mode": args.sim_mode})  # validate before any worker
+    spec = load_workload(args.model)
+    topo = System.load(args.topology).topology
+    g = resolve_gpus_per_node(topo, args.gpus_per_node)
+    for n in nodes:  # the guard looks at every point before the first one starts
+        check_cost(estimate_workload(spec, topo, n, g, args.sim_mode), args.force)
+    workers = args.workers or os.cpu_count() or 1
     df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
                    sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
                    progress=not args.quiet, settings=settings)
@@ -126,6 +145,7 @@ def _common(p) -> None:
     p.add_argument("--sim-mode", default="auto", choices=("auto", "classes", "full"),
                    help="classes: one representative per class of alike ranks; full: every rank")
     p.add_argument("--format", default="text", choices=("text", "json"), help="summary format on stdout")
+    p.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
     add_set_option(p)
 
 

@@ -129,13 +129,14 @@ def breakdown_rows(results: dict) -> list[dict]:
     return rows
 
 
-def run_point(model_path: str, topology_path: str, nodes: int, gpus_per_node: int | None = None,
+def run_point(model, topology, nodes: int, gpus_per_node: int | None = None,
               mode: str = "both", sim_mode: str = "auto", settings: dict | None = None) -> list[dict]:
-    """One sweep point (picklable entry point for process pools and Dask).  ``settings``: ``--set`` pairs."""
+    """One sweep point (picklable entry point for process pools and Dask).  ``model``: a workload spec or a
+    path; ``topology``: a :class:`~simfuse.system.System` or a path; ``settings``: ``--set`` pairs."""
     from ..fused.knobs import parse_execution
 
-    spec = load_workload(model_path)
-    system = System.load(topology_path)
+    spec = load_workload(model) if isinstance(model, (str, Path)) else model
+    system = topology if isinstance(topology, System) else System.load(topology)
     g = gpus_per_node or system.gpus_per_node
     ex = parse_execution({**(settings or {}), "mode": mode, "sim_mode": sim_mode})
     t0 = time.perf_counter()

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from simfuse.results.io import atomic_write_df  # noqa: E402
 from simfuse.results.plots import plot_breakdown, plot_speedup_vs_nodes  # noqa: E402
-from simfuse.sweep import parse_nodes, run_sweep  # noqa: E402
+from simfuse.sweeps import parse_nodes, run_sweep  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -56,7 +56,7 @@ def sweep(model, topology, nodes, out, *, gpus_per_node: int | None = None, mode
           sim_mode: str = "auto", workers: int = 1, **settings) -> pd.DataFrame:
     """A node-count sweep (``simfuse sweep``); ``nodes`` is a list or a string like ``"8..1024"``.  Writes
     ``out/results.csv`` and the figures; returns the table."""
-    from .sweep import parse_nodes, run_sweep
+    from .sweeps import parse_nodes, run_sweep
 
     node_list = parse_nodes(nodes) if isinstance(nodes, str) else sorted(int(n) for n in nodes)
     return run_sweep(str(model), str(topology), node_list, out, gpus_per_node=gpus_per_node, mode=mode,

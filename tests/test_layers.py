@@ -17,7 +17,7 @@ LAYERS = [
     {"calibrate", "kernels"},
     {"system"},
     {"workloads"},
-    {"sweep", "guard"},
+    {"sweeps", "guard"},
     {"api", "cli", "__init__", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}

@@ -106,7 +106,7 @@ def cmd_sweep(args) -> int:
     from ..fused.knobs import parse_execution, parse_set_pairs
     from ..guard import check_cost, estimate_workload
     from ..spec import load_workload
-    from ..sweep import parse_nodes, run_sweep
+    from ..sweeps import parse_nodes, run_sweep
     from ..system import System
 
     if not args.model:

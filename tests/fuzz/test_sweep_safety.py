@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from simfuse.errors import SpecError, TraceError
-from simfuse.sweep import SweepLock, point_file_name, run_sweep
+from simfuse.sweeps import SweepLock, point_file_name, run_sweep
 
 from .conftest import MODEL, ROOT, TOPO, run_main, snapshot
 
@@ -97,7 +97,7 @@ def test_damaged_point_files_are_recomputed(reference, tmp_path, damage, monkeyp
         target.write_text(text[: len(text) // 2])
     else:
         target.write_text(damage)
-    import simfuse.sweep as sweep_mod
+    import simfuse.sweeps as sweep_mod
 
     calls = []
     real = sweep_mod.run_point

@@ -2,7 +2,7 @@ import pandas as pd
 import pytest
 
 from simfuse.errors import SpecError
-from simfuse.sweep import parse_nodes, run_sweep
+from simfuse.sweeps import parse_nodes, run_sweep
 
 
 def test_parse_nodes():
@@ -24,7 +24,7 @@ def test_sweep_writes_table_and_figures_and_resumes(root, tmp_path, monkeypatch)
     assert (tmp_path / "speedup_vs_nodes.png").stat().st_size > 0
     assert (tmp_path / "breakdown.png").stat().st_size > 0
     # a rerun reuses the finished points: make simulation impossible and rerun
-    import simfuse.sweep as sweep_mod
+    import simfuse.sweeps as sweep_mod
 
     def boom(*a, **k):
         raise AssertionError("point recomputed")
@@ -57,7 +57,7 @@ def test_sweep_on_dask_local_cluster(root, tmp_path):
 def test_sweep_recomputes_when_the_calibration_profile_changes(root, tmp_path, monkeypatch):
     import shutil
 
-    import simfuse.sweep as sweep_mod
+    import simfuse.sweeps as sweep_mod
 
     prof = tmp_path / "prof.yaml"
     shutil.copy(root / "profiles/h200_calibration.yaml", prof)

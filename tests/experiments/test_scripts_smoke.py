@@ -44,3 +44,13 @@ def test_calibration_effect_tiny(root, tmp_path):
     eff = pd.read_csv(tmp_path / "cal" / "calibration_effect.csv")
     assert {"roofline_avg", "calibrated_avg"} <= set(eff.columns) and len(eff) > 0
     assert (tmp_path / "cal" / "calibration_coverage.csv").exists()
+
+
+def test_nccl_validation_smoke(root, tmp_path):
+    out = tmp_path / "nccl_validation.csv"
+    _run(root, "experiments/nccl_validation.py", "--smoke", "--out", str(out))
+    df = pd.read_csv(out)
+    assert set(df["case"]) == {"nvls_1x8", "default_2x8_290"}
+    assert df["source_url"].str.startswith("https://github.com/").all()
+    nvls = df[df["case"] == "nvls_1x8"].iloc[0]
+    assert nvls["algorithm"] == "nvls" and nvls["simulated_busbw_gbyte_per_s"] > 450  # above the NVLink wire rate

@@ -47,7 +47,8 @@ def cmd_collective(args) -> int:
     rows = []
     for size in sizes:
         row = run_collective(topo, args.nodes, args.op, size, algorithm=args.algorithm,
-                             gpus_per_node=g, mode=args.mode, seed=args.seed).as_dict()
+                             gpus_per_node=g, mode=args.mode, seed=args.seed,
+                             protocol=args.protocol).as_dict()
         row.pop("wall_s")  # keep the output deterministic
         rows.append(output_units(row))
     if len(rows) > 1 or args.out:
@@ -66,7 +67,7 @@ def cmd_collective(args) -> int:
     if args.format == "json":
         print(json.dumps(r))
     else:
-        print(f"{r['op']} ({r['algorithm']}, {r['mode']}) on {r['ranks']} GPUs ({r['nodes']} nodes x "
+        print(f"{r['op']} ({r['algorithm']}/{r['protocol']}, {r['mode']}) on {r['ranks']} GPUs ({r['nodes']} nodes x "
               f"{r['gpus_per_node']}), size {r['size_bytes'] / 2**20:.3f} MiB per rank")
         print(f"  time   {r['time_s'] * 1e6:12.2f} us")
         print(f"  algbw  {r['algbw_gbyte_per_s']:12.2f} GB/s")
@@ -125,8 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--op", required=True, type=_collective_arg, metavar="OP",
                    help=f"{' | '.join(OPS)} (aliases such as alltoall, allreduce, allgather accepted)")
     c.add_argument("--algorithm", default=None,
-                   help="direct | hierarchical | ring | hierarchical_rhd (depends on --op); default: the tuner's "
-                        "choice, as in workloads")
+                   help="direct | hierarchical | ring | hierarchical_rhd | tree | nvls | nvls_tree | collnet "
+                        "(depends on --op and on the hardware the topology declares); default: the tuner's choice, "
+                        "as in workloads")
+    c.add_argument("--protocol", default=None, type=str.strip,
+                   help="LL | LL128 | Simple (NCCL_PROTO); default: the tuner's choice (needs "
+                        "collectives.protocol_model: nccl in the topology for LL and LL128)")
     c.add_argument("--size", default=None, help="per-rank buffer, e.g. 64MiB, 1GB")
     c.add_argument("-b", "--begin", default=None, help="range start (nccl-tests -b)")
     c.add_argument("-e", "--end", default=None, help="range end (nccl-tests -e)")

@@ -21,9 +21,10 @@ def h200():
 
 def make_topology(gpus_per_node=8, nics_per_node=8, nvl_gbps=450.0, nvl_lat_us=1.0, nic_gbit=400.0,
                   nic_lat_us=3.0, fabric="fat_tree", oversub=1.0, launch_us=0.0, sync_us=0.0, scale_out_extra=None,
-                  **extra):
-    """A topology dict with round numbers for closed-form checks (efficiencies 1).  ``scale_out_extra``: further
-    ``scale_out`` keys (e.g. the fat_tree_3tier geometry)."""
+                  scale_up_extra=None, collectives_extra=None, **extra):
+    """A topology dict with round numbers for closed-form checks (efficiencies 1).  ``scale_out_extra``,
+    ``scale_up_extra``, ``collectives_extra``: further keys of those sections (the fat_tree_3tier geometry,
+    ``nvls``, ``sharp``, ``protocol_model`` ...)."""
     from simfuse.spec import topology_from_dict
 
     d = {
@@ -37,6 +38,8 @@ def make_topology(gpus_per_node=8, nics_per_node=8, nvl_gbps=450.0, nvl_lat_us=1
         "collectives": {"launch_us": launch_us, "sync_us": sync_us},
     }
     d["scale_out"].update(scale_out_extra or {})
+    d["scale_up"].update(scale_up_extra or {})
+    d["collectives"].update(collectives_extra or {})
     for k, v in extra.items():
         d[k] = v
     return topology_from_dict(d, "<test>")

@@ -87,11 +87,11 @@ def test_every_fixture_calibrates_or_is_refused(name):
 
 def test_cli_writes_a_loadable_topology(tmp_path, capsys):
     out = tmp_path / "fitted.yaml"
-    rc = main(["fit-fabric", str(DATA / "h100_2x8_all_reduce_srun_label.log"), "--topology",
+    rc = main(["fit-fabric", str(DATA / "h100_1x8_all_reduce_nvls.log"), "--topology",
                str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
     fitted = load_topology(out)
-    assert fitted.scale_out.efficiency <= 1.0
+    assert fitted.scale_up.efficiency <= 1.0 and fitted.name.endswith("_fitted")
     rc = main(["fit-fabric", str(DATA / "h100_2x8_all_reduce_soperator.log"), "--topology",
                str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--out", str(tmp_path / "bad.yaml")])
     assert rc == 2 and not (tmp_path / "bad.yaml").exists()

@@ -8,15 +8,23 @@ Sizes follow nccl-tests: ``size_bytes`` is the per-rank buffer (all-reduce: the 
 buffer, ``size/n`` to each peer; reduce-scatter: the input, all-gather: the output, both ``n`` chunks).
 ``symmetric`` says whether every rank's schedule is a relabelling of rank 0's on a symmetric fabric, so the
 representative-rank fast path is exact.
+
+In-network reduction (NVLS inside a node, IB SHARP between nodes) cannot be written as point-to-point flows
+exactly (the switch takes ``g`` inputs and returns one output); those algorithms (``via``) send flows whose
+per-port volumes equal the real ones on each GPU's busiest direction, routed through the fabric's switch
+reduction links (``nvls``, ``sharp`` families), and say which hardware they need (``requires``).  ``family`` names
+the NCCL algorithm whose protocol constants apply (:mod:`.protocols`); ``protocol`` is LL, LL128 or Simple.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from ..errors import SpecError
+from .protocols import canonical_protocol
 
 OPS = ("all_to_all", "all_reduce", "reduce_scatter", "all_gather")
 BUSBW_FACTOR = {
@@ -52,10 +60,20 @@ class Algorithm:
     layout: Layout
     size_bytes: float
     channels: int = 0
+    protocol: str = "Simple"
     name: str = field(default="", init=False)
     op: str = field(default="", init=False)
 
     symmetric: bool = field(default=True, init=False)
+    #: NCCL algorithm family for the protocol constants (``protocols.FAMILIES``)
+    family = "ring"
+    #: switch reductions the flows pass through: "nvls" (intra-node flows through the NVSwitch's reduction) and/or
+    #: "sharp" (off-node flows through the IB switches' reduction)
+    via: ClassVar[tuple[str, ...]] = ()
+    #: hardware the topology must declare: subset of {"nvls", "sharp"}
+    requires: ClassVar[tuple[str, ...]] = ()
+    #: smallest node count the algorithm is defined for
+    min_nodes = 1
 
     def __post_init__(self):
         pass
@@ -250,18 +268,173 @@ class AllReduceHierarchicalRHD(AllReduceHierarchical):
         return rs + rs[::-1]
 
 
+def _tree_depth(nodes: int) -> int:
+    """Height (hops from leaf to root) of each of the two trees of a double binary tree over ``nodes`` nodes:
+    ``ceil(log2(nodes))``, 1 for two nodes (NCCL's tuning charges ``log2i(nNodes)`` network hops each way)."""
+    return max(1, int(np.ceil(np.log2(nodes)))) if nodes > 1 else 0
+
+
+class _HierarchicalInNetwork(Algorithm):
+    """Skeleton of the multi-node all-reduces: an intra-node reduce-scatter to ``size/g`` shards (one per local
+    GPU, i.e. per rail), an inter-node all-reduce of each shard among the same-index GPUs, an intra-node
+    all-gather.  Subclasses choose each part."""
+
+    nvls_intra = False  # intra-node parts through the NVSwitch (NVLS) instead of direct NVLink copies
+
+    def _intra_step(self, node: int, local: int, gather: bool) -> list[Step]:
+        L = self.layout
+        g = L.gpus_per_node
+        peers = np.array([L.rank(node, j) for j in range(g) if j != local], dtype=np.int64)
+        if not len(peers):
+            return []
+        if self.nvls_intra:
+            # NVLS reduce-scatter: the GPU's whole buffer goes up once (tx = size), its reduced shard comes down
+            # (rx = size/g); all-gather: its shard goes up once and the switch multicasts every shard to it
+            # (rx = size).  Flows of size/(g-1) to each peer give the busy direction (size) exactly.
+            return [(peers, np.full(len(peers), self.size_bytes / (g - 1)))]
+        return [(peers, np.full(len(peers), self.size_bytes / g))]
+
+    def _inter_steps(self, node: int, local: int, shard: float) -> list[Step]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def steps(self, rank):
+        L = self.layout
+        node, local = divmod(rank, L.gpus_per_node)
+        steps = self._intra_step(node, local, gather=False)
+        if L.nodes > 1:
+            steps += self._inter_steps(node, local, self.size_bytes / L.gpus_per_node)
+        return steps + self._intra_step(node, local, gather=True)
+
+
+class AllReduceTree(_HierarchicalInNetwork):
+    """NCCL's tree between nodes (double binary tree, log-depth latency) under an intra-node reduce-scatter /
+    all-gather.
+
+    Between nodes each rail's shard ``X = size/g`` is reduced up two binary trees (half of ``X`` each) and
+    broadcast back down.  Every node is interior in at most one of the two trees, so per phase it sends ``X``
+    (``X/2`` to its parent in each tree) and receives ``X`` (two children's halves in the tree it is interior in)
+    -- the same load on every node but the roots, which carry less.  The representative schedule sends those
+    volumes to the rail neighbours ``node +- 1`` (on a rail every peer is reached over the same links), then
+    ``depth - 1`` latency-only hops for the pipeline to reach the root (reduce) and the leaves (broadcast).  So
+    the time is ``2 X / B_nic + 2 depth hop latencies`` plus the intra-node parts: exact for the uncongested
+    bandwidth term and the tree's depth, approximate for contention between trees on upper switch tiers."""
+
+    family = "tree"
+    min_nodes = 2
+
+    def __post_init__(self):
+        self.name, self.op = "tree", "all_reduce"
+
+    def _inter_steps(self, node, local, shard):
+        L = self.layout
+        N = L.nodes
+        nbr = np.array([L.rank((node + 1) % N, local), L.rank((node - 1) % N, local)], dtype=np.int64)
+        half = np.full(2, shard / 2)
+        lat_only = (nbr[:1], np.zeros(1))
+        d = _tree_depth(N)
+        phase = [(nbr, half)] + [lat_only] * (d - 1)
+        return phase + phase
+
+
+class AllReduceNvls(_HierarchicalInNetwork):
+    """NVLink SHARP all-reduce (NCCL's NVLS).  One node: each GPU's buffer goes to the NVSwitch once and the
+    reduced result comes back once, plus the multicast store of its reduced shard: ``size (1 + 1/g)`` per
+    direction per GPU, one step (NCCL pipelines the ld_reduce and the multimem store).  So
+    ``t = size (1 + 1/g) / B_nvls`` and busbw ``= 2 (g-1)/(g+1) B_nvls``, above the port rate for ``g > 3``.
+    ``B_nvls`` is the NVLS link of the fabric (``scale_up.bw * efficiency * nvls_efficiency``).
+
+    Several nodes: NCCL runs NVLS across nodes only with CollNet (IB SHARP): NVLS reduce-scatter, one SHARP
+    all-reduce of each shard among the same-index GPUs, NVLS all-gather."""
+
+    family = "nvls"
+    via = ("nvls",)
+    requires = ("nvls",)
+    nvls_intra = True
+
+    def __post_init__(self):
+        self.name, self.op = "nvls", "all_reduce"
+        if self.layout.nodes > 1:
+            self.requires = self.via = ("nvls", "sharp")
+
+    def steps(self, rank):
+        L = self.layout
+        g = L.gpus_per_node
+        if L.nodes > 1:
+            return super().steps(rank)
+        node, local = divmod(rank, g)
+        peers = np.array([L.rank(node, j) for j in range(g) if j != local], dtype=np.int64)
+        if not len(peers):
+            return []
+        return [(peers, np.full(len(peers), self.size_bytes * (g + 1) / (g * (g - 1))))]
+
+    def _inter_steps(self, node, local, shard):
+        return _sharp_steps(self.layout, node, local, shard)
+
+
+def _sharp_steps(L: Layout, node: int, local: int, shard: float) -> list[Step]:
+    """IB SHARP between nodes: the GPU's shard goes up to the switches once and the reduced shard comes back once
+    (NIC tx = rx = shard), one step through the SHARP links; a flow to the same rail's GPU on the next node
+    carries exactly that volume on the NIC."""
+    nxt = np.array([L.rank((node + 1) % L.nodes, local)], dtype=np.int64)
+    return [(nxt, np.array([shard]))]
+
+
+class AllReduceNvlsTree(AllReduceTree):
+    """NCCL's NVLSTree: NVLS reduce-scatter and all-gather inside the node, the double binary tree between
+    nodes (on the shards, as :class:`AllReduceTree`)."""
+
+    family = "nvls_tree"
+    via = ("nvls",)
+    requires = ("nvls",)
+    nvls_intra = True
+
+    def __post_init__(self):
+        self.name, self.op = "nvls_tree", "all_reduce"
+
+
+class AllReduceCollNet(_HierarchicalInNetwork):
+    """NCCL's CollNet (Direct): intra-node reduce-scatter, IB SHARP all-reduce of each shard in the switches
+    (each NIC sends its shard once and receives the result once: half the network bytes of a ring or a tree),
+    intra-node all-gather."""
+
+    family = "collnet"
+    via = ("sharp",)
+    requires = ("sharp",)
+    min_nodes = 2
+
+    def __post_init__(self):
+        self.name, self.op = "collnet", "all_reduce"
+
+    def _inter_steps(self, node, local, shard):
+        return _sharp_steps(self.layout, node, local, shard)
+
+
 REGISTRY: dict[str, dict[str, type[Algorithm]]] = {
     "all_to_all": {"direct": AllToAllDirect, "hierarchical": AllToAllHierarchical},
     "all_reduce": {"ring": AllReduceRing, "direct": AllReduceDirect, "hierarchical": AllReduceHierarchical,
-                   "hierarchical_rhd": AllReduceHierarchicalRHD},
+                   "hierarchical_rhd": AllReduceHierarchicalRHD, "tree": AllReduceTree, "nvls": AllReduceNvls,
+                   "nvls_tree": AllReduceNvlsTree, "collnet": AllReduceCollNet},
     "reduce_scatter": {"ring": ReduceScatterRing, "direct": ReduceScatterDirect},
     "all_gather": {"ring": AllGatherRing, "direct": AllGatherDirect},
 }
 DEFAULT_ALGORITHM = {"all_to_all": "direct", "all_reduce": "ring", "reduce_scatter": "ring", "all_gather": "ring"}
 
 
-def make_algorithm(op: str, algorithm: str | None, layout: Layout, size_bytes: float, channels: int = 0) -> Algorithm:
-    """Instantiate a registered algorithm; unknown names raise :class:`SpecError`."""
+def split_choice(algorithm: str | None) -> tuple[str | None, str | None]:
+    """``"ring/LL"`` -> ``("ring", "LL")``: an algorithm name may carry its protocol (NCCL_ALGO/NCCL_PROTO in one
+    string, as the tuner's choices do)."""
+    if algorithm is None or "/" not in algorithm:
+        return algorithm, None
+    name, proto = algorithm.split("/", 1)
+    return name, canonical_protocol(proto, "<argument>", "algorithm")
+
+
+def make_algorithm(op: str, algorithm: str | None, layout: Layout, size_bytes: float, channels: int = 0,
+                   protocol: str | None = None) -> Algorithm:
+    """Instantiate a registered algorithm; unknown names raise :class:`SpecError`.  ``algorithm`` may name the
+    protocol too (``"ring/LL128"``); ``protocol`` overrides it; default Simple."""
+    algorithm, proto_in_name = split_choice(algorithm)
+    protocol = canonical_protocol(protocol) or proto_in_name or "Simple"
     if op not in REGISTRY:
         raise SpecError("<argument>", "op", f"unknown collective {op!r}; expected one of {', '.join(OPS)}")
     name = algorithm or DEFAULT_ALGORITHM[op]
@@ -270,4 +443,13 @@ def make_algorithm(op: str, algorithm: str | None, layout: Layout, size_bytes: f
                         f"unknown algorithm {name!r} for {op}; expected one of {', '.join(REGISTRY[op])}")
     if size_bytes < 0:
         raise SpecError("<argument>", "size", f"must be non-negative, got {size_bytes}")
-    return REGISTRY[op][name](layout, float(size_bytes), channels)
+    cls = REGISTRY[op][name]
+    if layout.nodes < cls.min_nodes and layout.n > 1:
+        raise SpecError("<argument>", "algorithm", f"{op}:{name} needs at least {cls.min_nodes} nodes")
+    return cls(layout, float(size_bytes), channels, protocol)
+
+
+def missing_hardware(algo: Algorithm, topology) -> list[str]:
+    """Which of the in-network reductions ``algo`` needs the topology does not declare."""
+    have = {"nvls": topology.scale_up.nvls, "sharp": topology.scale_out.sharp}
+    return [h for h in algo.requires if not have[h]]

@@ -10,9 +10,10 @@ Group constructors for the usual parallel layouts: :func:`world`, :func:`node_lo
 tensor-parallel group), :func:`rail` (the same local index on every node: a data-parallel group across nodes),
 :func:`blocks` (consecutive blocks of ranks).
 
-The :class:`Tuner` picks, like NCCL's tuner, the fastest registered algorithm for an (op, group shape, size)
-by simulating the collective alone on the group (memoised per shape and size): the choice depends only on the
-group's geometry, so every group of one shape gets the same algorithm.
+The :class:`Tuner` picks, like NCCL's tuner, the fastest registered algorithm and protocol for an (op, group
+shape, size) by simulating the collective alone on the group (memoised per shape and size): the choice depends
+only on the group's geometry, so every group of one shape gets the same algorithm.  Choices read
+``"algorithm/protocol"`` (``"ring/LL"``, ``"nvls/Simple"``) under ``collectives.protocol_model: nccl``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SpecError
-from .algorithms import REGISTRY, Algorithm, Layout, make_algorithm
+from .algorithms import REGISTRY, Algorithm, Layout, make_algorithm, missing_hardware, split_choice
+from .protocols import protocols_for
 
 FLAT_ALGORITHMS = ("direct", "ring")
 
@@ -134,6 +136,22 @@ class GroupAlgorithm:
     def layout(self) -> Layout:
         return self.algo.layout
 
+    @property
+    def protocol(self) -> str:
+        return self.algo.protocol
+
+    @property
+    def family(self) -> str:
+        return self.algo.family
+
+    @property
+    def via(self) -> tuple[str, ...]:
+        return self.algo.via
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        return self.algo.requires
+
     def steps(self, rank: int):
         local = self.group.index(rank)
         return [(self._ranks[d], s) for d, s in self.algo.steps(local)]
@@ -155,25 +173,38 @@ def make_group_algorithm(op: str, algorithm: str | None, group: Group, gpus_per_
                          channels: int = 0) -> GroupAlgorithm:
     """Instantiate ``algorithm`` (a registry name) for ``op`` on ``group``."""
     layout, regular = group_layout(group, gpus_per_node)
-    if not regular and algorithm not in (None, *FLAT_ALGORITHMS):
+    if not regular and split_choice(algorithm)[0] not in (None, *FLAT_ALGORITHMS):
         raise SpecError("<group>", group.name, f"{algorithm} needs a group with the same GPUs on every node; "
                                                f"this one is irregular (use direct or ring)")
     return GroupAlgorithm(make_algorithm(op, algorithm, layout, size_bytes, channels), group)
 
 
-def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric_only: bool) -> list[str]:
-    """Registered algorithms worth trying for ``op`` on ``group``.  Flat rings across more than 16 nodes are
-    left out: they are latency-bound there (NCCL switches to trees) and costly to simulate."""
+def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric_only: bool,
+                         topology=None) -> list[str]:
+    """Registered algorithms worth trying for ``op`` on ``group``, each with every protocol it runs with
+    (``"ring/LL"``, ...) when the topology's ``collectives.protocol_model`` is ``nccl`` (plain names otherwise).
+    Left out: flat rings across more than 16 nodes (latency-bound there, NCCL switches to trees, and costly to
+    simulate), algorithms needing more nodes than the group spans, and in-network reductions (NVLS, SHARP) the
+    topology does not declare."""
     layout, regular = group_layout(group, gpus_per_node)
+    model = topology.collectives.protocol_model if topology is not None else "none"
     names = []
-    for name in REGISTRY[op]:
+    for name, cls in REGISTRY[op].items():
         if not regular and name not in FLAT_ALGORITHMS:
             continue
         if name == "ring" and layout.nodes > 16:
             continue
-        if symmetric_only and not make_algorithm(op, name, layout, 1.0).symmetric:
+        if layout.nodes < cls.min_nodes:
             continue
-        names.append(name)
+        algo = make_algorithm(op, name, layout, 1.0)
+        if topology is not None and missing_hardware(algo, topology):
+            continue
+        if topology is None and algo.requires:
+            continue
+        if symmetric_only and not algo.symmetric:
+            continue
+        protos = protocols_for(algo.family, model)
+        names.extend(name if model == "none" else f"{name}/{p}" for p in protos)
     return names
 
 
@@ -191,14 +222,27 @@ class Tuner:
         self.forced = dict(forced or {})
         self._cache: dict = {}
 
-    def choose(self, op: str, group: Group, size_bytes: float, *, symmetric_only: bool = True) -> str:
-        if op in self.forced and self.forced[op]:
-            return self.forced[op]
-        key = (op, group.key(self.gpus_per_node), float(size_bytes), symmetric_only)
+    def choose(self, op: str, group: Group, size_bytes: float, *, symmetric_only: bool = True,
+               algorithm: str | None = None, protocol: str | None = None) -> str:
+        """The fastest ``"algorithm[/protocol]"``; ``algorithm`` / ``protocol`` (or a forced algorithm) restrict
+        the search to that algorithm / protocol (a name that carries its protocol is returned as given)."""
+        forced = self.forced.get(op) or None
+        algorithm = algorithm or forced
+        if algorithm is not None and "/" in algorithm:
+            return algorithm
+        if algorithm is not None and protocol is not None:
+            return f"{algorithm}/{protocol}"
+        key = (op, group.key(self.gpus_per_node), float(size_bytes), symmetric_only, algorithm, protocol)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        names = candidate_algorithms(op, group, self.gpus_per_node, symmetric_only=symmetric_only)
+        names = candidate_algorithms(op, group, self.gpus_per_node, symmetric_only=symmetric_only,
+                                     topology=self.topology)
+        if algorithm is not None:
+            names = [n for n in names if split_choice(n)[0] == algorithm] or [algorithm]
+        if protocol is not None:
+            names = [n for n in names if split_choice(n)[1] in (None, protocol)]
+            names = [n if "/" in n else f"{n}/{protocol}" for n in names]
         if not names:
             raise SpecError("<group>", group.name, f"no {op} algorithm is symmetric on this group; use full mode")
         if len(names) == 1 or group.size == 1:

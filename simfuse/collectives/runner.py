@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -10,9 +11,10 @@ import simpy
 
 from ..engine import Simulation
 from ..errors import SpecError
-from ..network import Fabric, FlowNetwork
+from ..network import INTRA, SELF, Fabric, FlowNetwork
 from ..spec import TopologySpec
-from .algorithms import BUSBW_FACTOR, Algorithm, Layout, make_algorithm
+from .algorithms import BUSBW_FACTOR, Algorithm, Layout, make_algorithm, missing_hardware
+from .protocols import ProtocolCost
 
 
 class FlowGroupCache:
@@ -24,11 +26,11 @@ class FlowGroupCache:
         # collectives are rank-symmetric: with rank classes, a rank's partners receive as much as it does
         self.same_class = True
 
-    def __call__(self, src: int, dsts: np.ndarray, sizes: np.ndarray):
-        key = (src, dsts.tobytes(), np.asarray(sizes, dtype=float).tobytes())
+    def __call__(self, src: int, dsts: np.ndarray, sizes: np.ndarray, via: tuple[str, ...] = ()):
+        key = (src, dsts.tobytes(), np.asarray(sizes, dtype=float).tobytes(), via)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self.fabric.flow_groups(src, dsts, sizes, same_class=self.same_class)
+            hit = self.fabric.flow_groups(src, dsts, sizes, same_class=self.same_class, via=via)
             if len(self._cache) < 4096:
                 self._cache[key] = hit
         return hit
@@ -40,30 +42,83 @@ def start_groups(net: FlowNetwork, groups, tag=None) -> list[simpy.Event]:
             for g in groups]
 
 
+def protocol_cost(fabric: Fabric, algo) -> ProtocolCost:
+    """The protocol costs of ``algo`` (an Algorithm or GroupAlgorithm) on ``fabric``'s topology."""
+    co = fabric.topology.collectives
+    return ProtocolCost(getattr(algo, "family", "ring"), getattr(algo, "protocol", "Simple"), co.protocol_model,
+                        multi_node=algo.layout.nodes > 1, net_overhead_s=co.net_overhead_s)
+
+
+class ProtocolGroups:
+    """Wraps a flow-group function with a protocol's costs: bytes on the wire ``x wire_factor``, each flow's last
+    byte after ``max(fabric latency, NCCL hop latency)``, routed through the algorithm's switch reductions
+    (``via``).  ``issue_s(groups)``: the proxy's per-peer post cost of a point-to-point step (all-to-all), spent
+    while the flows move (a step ends no sooner than its last post)."""
+
+    def __init__(self, groups_fn, cost: ProtocolCost, via: tuple[str, ...] = (), per_peer: bool = False):
+        self.groups_fn, self.cost, self.via, self.per_peer = groups_fn, cost, tuple(via), per_peer
+        self._lat = {False: cost.hop_latency_s(False), True: cost.hop_latency_s(True)}
+
+    def __call__(self, src, dsts, sizes):
+        wf = self.cost.wire_factor
+        sizes = np.asarray(sizes, dtype=float) * wf if wf != 1.0 else sizes
+        gs = self.groups_fn(src, dsts, sizes, via=self.via) if self.via else self.groups_fn(src, dsts, sizes)
+        if not self.cost.active:
+            return gs
+        out = []
+        for g in gs:
+            if g.route_class == SELF:
+                out.append(g)
+                continue
+            lat = max(g.latency_s, self._lat[g.route_class != INTRA])
+            out.append(g if lat == g.latency_s else dataclasses.replace(g, latency_s=lat))
+        return out
+
+    def issue_s(self, groups) -> float:
+        if not (self.per_peer and self.cost.active):
+            return 0.0
+        peers = sum(g.count for g in groups if g.route_class not in (SELF, INTRA))
+        return peers * self.cost.net_overhead_s
+
+
+def _step_events(env, net, pg: ProtocolGroups, groups, label):
+    evs = start_groups(net, groups, tag=label)
+    issue = pg.issue_s(groups)
+    if issue > 0:
+        evs.append(env.timeout(issue))
+    return evs
+
+
 def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: Algorithm, *,
                        launch_s: float = 0.0, sync_s: float = 0.0, name: str | None = None,
                        rank: int = 0, groups_fn=None, record: bool = True):
     """A simpy process running ``algo`` from start to finish (all ranks, or the representative under symmetry).
 
-    Timing assumptions: ``launch_s`` elapses before the first step (kernel launch); each rank's step ``s``
-    starts when its step ``s-1`` sends are done and its step ``s-1`` receives have arrived; ``sync_s`` is added
-    at the end (completion signalling).  Returns the finishing time (s).
+    Timing assumptions: ``launch_s`` (plus the protocol's base-latency offset from Simple's, see
+    :mod:`.protocols`) elapses before the first step (kernel launch); each rank's step ``s`` starts when its step
+    ``s-1`` sends are done and its step ``s-1`` receives have arrived; ``sync_s`` is added at the end
+    (completion signalling).  The protocol scales the bytes on the wire and sets each hop's latency; in an
+    all-to-all each off-node peer costs the proxy ``collectives.net_overhead_us`` to post (``protocol_model:
+    nccl``).  Returns the finishing time (s).
     """
     env = sim.env
     t0 = env.now
     label = name or f"{algo.op}:{algo.name}"
     groups_fn = groups_fn or FlowGroupCache(fabric)
+    cost = protocol_cost(fabric, algo)
+    pg = ProtocolGroups(groups_fn, cost, getattr(algo, "via", ()), per_peer=algo.op == "all_to_all")
+    launch_s = max(0.0, launch_s + cost.base_offset_s) if launch_s > 0 else launch_s
     if launch_s > 0:
         yield env.timeout(launch_s)
     if fabric.symmetric:
         if not algo.symmetric:
             raise RuntimeError(f"{label} is not symmetric on this layout; use a full fabric")
         for dsts, sizes in algo.steps(rank):
-            evs = start_groups(net, groups_fn(rank, dsts, sizes), tag=label)
+            evs = _step_events(env, net, pg, pg(rank, dsts, sizes), label)
             if evs:
                 yield simpy.AllOf(env, evs)
     else:
-        yield from _full_mode(sim, fabric, net, algo, groups_fn, label)
+        yield from _full_mode(sim, fabric, net, algo, pg, label)
     if sync_s > 0:
         yield env.timeout(sync_s)
     if record:
@@ -107,11 +162,15 @@ def _full_mode(sim, fabric, net, algo, groups_fn, label):
             if s > 0:
                 yield recv[r][s - 1]
             evs = []
-            for grp in groups_fn(r, dsts, sizes):
+            grps = groups_fn(r, dsts, sizes)
+            for grp in grps:
                 ev = net.transfer(grp.links, grp.size_bytes, grp.latency_s, count=grp.count,
                                   weights=grp.weights, tag=label)
                 ev.callbacks.append(arrived(grp.dsts.tolist(), s))
                 evs.append(ev)
+            issue = groups_fn.issue_s(grps)
+            if issue > 0:
+                evs.append(env.timeout(issue))
             if evs:
                 yield simpy.AllOf(env, evs)
         yield recv[r][n_steps - 1]
@@ -128,6 +187,8 @@ def simulate_group_collective(topology: TopologySpec, nodes: int, gpus_per_node:
     from .groups import make_group_algorithm
 
     algo = make_group_algorithm(op, algorithm, group, gpus_per_node, size_bytes, topology.collectives.channels)
+    check_hardware(algo, topology)
+    ProtocolCost(algo.family, algo.protocol, topology.collectives.protocol_model)  # raises on a bad pair
     symmetric = algo.symmetric
     if symmetric and group.size == nodes * gpus_per_node <= 64:
         # fabrics whose nodes differ (fat_tree_3tier) check the schedule; None on node-transitive fabrics.  On
@@ -145,10 +206,21 @@ def simulate_group_collective(topology: TopologySpec, nodes: int, gpus_per_node:
     return sim.now
 
 
+def check_hardware(algo, topology) -> None:
+    """SpecError when ``algo`` needs an in-network reduction the topology does not declare."""
+    missing = missing_hardware(algo, topology)
+    if missing:
+        where = {"nvls": "scale_up.nvls", "sharp": "scale_out.sharp"}
+        raise SpecError(topology.source, where[missing[0]],
+                        f"{algo.op}:{algo.name} needs {missing[0]} (in-network reduction); the topology does not "
+                        f"declare it ({where[missing[0]]}: true)")
+
+
 @dataclass
 class CollectiveResult:
     op: str
     algorithm: str
+    protocol: str
     size_bytes: float
     nodes: int
     gpus_per_node: int
@@ -169,11 +241,15 @@ class CollectiveResult:
 def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: float, *, algorithm: str | None = None,
                    gpus_per_node: int | None = None, mode: str = "auto", seed: int = 0,
                    include_overheads: bool = True, record_usage: bool = False, record: bool = False,
-                   return_sim: bool = False):
+                   return_sim: bool = False, protocol: str | None = None):
     """Simulate one bulk collective; returns a :class:`CollectiveResult` (and the simulation objects when
     ``return_sim``).  ``mode``: ``auto`` (symmetric fast path when exact), ``symmetric`` or ``full``.
     ``algorithm=None``: the tuner's choice (:class:`~simfuse.collectives.groups.Tuner`, the one the workloads
-    use).  A collective on one rank moves nothing and costs nothing."""
+    use).  ``protocol``: LL, LL128 or Simple (default: the tuner's, or Simple for a named algorithm under
+    ``protocol_model: none``).  A collective on one rank moves nothing and costs nothing."""
+    from .protocols import canonical_protocol
+
+    protocol = canonical_protocol(protocol, "<argument>", "protocol")
     wall0 = time.perf_counter()
     g = gpus_per_node or topology.scale_up.gpus_per_node
     if mode not in ("auto", "symmetric", "full"):
@@ -181,12 +257,17 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
     layout = Layout(nodes, g)
     if op not in BUSBW_FACTOR:
         make_algorithm(op, algorithm, layout, size_bytes)  # raises the unknown-op error
-    if algorithm is None and layout.n > 1:
+    if layout.n > 1 and (algorithm is None or (protocol is None and "/" not in algorithm
+                                               and topology.collectives.protocol_model == "nccl")):
         from .groups import Tuner, world
 
         algorithm = Tuner(topology, nodes, g).choose(op, world(layout.n), size_bytes,
-                                                     symmetric_only=mode != "full")
-    algo = make_algorithm(op, algorithm, layout, size_bytes, topology.collectives.channels)
+                                                     symmetric_only=mode != "full", algorithm=algorithm,
+                                                     protocol=protocol)
+        protocol = None
+    algo = make_algorithm(op, algorithm, layout, size_bytes, topology.collectives.channels, protocol)
+    check_hardware(algo, topology)
+    ProtocolCost(algo.family, algo.protocol, topology.collectives.protocol_model)  # raises on a bad pair
     if mode == "symmetric" and not algo.symmetric:
         raise SpecError("<argument>", "mode", f"{op}:{algo.name} is not symmetric with these channels")
     symmetric = algo.symmetric if mode == "auto" else mode == "symmetric"
@@ -209,7 +290,7 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
     t = sim.now
     n = layout.n
     algbw = size_bytes / t / 1e9 if t > 0 else 0.0
-    res = CollectiveResult(op=op, algorithm=algo.name, size_bytes=float(size_bytes), nodes=nodes,
+    res = CollectiveResult(op=op, algorithm=algo.name, protocol=algo.protocol, size_bytes=float(size_bytes), nodes=nodes,
                            gpus_per_node=g, ranks=n, time_s=t, algbw_gbps=algbw,
                            busbw_gbps=algbw * BUSBW_FACTOR[op](n) if n > 1 else 0.0,
                            mode="symmetric" if symmetric else "full", events=sim.events,

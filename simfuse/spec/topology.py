@@ -62,6 +62,17 @@ class ScaleUpSpec:
     bw_bytes_per_s: float
     latency_s: float
     efficiency: float = 1.0
+    #: NVLink SHARP (NVLS): the NVSwitch reduces (multimem ld_reduce) and multicasts (multimem st) in the switch;
+    #: declared by the file (``scale_up.nvls: true``), never assumed.  Third-generation NVSwitch (HGX H100/H200).
+    nvls: bool = False
+    #: fraction of the NVLink port rate the switch's reduction/multicast sustains per GPU.  Default 0.85: NCCL's
+    #: ``nvlsEfficiency`` for Hopper (NVIDIA/nccl src/graph/tuning.cc, master 5067397, 2026).
+    nvls_efficiency: float = 0.85
+
+    @property
+    def nvls_bw_bytes_per_s(self) -> float:
+        """Per-GPU rate of the switch's reduction (after the port efficiency): the NVLS links' capacity."""
+        return self.bw_bytes_per_s * self.efficiency * self.nvls_efficiency
 
     @property
     def effective_bw_bytes_per_s(self) -> float:
@@ -96,10 +107,21 @@ class ScaleOutSpec:
     leaves_per_pod: int = 8
     spine_oversubscription: float = 1.0
     hop_latency_s: float = 200e-9
+    #: IB SHARP (NCCL CollNet): the InfiniBand switches reduce; declared by the file (``scale_out.sharp: true``,
+    #: Quantum-2 switches with SHARPv3 and the NCCL SHARP plugin), never assumed.
+    sharp: bool = False
+    #: fraction of the NIC rate a SHARP reduction sustains.  Default 0.85: NCCL's CollNet Direct refinement on
+    #: Hopper (``if (minCompCap >= 90) busBw *= .85``, NVIDIA/nccl src/graph/tuning.cc, master 5067397).
+    sharp_efficiency: float = 0.85
 
     @property
     def effective_nic_bw_bytes_per_s(self) -> float:
         return self.nic_bw_bytes_per_s * self.efficiency
+
+    @property
+    def sharp_bw_bytes_per_s(self) -> float:
+        """Per-NIC rate of an in-switch (SHARP) reduction: the SHARP links' capacity."""
+        return self.effective_nic_bw_bytes_per_s * self.sharp_efficiency
 
 
 @dataclass(frozen=True)
@@ -126,6 +148,14 @@ class CollectiveOverheadSpec:
     launch_s: float = 5e-6
     sync_s: float = 2e-6
     channels: int = 0  # ring channels; 0 means one per NIC (or one per GPU inside a node)
+    #: ``nccl``: LL / LL128 / Simple protocols with NCCL's latency and bandwidth constants
+    #: (:mod:`simfuse.collectives.protocols`), chosen by the tuner; ``none``: one idealised protocol (wire rate, the
+    #: fabric's latencies only), the behaviour of files that do not name a model.
+    protocol_model: str = "none"
+    #: the host proxy's cost to post one network message (``ibv_post_send`` + completion), charged per off-node
+    #: peer of a point-to-point exchange (all-to-all); NCCL's ``getNetOverhead`` default 1 us on x86 (2 us on AMD
+    #: CPUs), NVIDIA/nccl src/graph/tuning.cc.  Used with ``protocol_model: nccl`` only.
+    net_overhead_s: float = 1e-6
 
 
 @dataclass(frozen=True)
@@ -204,7 +234,11 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
                                                      max_value=MAX_RATE)),
         latency_s=su.number("latency_us", min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         efficiency=su.number("efficiency", 1.0, positive=True, max_value=1.0),
+        nvls=su.boolean("nvls", False),
+        nvls_efficiency=su.number("nvls_efficiency", ScaleUpSpec.nvls_efficiency, positive=True, max_value=1.0),
     )
+    if "nvls_efficiency" in su.data and not scale_up.nvls:
+        raise SpecError(source, su.name("nvls_efficiency"), "given but scale_up.nvls is not true")
     su.string("kind", "nvswitch", choices=("nvswitch",))
     su.reject_unknown()
 
@@ -231,8 +265,12 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
         fabric=fabric,
         oversubscription=so.number("oversubscription", 1.0, min_value=1.0, max_value=1e6),
         efficiency=so.number("efficiency", 1.0, positive=True, max_value=1.0),
+        sharp=so.boolean("sharp", False),
+        sharp_efficiency=so.number("sharp_efficiency", ScaleOutSpec.sharp_efficiency, positive=True, max_value=1.0),
         **tier3,
     )
+    if "sharp_efficiency" in so.data and not scale_out.sharp:
+        raise SpecError(source, so.name("sharp_efficiency"), "given but scale_out.sharp is not true")
     so.reject_unknown()
     if scale_up.gpus_per_node % scale_out.nics_per_node != 0:
         raise SpecError(source, "scale_out.nics_per_node",
@@ -253,6 +291,8 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
         launch_s=co.number("launch_us", 5.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         sync_s=co.number("sync_us", 2.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         channels=co.integer("channels", 0, min_value=0, max_value=MAX_GPUS_PER_NODE),
+        protocol_model=co.string("protocol_model", "none", choices=("none", "nccl")),
+        net_overhead_s=co.number("net_overhead_us", 1.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
     )
     co.reject_unknown()
 

@@ -4,10 +4,12 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from simfuse.collectives import REGISTRY, Layout, make_algorithm, run_collective
+from simfuse.collectives.algorithms import missing_hardware
+from simfuse.collectives.protocols import ProtocolCost, protocols_for
 from simfuse.errors import SpecError
 
 from ..conftest import make_topology
@@ -85,10 +87,18 @@ def small_systems(draw):
     topo = make_topology(gpus_per_node=g, nics_per_node=k, nvl_gbps=draw(st.floats(50, 500)),
                          nic_gbit=draw(st.floats(50, 800)), fabric=draw(st.sampled_from(["fat_tree", "rail_optimized"])),
                          oversub=draw(st.sampled_from([1.0, 2.0])), nvl_lat_us=draw(st.floats(0, 3)),
-                         nic_lat_us=draw(st.floats(0, 5)))
+                         nic_lat_us=draw(st.floats(0, 5)),
+                         scale_up_extra={"nvls": draw(st.booleans())},
+                         scale_out_extra={"sharp": draw(st.booleans())},
+                         collectives_extra={"protocol_model": draw(st.sampled_from(["none", "nccl"]))})
     nodes = draw(st.integers(1, 3))
     op = draw(st.sampled_from(sorted(REGISTRY)))
     alg = draw(st.sampled_from(sorted(REGISTRY[op])))
+    cls = REGISTRY[op][alg]
+    algo = cls(Layout(nodes, g), 1.0)
+    assume(nodes >= cls.min_nodes and not missing_hardware(algo, topo))
+    if topo.collectives.protocol_model == "nccl":
+        alg = f"{alg}/{draw(st.sampled_from(protocols_for(algo.family, 'nccl')))}"
     size = draw(st.integers(1, 8 * MiB))
     return topo, nodes, op, alg, size
 
@@ -101,7 +111,8 @@ def test_collective_invariants(system):
                                            include_overheads=False, return_sim=True)
     # bytes sent = bytes received, and equal to the schedule's total
     algo = make_algorithm(op, alg, Layout(nodes, fabric.gpus_per_node), size)
-    scheduled = sum(float(np.sum(sz)) for r in range(fabric.n_ranks) for _d, sz in algo.steps(r))
+    wire = ProtocolCost(algo.family, algo.protocol, topo.collectives.protocol_model).wire_factor
+    scheduled = wire * sum(float(np.sum(sz)) for r in range(fabric.n_ranks) for _d, sz in algo.steps(r))
     assert net.delivered_bytes == pytest.approx(net.injected_bytes, rel=1e-9)
     assert net.injected_bytes == pytest.approx(scheduled, rel=1e-9)
     # no link above capacity

@@ -58,3 +58,13 @@ def test_bench_llm_tiny(root, tmp_path):
     df = pd.read_csv(out)
     assert set(df["nodes"]) == {1, 2} and set(df["mode"]) == {"baseline", "fused"}
     assert (df["wall_s"] > 0).all() and (df["step_time_s"] > 0).all() and df["machine"].notna().all()
+
+
+def test_nccl_validation_smoke(root, tmp_path):
+    out = tmp_path / "nccl_validation.csv"
+    _run(root, "experiments/nccl_validation.py", "--smoke", "--out", str(out))
+    df = pd.read_csv(out)
+    assert set(df["case"]) == {"nvls_1x8", "default_2x8_290"}
+    assert df["source_url"].str.startswith("https://github.com/").all()
+    nvls = df[df["case"] == "nvls_1x8"].iloc[0]
+    assert nvls["algorithm"] == "nvls" and nvls["simulated_busbw_gbyte_per_s"] > 450  # above the NVLink wire rate

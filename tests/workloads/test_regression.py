@@ -11,6 +11,15 @@ bug fix changes the model (docs/design.md, "Execution graph: changes from the ha
   rank also waited for its own outgoing pushes to land (ranks holding big tables sent for longer than they
   received) -> up to 7% faster on the uneven placements; an earlier start of the DDP all-reduces can also add
   contention (at most +1%).
+* NCCL protocols, NVLS and proxy post costs (branch ``nccltuner``; shipped topologies now declare
+  ``scale_up.nvls: true`` and ``collectives.protocol_model: nccl``): the tuner picks algorithm *and* protocol
+  (LL / LL128 / Simple with NCCL's tuning.cc latencies and bandwidth factors), NVLS for large intra-node
+  all-reduces, and every off-node peer of an all-to-all costs the proxy 1 us to post (NCCL getNetOverhead).
+  Measured change against the reference (fast and 1-16-node slow cases): DLRM baseline -0.7% .. +6.1%, DLRM
+  fused -6.6% .. +7.8% (dlrm_synthetic at 16 nodes: +5% .. +8%, the per-peer post cost of its all-to-alls; the
+  small all-reduces get LL's lower latency: up to -0.7%); moe_layer +0.05% .. +0.16%; transformer_tp_decode
+  -2.6% .. +3.3% (LL all-reduces on NVLink start 1.8 us earlier than Simple; across nodes NCCL's network hop
+  latencies are above the fabric's).  Compute times are unchanged.
 """
 
 import csv
@@ -40,12 +49,12 @@ def _cases():
 
 
 def _bounds(model: str, mode: str) -> tuple[float, float]:
-    """Allowed relative change (low, high) of the iteration time."""
+    """Allowed relative change (low, high) of the iteration time (see the module docstring for each fix)."""
     if not model.startswith("dlrm"):
-        return -0.005, 0.005
+        return -0.03, 0.035
     if mode == "baseline":
-        return -0.02, 0.005
-    return -0.07, 0.01
+        return -0.02, 0.07
+    return -0.07, 0.085
 
 
 @pytest.mark.parametrize("model,topology,nodes,ref", list(_cases()))

@@ -157,6 +157,9 @@ class Fabric:
         self.nic_bw = so.effective_nic_bw_bytes_per_s
         self.intra_latency_s = su.latency_s
         self.inter_latency_s = so.latency_s
+        # in-network reduction, only where the topology declares it (collective algorithms route through these)
+        self.has_nvls = bool(su.nvls)
+        self.has_sharp = bool(so.sharp) and self.nodes > 1
         self._configure()
         self._names: list[str] = []
         self._caps: list[float] = []
@@ -251,7 +254,18 @@ class Fabric:
             LinkFamily("nic", "leaf", "nic_tx", "nic_rx", "nic_tx", "nic_rx", self.nic_bw, self.nic_bw * share,
                        N * k, lambda j: f"{j // k},{j % k}", self.nic_index),
         ]
-        return base + self._link_families()
+        extra = []
+        if self.has_nvls:
+            # the NVSwitch's reduction/multicast, one port's share per GPU (scale_up.nvls_efficiency of the port)
+            nv = self.topology.scale_up.nvls_bw_bytes_per_s
+            extra.append(LinkFamily("nvls", "nvlink", "nvls_up", "nvls_down", "nvls_up", "nvls_down", nv, nv,
+                                    self.n_ranks, str, np.asarray))
+        if self.has_sharp:
+            # the IB switches' SHARP reduction, one NIC's share (scale_out.sharp_efficiency of the NIC rate)
+            sb = self.topology.scale_out.sharp_bw_bytes_per_s
+            extra.append(LinkFamily("sharp", "leaf", "sharp_up", "sharp_down", "sharp_up", "sharp_down", sb,
+                                    sb * share, N * k, lambda j: f"{j // k},{j % k}", self.nic_index))
+        return base + self._link_families() + extra
 
     def _add(self, name: str, cap: float) -> int:
         self._names.append(name)
@@ -383,12 +397,20 @@ class Fabric:
         up = ("nvl",) if route_class == INTRA else tuple(self._route_kinds(int(route_class)))
         return up + up[::-1]
 
-    def _class_links(self, cls: int, a: int, b: int) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    def _up(self, cls: int, via: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """Send-side families of a route class; ``via`` adds the switch reduction links an in-network collective
+        crosses (``nvls`` on intra-node flows, ``sharp`` on off-node flows) where the fabric has them."""
+        if cls == INTRA:
+            return ("nvl", "nvls") if "nvls" in via and self.has_nvls else ("nvl",)
+        up = tuple(self._route_kinds(cls))
+        return up + ("sharp",) if "sharp" in via and self.has_sharp else up
+
+    def _class_links(self, cls: int, a: int, b: int, via: tuple[str, ...] = ()) -> tuple[tuple[int, ...], tuple[bool, ...]]:
         """Class links of a route class from class ``a`` to class ``b``, and whether each is a receive link."""
         if cls == SELF:
             return (), ()
         tx, rx = self._class_links_tx[a], self._class_links_rx[b]
-        up = ("nvl",) if cls == INTRA else tuple(self._route_kinds(cls))
+        up = self._up(cls, via)
         links = tuple(tx[k] for k in up) + tuple(rx[k] for k in reversed(up))
         return links, (False,) * len(up) + (True,) * len(up)
 
@@ -401,26 +423,27 @@ class Fabric:
         b = src_class if dst_class is None else dst_class
         return self._class_links(int(route_class), src_class, b)[0]
 
-    def path(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
+    def path(self, src: int, dst: int, via: tuple[str, ...] = ()) -> tuple[tuple[int, ...], float]:
         """Physical links and latency of one flow (full mode)."""
         if self.symmetric:
             raise RuntimeError("path() needs a full (non-symmetric) fabric")
         cls = int(self.route_class(src, np.array([dst]))[0])
         if cls == SELF:
             return (), 0.0
-        up = ("nvl",) if cls == INTRA else tuple(self._route_kinds(cls))
+        up = self._up(cls, via)
         links = [self._tx0[k] + int(self.families[k].unit_of(src)) for k in up]
         links += [self._rx0[k] + int(self.families[k].unit_of(dst)) for k in reversed(up)]
         return tuple(links), self.latency_for(cls)
 
     def flow_groups(self, src: int, dsts: np.ndarray, sizes_bytes: np.ndarray,
-                    same_class: bool = False) -> list[FlowGroupSpec]:
+                    same_class: bool = False, via: tuple[str, ...] = ()) -> list[FlowGroupSpec]:
         """Flows ``src -> dsts[i]`` of ``sizes_bytes[i]`` as flow groups for this fabric's mode.
 
         Symmetric mode: flows of one route class and size form one group (``count`` flows, weight ``count``
         on every class link).  Full mode: one group per flow on its physical path.  ``same_class``: the traffic
         is rank-symmetric (every rank sends and receives alike, as in a collective), so receivers are taken to be
-        of the sender's class whatever the destination's class.
+        of the sender's class whatever the destination's class.  ``via``: switch reductions to route through
+        (:meth:`_up`).
         """
         dsts = np.asarray(dsts, dtype=np.int64)
         sizes = np.broadcast_to(np.asarray(sizes_bytes, dtype=float), dsts.shape)
@@ -435,14 +458,14 @@ class Fabric:
             for j, (c, bc, size) in enumerate(uniq):
                 c, bc = int(c), int(bc)
                 members = dsts[inverse == j]
-                links, is_rx = self._class_links(c, a_cls, bc)
+                links, is_rx = self._class_links(c, a_cls, bc, via)
                 cnt = len(members)
                 rx_w = cnt * self.class_mult[a_cls] / self.class_mult[bc]
                 weights = tuple(rx_w if rx else float(cnt) for rx in is_rx)
                 out.append(FlowGroupSpec(links, weights, float(size), self.latency_for(c), cnt, c, members))
         else:
             for d, size, c in zip(dsts.tolist(), sizes.tolist(), cls.tolist(), strict=False):
-                links, lat = self.path(src, d)
+                links, lat = self.path(src, d, via)
                 out.append(FlowGroupSpec(links, (1.0,) * len(links), float(size), lat, 1, int(c),
                                          np.array([d])))
         return out

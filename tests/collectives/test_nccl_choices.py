@@ -1,0 +1,159 @@
+"""NCCL's real choices: NVLS, IB SHARP (CollNet), the double binary tree, LL/LL128/Simple, per-peer proxy costs.
+
+Closed forms on uncongested round-number systems (efficiencies 1 unless a test sets one)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from simfuse.collectives import run_collective
+from simfuse.collectives.groups import Tuner, candidate_algorithms, world
+from simfuse.collectives.protocols import ProtocolCost
+from simfuse.errors import SpecError
+
+from ..conftest import make_topology
+
+MiB = 2**20
+
+
+def _nvls_topo(g=8, eff=0.5, model="none", **kw):
+    return make_topology(gpus_per_node=g, nics_per_node=g, nvl_gbps=400, nvl_lat_us=1.0,
+                         scale_up_extra={"nvls": True, "nvls_efficiency": eff},
+                         collectives_extra={"protocol_model": model}, **kw)
+
+
+@pytest.mark.parametrize("g", [4, 8])
+def test_nvls_one_node_closed_form(g):
+    size = 64 * MiB
+    r = run_collective(_nvls_topo(g), 1, "all_reduce", size, algorithm="nvls")
+    # each GPU: size (1 + 1/g) each way through the switch's reduction at 400 GB/s * 0.5
+    expect = size * (1 + 1 / g) / 200e9 + 1e-6
+    assert r.time_s == pytest.approx(expect, rel=1e-6)
+    assert r.busbw_gbps == pytest.approx(2 * (g - 1) / (g + 1) * 200, rel=5e-3)  # latency: 1 us of ~350
+
+
+def test_nvls_busbw_exceeds_port_rate_and_ring():
+    t = _nvls_topo(8, eff=1.0)
+    nvls = run_collective(t, 1, "all_reduce", 1024 * MiB, algorithm="nvls")
+    ring = run_collective(t, 1, "all_reduce", 1024 * MiB, algorithm="ring")
+    assert nvls.busbw_gbps > 400 > ring.busbw_gbps
+
+
+def test_nvls_protocol_latency_is_ncccls_25us():
+    r = run_collective(_nvls_topo(8, model="nccl"), 1, "all_reduce", 64 * MiB, algorithm="nvls")
+    assert r.protocol == "Simple"
+    assert r.time_s == pytest.approx(64 * MiB * 9 / 8 / 200e9 + 25e-6, rel=1e-6)
+
+
+def test_nvls_and_sharp_only_when_declared():
+    plain = make_topology(gpus_per_node=8, nics_per_node=8)
+    with pytest.raises(SpecError, match="scale_up.nvls"):
+        run_collective(plain, 1, "all_reduce", MiB, algorithm="nvls")
+    with pytest.raises(SpecError, match="scale_out.sharp"):
+        run_collective(plain, 2, "all_reduce", MiB, algorithm="collnet")
+    names = candidate_algorithms("all_reduce", world(16), 8, symmetric_only=True, topology=plain)
+    assert not {"nvls", "nvls_tree", "collnet"} & set(names)
+    both = make_topology(gpus_per_node=8, nics_per_node=8, scale_up_extra={"nvls": True},
+                         scale_out_extra={"sharp": True})
+    names = candidate_algorithms("all_reduce", world(16), 8, symmetric_only=True, topology=both)
+    assert {"nvls", "nvls_tree", "collnet", "tree"} <= set(names)
+    # one node: no tree, no CollNet
+    one = candidate_algorithms("all_reduce", world(8), 8, symmetric_only=True, topology=both)
+    assert "nvls" in one and not {"tree", "nvls_tree", "collnet"} & set(one)
+    with pytest.raises(SpecError, match="nvls_efficiency"):
+        make_topology(scale_up_extra={"nvls_efficiency": 0.5})
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_tree_closed_form(nodes):
+    g = 2
+    t = make_topology(gpus_per_node=g, nics_per_node=g, nvl_gbps=400, nvl_lat_us=1.0, nic_gbit=400,
+                      nic_lat_us=3.0, fabric="rail_optimized")
+    size = 64 * MiB
+    r = run_collective(t, nodes, "all_reduce", size, algorithm="tree")
+    x = size / g
+    depth = int(np.ceil(np.log2(nodes)))
+    intra = (g - 1) * size / g / 400e9 + 1e-6
+    inter = 2 * (x / 50e9 + 3e-6) + 2 * (depth - 1) * 3e-6
+    assert r.time_s == pytest.approx(2 * intra + inter, rel=1e-6)
+
+
+def test_collnet_halves_network_bytes():
+    g, nodes = 2, 4
+    t = make_topology(gpus_per_node=g, nics_per_node=g, nvl_gbps=400, nvl_lat_us=1.0, nic_gbit=400,
+                      nic_lat_us=3.0, fabric="rail_optimized", scale_out_extra={"sharp": True, "sharp_efficiency": 0.8})
+    size = 64 * MiB
+    r = run_collective(t, nodes, "all_reduce", size, algorithm="collnet")
+    intra = (g - 1) * size / g / 400e9 + 1e-6
+    assert r.time_s == pytest.approx(2 * intra + size / g / 40e9 + 3e-6, rel=1e-6)
+    tree = run_collective(t, nodes, "all_reduce", size, algorithm="tree")
+    assert r.time_s < tree.time_s
+
+
+def test_nvls_multi_node_needs_sharp_and_uses_both():
+    g, nodes = 4, 2
+    t = make_topology(gpus_per_node=g, nics_per_node=g, nvl_gbps=400, nvl_lat_us=1.0, nic_gbit=400, nic_lat_us=3.0,
+                      fabric="rail_optimized", scale_up_extra={"nvls": True, "nvls_efficiency": 0.5},
+                      scale_out_extra={"sharp": True, "sharp_efficiency": 1.0})
+    size = 64 * MiB
+    r = run_collective(t, nodes, "all_reduce", size, algorithm="nvls")
+    # NVLS reduce-scatter and all-gather: size each way on the busy direction; SHARP: the shard once
+    assert r.time_s == pytest.approx(2 * (size / 200e9 + 1e-6) + size / g / 50e9 + 3e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("proto,wire,hop_us,base_us", [("LL", 2.0, 0.6, -1.8), ("LL128", 1 / 0.92, 1.9, 5.6),
+                                                       ("Simple", 1.0, 3.4, 0.0)])
+def test_protocol_ring_closed_form(proto, wire, hop_us, base_us):
+    n = 4
+    t = make_topology(gpus_per_node=n, nics_per_node=1, nvl_gbps=400, nvl_lat_us=0.5, launch_us=5.0, sync_us=2.0,
+                      collectives_extra={"protocol_model": "nccl"})
+    size = 8 * MiB
+    r = run_collective(t, 1, "all_reduce", size, algorithm="ring", protocol=proto)
+    assert r.protocol == proto
+    expect = 5e-6 + base_us * 1e-6 + 2e-6 + 2 * (n - 1) * (wire * size / n / 400e9 + max(0.5, hop_us) * 1e-6)
+    assert r.time_s == pytest.approx(expect, rel=1e-6)
+
+
+def test_protocol_model_none_is_idealised():
+    t = make_topology(gpus_per_node=4, nics_per_node=1)
+    assert run_collective(t, 1, "all_reduce", MiB, algorithm="ring").protocol == "Simple"
+    with pytest.raises(SpecError, match="protocol_model"):
+        run_collective(t, 1, "all_reduce", MiB, algorithm="ring", protocol="LL")
+    with pytest.raises(SpecError, match="protocol"):
+        run_collective(t, 1, "all_reduce", MiB, algorithm="ring", protocol="LL64")
+    with pytest.raises(SpecError, match="Simple"):
+        ProtocolCost("nvls", "LL", "nccl")
+
+
+def test_tuner_picks_ll_small_simple_large(h200):
+    for nodes in (1, 2):
+        small = run_collective(h200, nodes, "all_reduce", 8)
+        large = run_collective(h200, nodes, "all_reduce", 1024 * MiB)
+        assert small.protocol == "LL", small
+        assert large.protocol == "Simple", large
+    assert run_collective(h200, 1, "all_reduce", 1024 * MiB).algorithm == "nvls"
+    tuner = Tuner(h200, 2, 8)
+    assert tuner.choose("all_reduce", world(16), 8).endswith("/LL")
+    assert tuner.choose("all_reduce", world(16), 8, algorithm="ring", protocol="Simple") == "ring/Simple"
+
+
+def test_all_to_all_per_peer_post_cost():
+    # 32 nodes of one GPU: 31 network peers at 1 us each to post; the bytes are negligible
+    t = make_topology(gpus_per_node=1, nics_per_node=1, nic_lat_us=3.0, collectives_extra={"protocol_model": "nccl"})
+    r = run_collective(t, 32, "all_to_all", 32 * 8, algorithm="direct", protocol="Simple")
+    assert r.time_s == pytest.approx(31e-6, rel=1e-3)
+    ideal = make_topology(gpus_per_node=1, nics_per_node=1, nic_lat_us=3.0)
+    assert run_collective(ideal, 32, "all_to_all", 32 * 8, algorithm="direct").time_s == pytest.approx(3e-6, rel=1e-2)
+
+
+def test_cli_protocol(root):
+    out = subprocess.run([sys.executable, "-m", "simfuse.cli", "collective", "--topology",
+                          str(root / "topologies/h100_nvl8_ib_ndr.yaml"), "--op", "all_reduce", "--size", "1MiB",
+                          "--algorithm", "ring", "--protocol", "ll128", "--format", "json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    row = json.loads(out.stdout)
+    assert row["algorithm"] == "ring" and row["protocol"] == "LL128"

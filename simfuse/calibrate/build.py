@@ -17,7 +17,7 @@ from .. import __version__
 from ..costs.analytic import PER_CU_BW_HEADROOM
 from ..costs.calibrated import occupancy_scales
 from ..errors import TraceError
-from .detect import HELDOUT_CSV, KERNEL_TRACE, NCCL_TESTS, TORCH_PROFILER, detect_format
+from .detect import CAMPAIGN, HELDOUT_CSV, KERNEL_TRACE, NCCL_TESTS, TORCH_PROFILER, detect_format
 from .fit import COLLECTIVE_FACTORS, fit_alpha_beta, nnls_relative, quality
 from .kernel_trace import KernelRun, iter_kernel_runs
 from .nccl_tests import NcclTestLog, read_nccl_tests
@@ -54,6 +54,7 @@ class Inputs:
     torch_ops: list[OpStat] = field(default_factory=list)
     sources: list[dict] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    campaign: list[dict] = field(default_factory=list)  # rows of kernel timing campaigns (wave models)
 
 
 def _sha256(path: Path) -> str:
@@ -108,6 +109,12 @@ def read_inputs(paths: Sequence[str | Path], collective: str | None = None) -> I
             runs = list(iter_kernel_runs(p))
             inp.runs.extend(runs)
             items = len(runs)
+        elif fmt == CAMPAIGN:
+            from .wavefit import read_campaign
+
+            rows = read_campaign(p)
+            inp.campaign.extend(rows)
+            items = len(rows)
         elif fmt == NCCL_TESTS:
             log = read_nccl_tests(p, collective)
             inp.nccl.append(log)
@@ -396,6 +403,10 @@ def build_profile(inp: Inputs, compute_units: int | None = None) -> dict:
     if inp.torch_ops:
         profile["torch_ops"] = [s.to_dict() for s in inp.torch_ops]
     profile["points"] = points + fabric_points
+    if inp.campaign:
+        from .wavefit import fit_campaign
+
+        profile["wave_kernels"] = [w.to_dict() for w in fit_campaign(inp.campaign)]
     return profile
 
 

@@ -368,7 +368,7 @@ def _created_utc() -> str:
 
 def build_profile(inp: Inputs, compute_units: int | None = None) -> dict:
     """The profile mapping (format version :data:`FORMAT_VERSION`, see docs/calibration.md)."""
-    if not inp.runs and not inp.nccl and not inp.torch_ops:
+    if not inp.runs and not inp.nccl and not inp.torch_ops and not inp.campaign:
         raise TraceError("<inputs>", "", "no usable measurements in the inputs")
     cus = compute_units or compute_units_seen(inp.runs)
     profile: dict = {

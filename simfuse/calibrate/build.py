@@ -406,8 +406,22 @@ def build_profile(inp: Inputs, compute_units: int | None = None) -> dict:
     if inp.campaign:
         from .wavefit import fit_campaign
 
-        profile["wave_kernels"] = [w.to_dict() for w in fit_campaign(inp.campaign)]
+        fits = fit_campaign(inp.campaign)
+        kept = [w for w in fits if w.cv.get("median_abs", 0.0) <= WAVE_MAX_CV_MEDIAN]
+        profile["wave_kernels"] = [w.to_dict() for w in kept]
+        dropped = [f"{w.kernel}/{w.variant}/{w.dtype} (leave-region-out median {w.cv['median_abs']:.0%})"
+                   for w in fits if w not in kept]
+        if dropped:
+            profile["notes"] = ("wave models not written (leave-region-out median error over "
+                                f"{WAVE_MAX_CV_MEDIAN:.0%}; these families keep the classic fit or the roofline): "
+                                + ", ".join(dropped))
     return profile
+
+
+#: A wave model whose nested leave-region-out median error exceeds this is not written into the profile: it does not
+#: extrapolate, so pricing other shapes with it would be worse than the roofline (on the H200 campaign: only the fp32
+#: GEMM, Triton's IEEE fp32 dot at ~4 TFLOP/s -- not the kernel an fp32 model would run -- with 79%).
+WAVE_MAX_CV_MEDIAN = 0.5
 
 
 def write_yaml_atomic(path: str | Path, data: dict) -> None:

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.simfuse-installed
 
-.PHONY: demo test test-all bench lint venv clean
+.PHONY: demo test test-all bench lint venv clean gpu-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,3 +34,7 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# On a GPU machine: compile every accepted kernel configuration class, check against float64, time headline shapes.
+gpu-check:
+	PYTHONPATH=$(CURDIR) python3 experiments/gpu_check.py --out experiments/results/h200_gpu_check_new

@@ -17,7 +17,7 @@ from .. import __version__
 from ..costs.analytic import PER_CU_BW_HEADROOM
 from ..costs.calibrated import occupancy_scales
 from ..errors import TraceError
-from .detect import HELDOUT_CSV, KERNEL_TRACE, NCCL_TESTS, TORCH_PROFILER, detect_format
+from .detect import CAMPAIGN, HELDOUT_CSV, KERNEL_TRACE, NCCL_TESTS, TORCH_PROFILER, detect_format
 from .fit import COLLECTIVE_FACTORS, fit_alpha_beta, nnls_relative, quality
 from .kernel_trace import KernelRun, iter_kernel_runs
 from .nccl_tests import NcclTestLog, read_nccl_tests
@@ -54,6 +54,7 @@ class Inputs:
     torch_ops: list[OpStat] = field(default_factory=list)
     sources: list[dict] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    campaign: list[dict] = field(default_factory=list)  # rows of kernel timing campaigns (wave models)
 
 
 def _sha256(path: Path) -> str:
@@ -111,6 +112,12 @@ def read_inputs(paths: Sequence[str | Path], collective: str | None = None, *, r
             runs = list(iter_kernel_runs(p))
             inp.runs.extend(runs)
             items = len(runs)
+        elif fmt == CAMPAIGN:
+            from .wavefit import read_campaign
+
+            rows = read_campaign(p)
+            inp.campaign.extend(rows)
+            items = len(rows)
         elif fmt == NCCL_TESTS:
             log = read_nccl_tests(p, collective, ranks=ranks, nodes=nodes)
             inp.nccl.append(log)
@@ -376,7 +383,7 @@ def _created_utc() -> str:
 
 def build_profile(inp: Inputs, compute_units: int | None = None) -> dict:
     """The profile mapping (format version :data:`FORMAT_VERSION`, see docs/calibration.md)."""
-    if not inp.runs and not inp.nccl and not inp.torch_ops:
+    if not inp.runs and not inp.nccl and not inp.torch_ops and not inp.campaign:
         raise TraceError("<inputs>", "", "no usable measurements in the inputs")
     cus = compute_units or compute_units_seen(inp.runs)
     profile: dict = {
@@ -411,7 +418,25 @@ def build_profile(inp: Inputs, compute_units: int | None = None) -> dict:
     if inp.torch_ops:
         profile["torch_ops"] = [s.to_dict() for s in inp.torch_ops]
     profile["points"] = points + fabric_points
+    if inp.campaign:
+        from .wavefit import fit_campaign
+
+        fits = fit_campaign(inp.campaign)
+        kept = [w for w in fits if w.cv.get("median_abs", 0.0) <= WAVE_MAX_CV_MEDIAN]
+        profile["wave_kernels"] = [w.to_dict() for w in kept]
+        dropped = [f"{w.kernel}/{w.variant}/{w.dtype} (leave-region-out median {w.cv['median_abs']:.0%})"
+                   for w in fits if w not in kept]
+        if dropped:
+            profile["notes"] = ("wave models not written (leave-region-out median error over "
+                                f"{WAVE_MAX_CV_MEDIAN:.0%}; these families keep the classic fit or the roofline): "
+                                + ", ".join(dropped))
     return profile
+
+
+#: A wave model whose nested leave-region-out median error exceeds this is not written into the profile: it does not
+#: extrapolate, so pricing other shapes with it would be worse than the roofline (on the H200 campaign: only the fp32
+#: GEMM, Triton's IEEE fp32 dot at ~4 TFLOP/s -- not the kernel an fp32 model would run -- with 79%).
+WAVE_MAX_CV_MEDIAN = 0.5
 
 
 def write_yaml_atomic(path: str | Path, data: dict) -> None:

@@ -65,7 +65,10 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
         "validate", help="compare simulated with measured times (calibration and held-out points)",
         description="Simulate every calibration point of the topology's calibration profile and every held-out "
                     "measurement, and report the absolute percentage errors.")
-    p.add_argument("--topology", required=True, metavar="FILE", help="topology YAML with a `calibration:` profile")
+    p.add_argument("--topology", default=None, metavar="FILE", help="topology YAML with a `calibration:` profile")
+    p.add_argument("--campaign", metavar="CSV", action="append", default=None,
+                   help="kernel timing campaign(s) (experiments/trace_campaign.py; repeats are merged): refit the "
+                        "wave models and report leave-region-out errors per family and per region")
     p.add_argument("--measurements", metavar="CSV", default=None,
                    help="held-out kernel measurements (kernel,variant,backend,world_size,dtype,shape,grid,...)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
@@ -134,6 +137,31 @@ def _calibrate_summary(out, profile: dict, skipped: list[str], warnings: list[st
             "notes": profile.get("notes", [])}
 
 
+def _validate_campaign(args: argparse.Namespace) -> int:
+    from .validate import campaign_validation
+
+    try:
+        summary = campaign_validation(args.campaign, args.out)
+    except (SimfuseError, OSError, KeyError, ValueError) as exc:
+        return _fail(exc)
+    if args.format == "json":
+        print(json.dumps(summary))
+        return 0
+    t = summary["target"]
+    print(f"leave-region-out (each region = the lowest or highest value of one axis, 4x beyond the rest); target "
+          f"median <= {t['median_abs'] * 100:g}%, max <= {t['max_abs'] * 100:g}%")
+    for fam in summary["families"]:
+        flag = "met" if fam["meets_target"] else "MISSED"
+        print(f"  {fam['family']}: {fam['points']} held-out predictions, median {fam['median_abs'] * 100:.1f}%, "
+              f"max {fam['max_abs'] * 100:.1f}% ({flag}); in-sample median {fam['fit_median_abs'] * 100:.1f}%; "
+              f"interval p10/p90 x{fam['p10']:.3f}/x{fam['p90']:.3f}{'; ' + fam['base'] if fam.get('base') else ''}")
+        for name, r in fam["regions"].items():
+            print(f"      {name}: {r['points']} points, median {r['median_abs'] * 100:.1f}%, max {r['max_abs'] * 100:.1f}%")
+    if args.out:
+        print(f"  wrote {args.out}/campaign_cv.json, campaign_cv.csv")
+    return 0
+
+
 def _fmt_rate(x, unit: str) -> str:
     return "-" if x is None else f"{x / 1e9:.4g} {unit}"
 
@@ -142,6 +170,10 @@ def _validate(args: argparse.Namespace) -> int:
     from ..checks import check_out_dir
     from .validate import run_validation
 
+    if args.campaign:
+        return _validate_campaign(args)
+    if not args.topology:
+        return _fail(ValueError("--topology is required (unless --campaign is given)"))
     try:
         check_out_dir(args.out)
         _, summary = run_validation(args.topology, args.measurements, args.out)

@@ -14,6 +14,8 @@ KERNEL_TRACE = "kernel_trace"
 TORCH_PROFILER = "torch_profiler"
 NCCL_TESTS = "nccl_tests"
 HELDOUT_CSV = "kernel_measurements"
+CAMPAIGN = "kernel_campaign"  # experiments/trace_campaign.py: one timed launch per shape (simfuse.calibrate.wavefit)
+CAMPAIGN_COLUMNS = ("kernel", "variant", "dtype", "grid", "bags_per_wg", "flops_per_wg", "bytes_per_wg", "median_s")
 HELDOUT_COLUMNS = ("kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps", "median_s",
                    "p10_s", "p90_s", "flops", "bytes", "device", "date")
 
@@ -27,7 +29,7 @@ def _looks_like_json(stripped: str) -> bool:
 
 
 def detect_format(path: str | Path) -> str:
-    """One of :data:`KERNEL_TRACE`, :data:`TORCH_PROFILER`, :data:`NCCL_TESTS`, :data:`HELDOUT_CSV`."""
+    """One of :data:`KERNEL_TRACE`, :data:`TORCH_PROFILER`, :data:`NCCL_TESTS`, :data:`HELDOUT_CSV`, :data:`CAMPAIGN`."""
     p = Path(path)
     if not p.is_file():
         raise TraceError(str(p), "", "file not found")
@@ -44,6 +46,8 @@ def detect_format(path: str | Path) -> str:
         if not s or s.startswith("#"):
             continue
         cols = {c.strip() for c in s.split(",")}
+        if set(CAMPAIGN_COLUMNS) <= cols:
+            return CAMPAIGN
         if set(COLUMNS) <= cols:
             return KERNEL_TRACE
         if set(HELDOUT_COLUMNS) - {"device", "date", "p10_s", "p90_s"} <= cols:

@@ -48,6 +48,8 @@ class CalibrationProfile:
     fused_slowdown: list[dict] = field(default_factory=list)
     fabric: dict[str, FabricFit] = field(default_factory=dict)
     points: list[dict] = field(default_factory=list)
+    #: (kernel, variant, dtype) -> wave model fitted to a timing campaign (``wave_kernels`` in the file)
+    wave_fits: dict = field(default_factory=dict)
 
     def kernel_fits(self) -> dict[tuple[str, str, str], KernelFit]:
         return {(k.kernel, k.variant, k.dtype): k for k in self.kernels}
@@ -178,8 +180,38 @@ def profile_from_dict(data: dict, source: str = "<memory>") -> CalibrationProfil
             p.integer("ranks", min_value=2)
             p.number("size_bytes", min_value=0.0)
         prof.points.append(dict(item))
-    root.reject_unknown(extra_allowed=("generator", "created_utc", "sources", "torch_ops", "notes"))
+    for i, item in enumerate(root.list("wave_kernels", [])):
+        wf = _wave_fit(item, source, f"wave_kernels[{i}]")
+        key = (wf.kernel, wf.variant, wf.dtype)
+        if key in prof.wave_fits:
+            raise SpecError(source, "wave_kernels", f"duplicate entry for {key}")
+        prof.wave_fits[key] = wf
+    root.reject_unknown(extra_allowed=("generator", "created_utc", "sources", "torch_ops", "notes", "wave_kernels"))
     return prof
+
+
+def _wave_fit(item, source: str, where: str):
+    from ..costs.calibrated import WaveFit, sigma
+
+    w = Fields(item, source, where)
+    for key in ("kernel", "variant", "dtype"):
+        w.string(key)
+    w.integer("slots", min_value=1)
+    w.integer("cus", 132, min_value=1)
+    w.number("launch_s", min_value=0.0)
+    terms = w.sub("terms")
+    for t in list(terms.data):
+        tt = terms.sub(t)
+        kind = tt.string("sigma")
+        try:
+            sigma(kind, 1, 2)
+        except (KeyError, ValueError) as exc:
+            raise SpecError(source, tt.name("sigma"), f"unknown occupancy scaling {kind!r}") from exc
+        tt.number("s_per_unit", min_value=0.0)
+    try:
+        return WaveFit.from_dict(dict(item))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SpecError(source, where, f"malformed wave model: {exc}") from exc
 
 
 def _quality(f: Fields, key: str) -> None:

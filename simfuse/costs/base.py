@@ -72,7 +72,8 @@ class FusedFloor:
     """Cost-model adapter enforcing a physical invariant: a workgroup of a fused kernel (``variant="fused"``)
     never runs faster than the same workgroup of the plain kernel.  Fits of the two variants are made
     separately, so without the floor a calibrated fused kernel could come out slightly faster than its compute
-    kernel (0.75% was seen).  Everything else is delegated to the wrapped model."""
+    kernel (0.75% was seen).  Likewise its launch latency is never shorter and it never has more resident
+    workgroups.  Everything else is delegated to the wrapped model."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -80,16 +81,22 @@ class FusedFloor:
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
         t = self.inner.workgroup_time_s(work, concurrent_wgs)
         if work.variant == "fused":
-            from dataclasses import replace
-
-            t = max(t, self.inner.workgroup_time_s(replace(work, variant="compute"), concurrent_wgs))
+            t = max(t, self.inner.workgroup_time_s(self._plain(work), concurrent_wgs))
         return t
 
+    def _plain(self, work: KernelWork) -> KernelWork:
+        from dataclasses import replace
+
+        return replace(work, variant="compute")
+
     def launch_latency_s(self, work: KernelWork) -> float:
-        return self.inner.launch_latency_s(work)
+        t = self.inner.launch_latency_s(work)
+        return max(t, self.inner.launch_latency_s(self._plain(work))) if work.variant == "fused" else t
 
     def slots(self, work: KernelWork) -> int:
-        return self.inner.slots(work)
+        """A fused kernel holds more state per workgroup: never more resident workgroups than the plain one."""
+        s = self.inner.slots(work)
+        return min(s, self.inner.slots(self._plain(work))) if work.variant == "fused" else s
 
     def __getattr__(self, name):
         if name == "inner":  # not set yet (unpickling): no recursion

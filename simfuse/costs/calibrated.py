@@ -24,7 +24,7 @@ its own fit uses its ``compute`` fit times the measured fused/compute slowdown (
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .analytic import PER_CU_BW_HEADROOM, RooflineCostModel
 from .base import KernelWork
@@ -103,6 +103,135 @@ def traced_ranges(points: list[dict]) -> dict[tuple[str, str], tuple[float, floa
     return {k: (min(v[0]), max(v[0]), min(v[1]), max(v[1])) for k, v in acc.items()}
 
 
+# ------------------------------------------------------------------------------------------------ wave models
+# (fitted by simfuse.calibrate.wavefit; evaluated here so that simfuse.costs never imports simfuse.calibrate)
+#: SMs of the device the wave models were measured on (H200); a fit stores its own.
+CUS = 132
+
+def features(kernel: str, flops: float, nbytes: float, shape: dict) -> dict[str, float]:
+    """Per-program work terms of one program of ``kernel`` (FLOP, requested bytes, operator shape)."""
+    f = {"per_program": 1.0, "per_byte": float(nbytes)}
+    if kernel == "embedding_all_to_all":
+        d = float(shape.get("dim") or 1)
+        p = float(shape.get("pooling") or 0)
+        if not p and shape.get("lookups") and shape.get("bags"):  # kernel-trace / held-out shapes
+            p = float(shape["lookups"]) / float(shape["bags"])
+        p = p or 1.0
+        rows = flops / d
+        f.update(per_row=rows, per_bag=rows / p)
+    elif kernel == "gemv_all_reduce":
+        tokens = float(shape.get("tokens") or 1)
+        rows = float(shape.get("rows_per_wg") or shape.get("block_n") or 1)
+        f.update(per_k=float(shape.get("k_per_wg") or flops / (2.0 * tokens * rows)))
+    elif kernel == "gemm_all_to_all":
+        f.update(per_k=float(shape.get("k") or 0.0), per_flop=float(flops))
+    return f
+
+
+def sigma(kind: str, n: float, slots: int, cus: int = CUS) -> float:
+    if kind == "fixed":
+        return 1.0
+    n = min(max(1.0, float(n)), float(slots))
+    cu = math.ceil(n / cus - 1e-9) / max(1, math.ceil(slots / cus - 1e-9))
+    if kind == "cu":
+        return min(1.0, cu)
+    h = float(kind[3:])  # devH
+    return min(1.0, max(n / slots, cu / h))
+
+
+def load(kind: str, n: float, slots: int, cus: int = CUS) -> float:
+    """Multiplier of a term's per-program work in a wave of ``n`` resident programs: ``sigma`` times, for the
+    throughput terms (every kind but ``fixed``), the programs per SM at full occupancy (``slots / CUs``) -- so that
+    their coefficient is a per-SM cost (seconds per byte or FLOP of one SM) that does not change with a
+    configuration's occupancy: a bandwidth-bound launch then takes total bytes / bandwidth whatever its slots."""
+    s = sigma(kind, n, slots, cus)
+    return s if kind == "fixed" else s * slots / cus
+
+
+def waves(grid: int, slots: int) -> list[tuple[int, int]]:
+    """[(programs resident, number of such waves)]."""
+    full, rest = divmod(int(grid), int(slots))
+    out = [(slots, full)] if full else []
+    if rest:
+        out.append((rest, 1))
+    return out
+
+
+@dataclass(frozen=True)
+class WaveFit:
+    """Fitted wave model of one (kernel, variant, dtype).  ``terms``: term -> (sigma kind, seconds per unit)."""
+
+    kernel: str
+    variant: str
+    dtype: str
+    slots: int
+    launch_s: float
+    terms: dict[str, tuple[str, float]]
+    cus: int = CUS
+    #: quantiles of log(measured / predicted) over the leave-region-out predictions: {"p10": .., "p50": .., "p90": ..}
+    residual_log_quantiles: dict[str, float] = field(default_factory=dict)
+    cv: dict = field(default_factory=dict)  # leave-region-out summary (median/max |error| overall and per region)
+    #: every leave-region-out log(measured / predicted), sorted: the law :meth:`CalibratedCostModel.draw` samples
+    residual_logs: tuple[float, ...] = ()
+    #: embedding: slots per row width (registers grow with the dim: 1056 programs up to dim 128, 264 at 1024)
+    slots_by_dim: dict[int, int] = field(default_factory=dict)
+
+    def slots_for(self, shape: dict | None = None) -> int:
+        """Resident programs for a launch of this shape: the measured dim nearest (in log) to ``shape['dim']``."""
+        d = float((shape or {}).get("dim") or 0)
+        if not self.slots_by_dim or d <= 0:
+            return self.slots
+        best = min(self.slots_by_dim, key=lambda k: (abs(math.log(k / d)), k))
+        return int(self.slots_by_dim[best])
+
+    def program_time_s(self, feats: dict[str, float], n: float, slots: int | None = None) -> float:
+        s = slots or self.slots
+        return sum(c * feats.get(t, 0.0) * load(kind, n, s, self.cus) for t, (kind, c) in self.terms.items())
+
+    def launch_time_s(self, grid: int, feats: dict[str, float], slots: int | None = None) -> float:
+        s = slots or self.slots
+        return self.launch_s + sum(k * self.program_time_s(feats, n, s) for n, k in waves(grid, s))
+
+    def to_dict(self) -> dict:
+        return {"kernel": self.kernel, "variant": self.variant, "dtype": self.dtype, "slots": int(self.slots),
+                "cus": int(self.cus), "launch_s": _g(self.launch_s),
+                "terms": {t: {"sigma": k, "s_per_unit": _g(c)} for t, (k, c) in self.terms.items()},
+                "residual_log_quantiles": {k: _g(v) for k, v in self.residual_log_quantiles.items()},
+                "residual_logs": [_g(x) for x in self.residual_logs],
+                "slots_by_dim": {int(k): int(v) for k, v in sorted(self.slots_by_dim.items())}, "cv": self.cv}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> WaveFit:
+        return cls(str(d["kernel"]), str(d["variant"]), str(d["dtype"]), int(d["slots"]), float(d["launch_s"]),
+                   {t: (str(v["sigma"]), float(v["s_per_unit"])) for t, v in (d.get("terms") or {}).items()},
+                   int(d.get("cus", CUS)), {k: float(v) for k, v in (d.get("residual_log_quantiles") or {}).items()},
+                   dict(d.get("cv") or {}), tuple(sorted(float(x) for x in d.get("residual_logs") or ())),
+                   {int(k): int(v) for k, v in (d.get("slots_by_dim") or {}).items()})
+
+    def scaled(self, factor: float) -> WaveFit:
+        """The same model with every time (launch and program) multiplied by ``factor``."""
+        from dataclasses import replace
+
+        return replace(self, launch_s=self.launch_s * factor,
+                       terms={t: (k, c * factor) for t, (k, c) in self.terms.items()})
+
+
+def _quantile_factor(logs: tuple[float, ...], q: float) -> float:
+    """exp of the ``q`` quantile (linear interpolation) of sorted log residuals; 1.0 when there are none."""
+    if not logs:
+        return 1.0
+    pos = min(max(q, 0.0), 1.0) * (len(logs) - 1)
+    i = int(math.floor(pos))
+    j = min(i + 1, len(logs) - 1)
+    return math.exp(logs[i] + (logs[j] - logs[i]) * (pos - i))
+
+
+def _g(x: float) -> float:
+    return float(f"{float(x):.6g}")
+
+
+
+
 class CalibratedCostModel:
     """:class:`~simfuse.costs.base.CostModel` from a calibration profile, roofline fallback otherwise.
 
@@ -113,7 +242,9 @@ class CalibratedCostModel:
     def __init__(self, fits: dict[tuple[str, str, str], KernelFit], fallback: RooflineCostModel,
                  fused_slowdown: dict[tuple[str, str], float] | None = None, compute_units: int | None = None,
                  ranges: dict[tuple[str, str], tuple[float, float, float, float]] | None = None,
-                 extrapolation: float | None = EXTRAPOLATION_FACTOR):
+                 extrapolation: float | None = EXTRAPOLATION_FACTOR,
+                 wave_fits: dict[tuple[str, str, str], WaveFit] | None = None):
+        self.wave_fits = dict(wave_fits or {})
         self.fits = dict(fits)
         self.fallback = fallback
         self.fused_slowdown = dict(fused_slowdown or {})
@@ -127,7 +258,63 @@ class CalibratedCostModel:
                      extrapolation: float | None = EXTRAPOLATION_FACTOR) -> CalibratedCostModel:
         """Build from a :class:`simfuse.calibrate.profile.CalibrationProfile`."""
         return cls(profile.kernel_fits(), fallback, profile.fused_slowdown_map(), profile.compute_units,
-                   traced_ranges(profile.points), extrapolation)
+                   traced_ranges(profile.points), extrapolation, getattr(profile, "wave_fits", None) or {})
+
+    # -------------------------------------------------------------------------------------------- wave models
+    def wave_lookup(self, work: KernelWork) -> WaveFit | None:
+        """The wave model used for ``work``: its own (kernel, variant, dtype), else for a fused kernel the compute
+        one.  Wave models are used wherever they exist, with no range guard: they are cross-validated on
+        predictions 4x outside the campaign's range along each axis (``cv`` in the profile)."""
+        name = trace_kernel_name(work.name)
+        w = self.wave_fits.get((name, work.variant, work.dtype))
+        if w is None and work.variant == "fused":
+            w = self.wave_fits.get((name, "compute", work.dtype))
+        return w
+
+    @staticmethod
+    def wave_features(work: KernelWork) -> dict[str, float]:
+        shape = dict(work.shape)
+        name = trace_kernel_name(work.name)
+        if name == "gemv_all_reduce" and not (shape.get("rows_per_wg") or shape.get("block_n")) and shape.get("n"):
+            shape["rows_per_wg"] = float(shape["n"]) / max(1, work.num_workgroups)  # one program per row block
+        return features(name, work.flops_per_wg, work.requested_bytes_per_wg, shape)
+
+    def residual_quantiles(self, kernel: str, variant: str = "compute", dtype: str | None = None,
+                           qs: tuple[float, ...] = (0.1, 0.5, 0.9)) -> dict[str, float]:
+        """Prediction-interval factors of a kernel family: ``{"p10": f10, "p50": f50, "p90": f90}`` such that the
+        measured time is ``f x`` the prediction at that quantile of the cross-validated (leave-region-out)
+        residuals.  ``kernel`` may be a trace or a ``KernelWork`` name; ``dtype`` None = the first fitted one.
+        All 1.0 for a perfect fit, or for a family without a wave model (no residuals known)."""
+        name = trace_kernel_name(kernel)
+        cands = [w for (k, v, d), w in sorted(self.wave_fits.items())
+                 if k == name and v == variant and (dtype is None or d == dtype)]
+        logs = cands[0].residual_logs if cands else ()
+        return {f"p{round(q * 100)}": _quantile_factor(logs, q) for q in qs}
+
+    def _with_waves(self, waves_: dict[tuple[str, str, str], WaveFit]) -> CalibratedCostModel:
+        m = CalibratedCostModel(self.fits, self.fallback, self.fused_slowdown, self.compute_units, self.ranges,
+                                self.extrapolation, waves_)
+        return m
+
+    def quantile_model(self, q: float) -> CalibratedCostModel:
+        """This model with each wave-model family's times multiplied by its residual factor at quantile ``q``
+        (e.g. 0.1 and 0.9: the p10 / p90 cost model; every family at the same quantile, an analytic bound)."""
+        return self._with_waves({k: w.scaled(_quantile_factor(w.residual_logs, q)) for k, w in self.wave_fits.items()})
+
+    def draw(self, rng) -> CalibratedCostModel:
+        """A perturbed cost model for Monte Carlo: every wave-model family (kernel, variant, dtype) scaled by one
+        factor ``exp(r)``, ``r`` drawn from its cross-validated residuals (``rng``: ``numpy.random.Generator`` or
+        ``random.Random``; draws are in sorted-key order, so a fixed seed gives the same model).  Families without
+        residuals are left as they are."""
+        out = {}
+        for k in sorted(self.wave_fits):
+            w = self.wave_fits[k]
+            if w.residual_logs:
+                i = int(rng.integers(len(w.residual_logs))) if hasattr(rng, "integers") else \
+                    rng.randrange(len(w.residual_logs))
+                w = w.scaled(math.exp(w.residual_logs[i]))
+            out[k] = w
+        return self._with_waves(out)
 
     def in_range(self, work: KernelWork) -> bool:
         """Whether ``work``'s bytes and FLOP per workgroup lie within ``extrapolation`` times the traced range of
@@ -159,10 +346,19 @@ class CalibratedCostModel:
         return fit, factor
 
     def slots(self, work: KernelWork) -> int:
+        w = self.wave_lookup(work)
+        if w is not None:
+            return w.slots_for(work.shape_dict())
         found = self.lookup(work)
         return found[0].slots if found else self.fallback.slots(work)
 
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
+        w = self.wave_lookup(work)
+        if w is not None:
+            factor = 1.0
+            if work.variant == "fused" and w.variant != "fused":
+                factor = self.fused_slowdown.get((w.kernel, work.dtype), 1.0)
+            return factor * w.program_time_s(self.wave_features(work), concurrent_wgs, w.slots_for(work.shape_dict()))
         found = self.lookup(work)
         if found is None:
             return self.fallback.workgroup_time_s(work, concurrent_wgs)
@@ -171,5 +367,8 @@ class CalibratedCostModel:
         return factor * fit.time_s(work.requested_bytes_per_wg, work.flops_per_wg, s_b, s_f)
 
     def launch_latency_s(self, work: KernelWork) -> float:
+        w = self.wave_lookup(work)
+        if w is not None:
+            return w.launch_s
         found = self.lookup(work)
         return found[0].launch_latency_s if found else self.fallback.launch_latency_s(work)

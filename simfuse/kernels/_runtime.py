@@ -96,3 +96,24 @@ def next_pow2(n: int) -> int:
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+#: Dynamic shared memory one program may use on an H100/H200 (227 KiB); the device's own limit is used on CUDA.
+DEFAULT_SHARED_LIMIT = 232448
+#: Most accumulator/tile elements per thread a configuration may ask for: beyond it Triton spends minutes
+#: compiling a kernel that spills everything (a 1024x1024 tile at 4 warps is 8192 per thread).
+MAX_TILE_ELEMS_PER_THREAD = 1024
+
+
+def shared_memory_limit(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1 << 62
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or DEFAULT_SHARED_LIMIT)
+
+
+def pipelined_shared_bytes(stage_bytes: int, num_stages: int) -> int:
+    """Shared memory of a ``tl.dot`` loop with fp32 (IEEE) operands that Triton pipelines: ``num_stages - 1``
+    buffers of one K step's operand tiles, at least one (measured with Triton 3.9 for sm_90: GEMV fp32 128x256
+    tiles 294,912 bytes at 3 stages, 147,456 at 2 and 1, as Triton 3.6 reported on the H200)."""
+    return max(1, num_stages - 1) * stage_bytes

@@ -110,6 +110,7 @@ def embedding_kernel(
     MEAN: tl.constexpr,
     FUSED: tl.constexpr,
     TIMER: tl.constexpr,
+    SUB: tl.constexpr = 16,
 ):
     pid_b = tl.program_id(0)
     dst = tl.program_id(1)
@@ -117,43 +118,48 @@ def embedding_kernel(
     pid = (t * tl.num_programs(1) + dst) * tl.num_programs(0) + pid_b
     t0 = _trace_begin(counter, TIMER)
 
-    bag_local = pid_b * BAGS + tl.arange(0, BAGS)
-    bmask = bag_local < bags_per_slice
-    seg = t * batch + dst * bags_per_slice + bag_local
-    start = tl.load(offsets + seg, mask=bmask, other=0)
-    end = tl.load(offsets + seg + 1, mask=bmask, other=0)
-    lens = end - start
-    maxlen = tl.max(lens, axis=0)
-    row0 = tl.load(table_offsets + t)
-    cols = tl.arange(0, BLOCK_D)
-    cmask = cols < D
-    acc = tl.zeros([BAGS, BLOCK_D], dtype=tl.float32)
-    for j0 in range(0, maxlen, UNROLL):
-        for u in tl.static_range(UNROLL):
-            m = (j0 + u) < lens
-            idx = tl.load(indices + start + j0 + u, mask=m, other=0)
-            rows = tl.load(
-                weight + (row0 + idx)[:, None] * D + cols[None, :],
-                mask=m[:, None] & cmask[None, :],
-                other=0.0,
-                eviction_policy="evict_first",
-            )
-            acc += rows.to(tl.float32)
-    if MEAN:
-        acc = acc / tl.maximum(lens, 1).to(tl.float32)[:, None]
-    smask = bmask[:, None] & cmask[None, :]
-    if FUSED:
-        base = tl.multiple_of(tl.load(out_table + dst).to(tl.pointer_type(weight.dtype.element_ty)), 16)
-        ptrs = base + bag_local[:, None].to(tl.int64) * out_row_stride + ((table_base + t) * D + cols)[None, :]
-        tl.store(ptrs, acc.to(weight.dtype.element_ty), mask=smask)
-        tl.debug_barrier()
-        flag = tl.load(flag_table + dst).to(tl.pointer_type(tl.int64))
-        nbags = tl.sum(bmask.to(tl.int64), axis=0)
-        tl.atomic_add(flag, nbags, sem="release", scope="sys")
-    else:
-        bag = dst * bags_per_slice + bag_local
-        ptrs = local_out + bag[:, None].to(tl.int64) * out_row_stride + (t * D + cols)[None, :]
-        tl.store(ptrs, acc.to(weight.dtype.element_ty), mask=smask)
+    # Bags in sub-blocks of SUB (<= 16) per step: with a [BAGS, BLOCK_D] tile of BAGS >= 32 bags and more than
+    # one warp, Triton 3.6 fails in TritonGPURemoveLayoutConversions ("'tt.load' op failed to verify that mask
+    # type matches ptr type", measured on the H200 2026-12-03: 32 bags at 2-16 warps, 64 at 4-16); 16 compiles at
+    # every warp count.  The program still pools BAGS bags; the fused variant releases one flag add per sub-block.
+    for sb in tl.static_range(BAGS // SUB):
+        bag_local = pid_b * BAGS + sb * SUB + tl.arange(0, SUB)
+        bmask = bag_local < bags_per_slice
+        seg = t * batch + dst * bags_per_slice + bag_local
+        start = tl.load(offsets + seg, mask=bmask, other=0)
+        end = tl.load(offsets + seg + 1, mask=bmask, other=0)
+        lens = end - start
+        maxlen = tl.max(lens, axis=0)
+        row0 = tl.load(table_offsets + t)
+        cols = tl.arange(0, BLOCK_D)
+        cmask = cols < D
+        acc = tl.zeros([SUB, BLOCK_D], dtype=tl.float32)
+        for j0 in range(0, maxlen, UNROLL):
+            for u in tl.static_range(UNROLL):
+                m = (j0 + u) < lens
+                idx = tl.load(indices + start + j0 + u, mask=m, other=0)
+                rows = tl.load(
+                    weight + (row0 + idx)[:, None] * D + cols[None, :],
+                    mask=m[:, None] & cmask[None, :],
+                    other=0.0,
+                    eviction_policy="evict_first",
+                )
+                acc += rows.to(tl.float32)
+        if MEAN:
+            acc = acc / tl.maximum(lens, 1).to(tl.float32)[:, None]
+        smask = bmask[:, None] & cmask[None, :]
+        if FUSED:
+            base = tl.multiple_of(tl.load(out_table + dst).to(tl.pointer_type(weight.dtype.element_ty)), 16)
+            ptrs = base + bag_local[:, None].to(tl.int64) * out_row_stride + ((table_base + t) * D + cols)[None, :]
+            tl.store(ptrs, acc.to(weight.dtype.element_ty), mask=smask)
+            tl.debug_barrier()
+            flag = tl.load(flag_table + dst).to(tl.pointer_type(tl.int64))
+            nbags = tl.sum(bmask.to(tl.int64), axis=0)
+            tl.atomic_add(flag, nbags, sem="release", scope="sys")
+        else:
+            bag = dst * bags_per_slice + bag_local
+            ptrs = local_out + bag[:, None].to(tl.int64) * out_row_stride + (t * D + cols)[None, :]
+            tl.store(ptrs, acc.to(weight.dtype.element_ty), mask=smask)
     _trace_end(trace_buf, counter, t0, pid, TIMER)
 
 

@@ -179,7 +179,7 @@ def _launch_rank(group, i, r, ck, cfg, mode, weights, indices, offsets, *, fused
         local_out if not fused else w,
         r, ck.batch, bs, tbase, ftot * ck.dim if fused else nt * ck.dim,
     ]
-    consts = dict(D=ck.dim, BLOCK_D=next_pow2(ck.dim), BAGS=cfg.bags_per_program, UNROLL=cfg.unroll,
+    consts = dict(D=ck.dim, BLOCK_D=next_pow2(ck.dim), BAGS=cfg.bags_per_program, SUB=min(cfg.bags_per_program, 16), UNROLL=cfg.unroll,
                   MEAN=mode == "mean", FUSED=fused, num_warps=cfg.num_warps)
     launch(K.embedding_kernel, grid, args, consts, dummy=of, trace=trace if traced else None, meta=meta,
            flops_per_program=fl or 0.0, bytes_per_program=by or 0.0)

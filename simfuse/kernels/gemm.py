@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from . import _triton as K
-from ._launch import launch
+from ._launch import KernelConfigError, launch
 from ._runtime import (
     FLOAT_DTYPES,
+    MAX_TILE_ELEMS_PER_THREAD,
     cdiv,
     check_index_range,
     check_int,
@@ -28,6 +29,8 @@ from ._runtime import (
     check_tensor,
     dtype_name,
     interpreting,
+    pipelined_shared_bytes,
+    shared_memory_limit,
 )
 from .embedding import WAIT_MODES, wait_flags
 from .peer import PeerBuffer, Workspace
@@ -63,6 +66,27 @@ class GemmConfig:
         if min(self.block_m, self.block_n, self.block_k) < 16:
             raise ValueError("config.block_m/n/k: must be at least 16 (tl.dot tile)")
         check_int("config.num_stages", self.num_stages, minimum=1, maximum=8)
+        per_thread = self.block_m * self.block_n // (32 * self.num_warps)
+        if per_thread > MAX_TILE_ELEMS_PER_THREAD // 2:
+            raise ValueError(f"config: a {self.block_m}x{self.block_n} accumulator is {per_thread} fp32 values per "
+                             f"thread at {self.num_warps} warps (at most {MAX_TILE_ELEMS_PER_THREAD // 2}): use a "
+                             "smaller tile or more warps")
+
+    def shared_bytes(self, dtype: torch.dtype) -> int:
+        """Upper estimate of one program's shared memory for fp32 (IEEE) operands: ``num_stages - 1`` buffers of
+        the A and B tiles of one K step (128x128x64: 131,072 bytes at 3 stages, measured with Triton 3.9 for
+        sm_90); 0 for bf16/fp16, whose need is far less and is left to the compiler's own check."""
+        if dtype != torch.float32:
+            return 0
+        return pipelined_shared_bytes((self.block_m + self.block_n) * self.block_k * 4, self.num_stages)
+
+
+def _check_shared(cfg: GemmConfig, dtype, device) -> None:
+    need, limit = cfg.shared_bytes(dtype), shared_memory_limit(device)
+    if need > limit:
+        raise KernelConfigError(f"config: {cfg.block_m}x{cfg.block_n}x{cfg.block_k} fp32 tiles at num_stages="
+                                f"{cfg.num_stages} need about {need} bytes of shared memory, the device has {limit}: "
+                                "lower num_stages or block_k")
 
 
 def moe_routing(counts: Sequence[Sequence[int]]) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int]]:
@@ -176,6 +200,7 @@ def gemm_all_to_all(group, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor],
     if wait not in WAIT_MODES:
         raise ValueError(f"wait: {wait!r} not one of {WAIT_MODES}")
     a, b, kdim, ndim, dtype, route = _check(group, a, b, dest_rank, dest_row, recv_rows, validate)
+    _check_shared(cfg, dtype, group.device)
     dest_rank, dest_row, recv = route
     wsp = workspace or Workspace(group)
     rows = max(max(recv), 1)
@@ -198,6 +223,7 @@ def gemm_compute(group, a, b, *, config: GemmConfig | None = None, trace: TraceR
     cfg = config or GemmConfig()
     cfg.validate()
     a, b, kdim, ndim, dtype, _ = _check(group, a, b)
+    _check_shared(cfg, dtype, group.device)
     outs = [torch.empty((x.shape[0], ndim), dtype=dtype, device=group.device) for x in a]
     dummy = torch.empty(1, dtype=torch.int64, device=group.device)
     group.run_ranks(lambda i, r: _launch_rank(group, r, a[i], b[i], cfg, fused=False, dr=None, dw=None, out_t=None,

@@ -19,8 +19,19 @@ from dataclasses import dataclass
 import torch
 
 from . import _triton as K
-from ._launch import launch
-from ._runtime import FLOAT_DTYPES, cdiv, check_int, check_list, check_tensor, dtype_name, interpreting
+from ._launch import KernelConfigError, launch
+from ._runtime import (
+    FLOAT_DTYPES,
+    MAX_TILE_ELEMS_PER_THREAD,
+    cdiv,
+    check_int,
+    check_list,
+    check_tensor,
+    dtype_name,
+    interpreting,
+    pipelined_shared_bytes,
+    shared_memory_limit,
+)
 from .embedding import WAIT_MODES, wait_flags
 from .peer import PeerBuffer, Workspace
 from .trace import TraceRecorder, format_shape
@@ -55,6 +66,46 @@ class GemvConfig:
         if self.block_n < 16 or self.block_k < 16:
             raise ValueError("config.block_n/block_k: must be at least 16 (tl.dot tile)")
         check_int("config.num_stages", self.num_stages, minimum=1, maximum=8)
+        per_thread = self.block_n * self.block_k // (32 * self.num_warps)
+        if per_thread > MAX_TILE_ELEMS_PER_THREAD:
+            raise ValueError(f"config: a {self.block_n}x{self.block_k} tile is {per_thread} elements per thread at "
+                             f"{self.num_warps} warps (at most {MAX_TILE_ELEMS_PER_THREAD}): use a smaller tile or "
+                             "more warps")
+
+    def shared_bytes(self, dtype: torch.dtype, tokens: int = 1) -> int:
+        """Upper estimate of the shared memory of one program: the fp32 (IEEE ``tl.dot``) path pipelines the
+        x and W tiles of ``num_stages - 1`` K steps; the other paths (bf16/fp16 ``tl.dot``, ``vec``) keep far
+        less (12 KiB measured for bf16 128x128), so only fp32 is estimated (0 otherwise)."""
+        if dtype != torch.float32 or (self.vec and tokens == 1):
+            return 0
+        return pipelined_shared_bytes((16 + self.block_n) * self.block_k * 4, self.num_stages)
+
+    def fit_shared_memory(self, dtype: torch.dtype, limit: int, tokens: int = 1) -> GemvConfig:
+        """This configuration with ``num_stages`` lowered until :meth:`shared_bytes` fits ``limit`` (fp32 large
+        tiles: 128x256 needs 2 stages on an H200); raises ValueError when even 1 stage does not fit."""
+        from dataclasses import replace
+
+        for st in range(self.num_stages, 0, -1):
+            c = replace(self, num_stages=st)
+            if c.shared_bytes(dtype, tokens) <= limit:
+                return c
+        raise ValueError(f"config: a {self.block_n}x{self.block_k} {dtype_name(dtype)} tile needs "
+                         f"{replace(self, num_stages=1).shared_bytes(dtype, tokens)} bytes of shared memory even at "
+                         f"1 stage (limit {limit}): use a smaller tile")
+
+
+def _check_shared(cfg: GemvConfig, dtype, tokens, device) -> None:
+    need = cfg.shared_bytes(dtype, tokens)
+    limit = shared_memory_limit(device)
+    if need > limit:
+        try:
+            hint = f"; num_stages={cfg.fit_shared_memory(dtype, limit, tokens).num_stages} fits " \
+                   "(GemvConfig.fit_shared_memory)"
+        except ValueError:
+            hint = "; no num_stages fits: use a smaller tile"
+        raise KernelConfigError(f"config: {cfg.block_n}x{cfg.block_k} {dtype_name(dtype)} tiles at num_stages="
+                                f"{cfg.num_stages} need about {need} bytes of shared memory, the device has "
+                                f"{limit}{hint}")
 
 
 def _check(group, xs, ws):
@@ -124,6 +175,7 @@ def gemv_all_reduce(group, xs: Sequence[torch.Tensor], ws: Sequence[torch.Tensor
     if wait not in WAIT_MODES:
         raise ValueError(f"wait: {wait!r} not one of {WAIT_MODES}")
     xs, ws, n, tokens, dtype = _check(group, xs, ws)
+    _check_shared(cfg, dtype, tokens, group.device)
     world = group.world_size
     tiles = cdiv(n, cfg.block_n)
     wsp = workspace or Workspace(group)
@@ -152,6 +204,7 @@ def gemv_compute(group, xs, ws, *, config: GemvConfig | None = None, trace: Trac
     cfg = config or GemvConfig()
     cfg.validate()
     xs, ws, n, tokens, dtype = _check(group, xs, ws)
+    _check_shared(cfg, dtype, tokens, group.device)
     tiles = cdiv(n, cfg.block_n)
     wsp = workspace or Workspace(group)
     o = wsp.get("gemv_c_out", (tokens, n), dtype)

@@ -11,15 +11,12 @@ bug fix changes the model (docs/design.md, "Execution graph: changes from the ha
   rank also waited for its own outgoing pushes to land (ranks holding big tables sent for longer than they
   received) -> up to 7% faster on the uneven placements; an earlier start of the DDP all-reduces can also add
   contention (at most +1%).
-* NCCL protocols, NVLS and proxy post costs (branch ``nccltuner``; shipped topologies now declare
-  ``scale_up.nvls: true`` and ``collectives.protocol_model: nccl``): the tuner picks algorithm *and* protocol
-  (LL / LL128 / Simple with NCCL's tuning.cc latencies and bandwidth factors), NVLS for large intra-node
-  all-reduces, and every off-node peer of an all-to-all costs the proxy 1 us to post (NCCL getNetOverhead).
-  Measured change against the reference (fast and 1-16-node slow cases): DLRM baseline -0.7% .. +6.1%, DLRM
-  fused -6.6% .. +7.8% (dlrm_synthetic at 16 nodes: +5% .. +8%, the per-peer post cost of its all-to-alls; the
-  small all-reduces get LL's lower latency: up to -0.7%); moe_layer +0.05% .. +0.16%; transformer_tp_decode
-  -2.6% .. +3.3% (LL all-reduces on NVLink start 1.8 us earlier than Simple; across nodes NCCL's network hop
-  latencies are above the fabric's).  Compute times are unchanged.
+
+The comparison isolates the execution-graph refactor from later modelling changes: the topologies and the
+calibration profile are the files of commit d234bb7, frozen in ``tests/data/regression/`` (no NCCL protocol
+model, no NVLS: those fields default to off).  What the newer topology and profile files change -- NCCL
+protocols, NVLS and proxy post costs, the refitted kernel profile -- is a change of model inputs, measured in
+the issue notes and docs/design.md, not a change of the executor.
 """
 
 import csv
@@ -32,7 +29,8 @@ from simfuse.system import System
 from simfuse.workloads.run import simulate_workload
 
 ROOT = Path(__file__).resolve().parents[2]
-REF = ROOT / "tests" / "data" / "regression" / "iteration_times_d234bb7.csv"
+DATA = ROOT / "tests" / "data" / "regression"
+REF = DATA / "iteration_times_d234bb7.csv"
 FAST = {("dlrm_synthetic", 1), ("dlrm_synthetic", 16), ("dlrm_v1", 16), ("dlrm_v1", 128), ("dlrm_dcnv2", 1),
         ("dlrm_dcnv2", 128), ("transformer_tp_decode", 1), ("transformer_tp_decode", 16),
         ("transformer_tp_decode", 128), ("moe_layer", 1), ("moe_layer", 16), ("moe_layer", 128)}
@@ -49,18 +47,18 @@ def _cases():
 
 
 def _bounds(model: str, mode: str) -> tuple[float, float]:
-    """Allowed relative change (low, high) of the iteration time (see the module docstring for each fix)."""
+    """Allowed relative change (low, high) of the iteration time (the two named DLRM fixes above)."""
     if not model.startswith("dlrm"):
-        return -0.03, 0.035
+        return -0.005, 0.005
     if mode == "baseline":
-        return -0.02, 0.07
-    return -0.07, 0.085
+        return -0.02, 0.005
+    return -0.07, 0.01
 
 
 @pytest.mark.parametrize("model,topology,nodes,ref", list(_cases()))
 def test_matches_pre_graph_results(model, topology, nodes, ref):
     res = simulate_workload(load_workload(ROOT / "models" / f"{model}.yaml"),
-                            System.load(ROOT / "topologies" / f"{topology}.yaml"), nodes)
+                            System.load(DATA / f"{topology}.yaml"), nodes)
     for mode, row in ref.items():
         rel = res[mode].iteration_time_s / float(row["iteration_time_s"]) - 1.0
         lo, hi = _bounds(model, mode)

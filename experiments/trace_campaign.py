@@ -1,0 +1,328 @@
+# ruff: noqa: B023  (closures capture loop variables and are consumed within the same iteration)
+"""Designed kernel-timing campaign for calibration (issue 12, item 2); run on the GPU machine.
+
+A grid per kernel family over occupancy (a fraction of one wave up to many waves) and over the per-program work:
+embedding row width 8-1024 and pooling 1-256, GEMV n and k per rank 256-16384, GEMM m/n/k 512-16384, in each
+dtype the kernels support.  Every shape is timed as the kernel launches back to back in one CUDA graph over
+several input sets (random data, together larger than the L2), medians over replays: the quantity the simulator
+predicts as launch latency + makespan.  ``compute`` variants run on one rank; ``fused`` variants on 4 emulated
+ranks (time / 4 = the mean per-rank launch), like ``experiments/results/h200_kernel_heldout.csv``.
+
+Per configuration it also records the compiled kernel's registers and shared memory (occupancy) and one
+per-program trace of a multi-wave launch (resident programs per SM, measured).
+
+Writes ``--out``/campaign.csv.gz (one row per shape), traces.csv.gz (per-program traces), log.txt.
+``--smoke``: a few tiny shapes (CPU + interpreter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import gzip
+import io
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import simfuse.kernels as sk
+from simfuse.kernels import _launch
+
+LOG = []
+
+
+def log(*a):
+    s = " ".join(str(x) for x in a)
+    print(s, flush=True)
+    LOG.append(s)
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def bench(calls, reps):
+    """(median, p10, p90) seconds per call over the closures in ``calls``, CUDA graph replays."""
+    def run():
+        for c in calls:
+            c()
+    run()
+    sync()
+    if not torch.cuda.is_available():
+        t0 = time.perf_counter()
+        run()
+        t = (time.perf_counter() - t0) / len(calls)
+        return t, t, t
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run()
+    torch.cuda.current_stream().wait_stream(s)
+    sync()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run()
+    g.replay()
+    sync()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) / 1e3 / len(calls))
+    ts.sort()
+    q = lambda p: ts[min(len(ts) - 1, int(p * (len(ts) - 1) + 0.5))]  # noqa: E731
+    return statistics.median(ts), q(0.1), q(0.9)
+
+
+DT = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def nsets_for(nbytes, l2=60 * 2**20):
+    """Input sets so that together they exceed 4x the L2 (at least 2, at most 4)."""
+    return int(min(4, max(2, math.ceil(4 * l2 / max(nbytes, 1)))))
+
+
+class Campaign:
+    def __init__(self, dev, smoke, reps, budget_s):
+        self.dev, self.smoke, self.reps = dev, smoke, reps
+        self.rows: list[dict] = []
+        self.rec = sk.TraceRecorder(prefix="campaign")
+        self.traced: set = set()
+        self.t_end = time.time() + budget_s
+        self.gen = torch.Generator(device=dev).manual_seed(12)
+        self.skipped = 0
+
+    def over(self):
+        return time.time() > self.t_end
+
+    def add(self, **kw):
+        kw["compiled"] = dict(_launch.LAST_COMPILED.get(kw.pop("jit"), {}))
+        c = kw.pop("compiled")
+        kw.update(n_regs=c.get("n_regs", ""), n_spills=c.get("n_spills", ""), shared_bytes=c.get("shared", ""))
+        self.rows.append(kw)
+
+    def maybe_trace(self, key, fn):
+        """One traced launch (rank 0) per configuration key: resident programs, dispatch."""
+        if key in self.traced or not torch.cuda.is_available():
+            return
+        self.traced.add(key)
+        fn(sk.TraceRecorder(rank=0))  # warm (compiled already, but the marker kernels)
+        self.rec.rank = 0
+        fn(self.rec)
+
+    # ------------------------------------------------------------------------------------------- embedding
+    def embedding(self, variant, dtype, dim, pooling, bags, cfg):
+        world = 4 if variant == "fused" else 1
+        eb = DT[dtype].itemsize
+        rows = 1000 if self.smoke else int(min(16 * 2**20, max(2**20, 512 * 2**20 // (dim * eb))))
+        grp = sk.EmulatedGroup(world, self.dev)
+        w = [torch.randn(rows, dim, device=self.dev, generator=self.gen).to(DT[dtype]) for _ in range(world)]
+        to = [torch.tensor([0, rows], device=self.dev, dtype=torch.int64) for _ in range(world)]
+        per_call = bags * pooling * (dim * eb + 8) * world
+        sets = []
+        for _ in range(nsets_for(per_call)):
+            ix = [torch.randint(0, rows, (bags * pooling,), device=self.dev, generator=self.gen) for _ in range(world)]
+            of = [torch.arange(bags + 1, device=self.dev, dtype=torch.int64) * pooling for _ in range(world)]
+            sets.append((ix, of))
+        if variant == "fused":
+            wsp = sk.Workspace(grp)
+            out = grp.alloc((bags // world, world * dim), DT[dtype])
+            call = lambda ix, of, tr=None, wait=False: sk.embedding_all_to_all(  # noqa: E731
+                grp, w, ix, of, to, out=out, workspace=wsp, config=cfg, validate=False, wait=wait, trace=tr)
+        else:
+            call = lambda ix, of, tr=None, wait=False: sk.embedding_compute(  # noqa: E731
+                grp, w, ix, of, to, config=cfg, validate=False, trace=tr)
+        t = bench([lambda ix=ix, of=of: call(ix, of) for ix, of in sets], self.reps)
+        grid = -(-bags // world // cfg.bags_per_program) * world
+        self.add(jit="embedding_kernel", kernel="embedding_all_to_all", variant=variant, dtype=dtype, world=world,
+                 dim=dim, pooling=pooling, bags=bags, m=0, n=0, k=0, tokens=0, grid=grid,
+                 bags_per_wg=cfg.bags_per_program, block_m=0, block_n=0, block_k=0, split_k=0,
+                 num_warps=cfg.num_warps, num_stages=0,
+                 flops_per_wg=cfg.bags_per_program * pooling * dim,
+                 bytes_per_wg=cfg.bags_per_program * (pooling * (dim * eb + 8) + dim * eb + 16),
+                 median_s=t[0] / world, p10_s=t[1] / world, p90_s=t[2] / world)
+        if grid >= 4096:
+            self.maybe_trace(("emb", variant, dtype), lambda tr: call(*sets[0], tr=tr, wait=variant == "fused"))
+
+    # ------------------------------------------------------------------------------------------- gemv
+    def gemv(self, variant, dtype, n, k, cfg, tokens=1):
+        world = 4 if variant == "fused" else 1
+        grp = sk.EmulatedGroup(world, self.dev)
+        eb = DT[dtype].itemsize
+        sets = [([torch.randn(tokens, k, device=self.dev, generator=self.gen).to(DT[dtype]) for _ in range(world)],
+                 [torch.randn(n, k, device=self.dev, generator=self.gen).to(DT[dtype]) for _ in range(world)])
+                for _ in range(nsets_for(n * k * eb * world))]
+        wsp = sk.Workspace(grp)
+        if variant == "fused":
+            out = grp.alloc((tokens, n), DT[dtype])
+            call = lambda x, w_, tr=None, wait=False: sk.gemv_all_reduce(  # noqa: E731
+                grp, x, w_, out=out, workspace=wsp, config=cfg, wait=wait, trace=tr)
+        else:
+            call = lambda x, w_, tr=None, wait=False: sk.gemv_compute(  # noqa: E731
+                grp, x, w_, config=cfg, workspace=wsp, trace=tr)
+        t = bench([lambda x=x, w_=w_: call(x, w_) for x, w_ in sets], self.reps)
+        tiles = -(-n // cfg.block_n)
+        k_per = -(-(-(-k // cfg.split_k)) // cfg.block_k) * cfg.block_k  # noqa: B002
+        kk = min(k_per, k)
+        self.add(jit="gemv_kernel", kernel="gemv_all_reduce", variant=variant, dtype=dtype, world=world, dim=0,
+                 pooling=0, bags=0, m=0, n=n, k=k, tokens=tokens, grid=tiles * cfg.split_k, bags_per_wg=0,
+                 block_m=0, block_n=cfg.block_n, block_k=cfg.block_k, split_k=cfg.split_k, num_warps=cfg.num_warps,
+                 num_stages=cfg.num_stages, flops_per_wg=2.0 * tokens * cfg.block_n * kk,
+                 bytes_per_wg=float(cfg.block_n * kk * eb + tokens * kk * eb + tokens * cfg.block_n * 4),
+                 median_s=t[0] / world, p10_s=t[1] / world, p90_s=t[2] / world)
+        if tiles * cfg.split_k >= 1024:
+            self.maybe_trace(("gemv", variant, dtype), lambda tr: call(*sets[0], tr=tr, wait=variant == "fused"))
+
+    # ------------------------------------------------------------------------------------------- gemm
+    def gemm(self, variant, dtype, m, n, k, cfg):
+        world = 4 if variant == "fused" else 1
+        grp = sk.EmulatedGroup(world, self.dev)
+        eb = DT[dtype].itemsize
+        mr = m  # per-rank rows
+        ns = nsets_for((mr * k + k * n) * eb * world)
+        sets = [([torch.randn(mr, k, device=self.dev, generator=self.gen).to(DT[dtype]) for _ in range(world)],
+                 [(torch.randn(k, n, device=self.dev, generator=self.gen) / k ** 0.5).to(DT[dtype])
+                  for _ in range(world)]) for _ in range(ns)]
+        if variant == "fused":
+            counts = [[mr // world + (1 if s < mr % world else 0) for s in range(world)] for _ in range(world)]
+            dr, dw, recv = sk.moe_routing(counts)
+            dr = [x.to(self.dev) for x in dr]
+            dw = [x.to(self.dev) for x in dw]
+            wsp = sk.Workspace(grp)
+            out = grp.alloc((max(recv), n), DT[dtype])
+            call = lambda a, b, tr=None, wait=False: sk.gemm_all_to_all(  # noqa: E731
+                grp, a, b, dr, dw, recv, out=out, workspace=wsp, config=cfg, validate=False, wait=wait, trace=tr)
+        else:
+            call = lambda a, b, tr=None, wait=False: sk.gemm_compute(grp, a, b, config=cfg, trace=tr)  # noqa: E731
+        t = bench([lambda a=a, b=b: call(a, b) for a, b in sets], self.reps)
+        grid = -(-mr // cfg.block_m) * -(-n // cfg.block_n)
+        self.add(jit="gemm_kernel", kernel="gemm_all_to_all", variant=variant, dtype=dtype, world=world, dim=0,
+                 pooling=0, bags=0, m=mr, n=n, k=k, tokens=0, grid=grid, bags_per_wg=0, block_m=cfg.block_m,
+                 block_n=cfg.block_n, block_k=cfg.block_k, split_k=0, num_warps=cfg.num_warps,
+                 num_stages=cfg.num_stages, flops_per_wg=2.0 * cfg.block_m * cfg.block_n * k,
+                 bytes_per_wg=float((cfg.block_m + cfg.block_n) * k * eb + cfg.block_m * cfg.block_n * eb),
+                 median_s=t[0] / world, p10_s=t[1] / world, p90_s=t[2] / world)
+        if grid >= 400 and k <= 4096:
+            self.maybe_trace(("gemm", variant, dtype), lambda tr: call(*sets[0], tr=tr, wait=variant == "fused"))
+
+
+def grid_points(smoke):
+    """The designed grid: (family, args...) tuples, in the order they are measured."""
+    if smoke:
+        return ([("emb", v, "fp32", d, p, b) for v in ("compute", "fused") for d, p, b in ((8, 2, 64), (16, 3, 32))]
+                + [("gemv", v, "fp32", n, k) for v in ("compute", "fused") for n, k in ((256, 256), (128, 512))]
+                + [("gemm", v, "fp32", m, n, k) for v in ("compute", "fused") for m, n, k in ((64, 128, 64),)])
+    pts = []
+    dims = (8, 16, 32, 64, 128, 256, 512, 1024)
+    pools = (1, 4, 16, 64, 256)
+    bagss = (1024, 4096, 16384, 65536)
+    eb = {"fp32": 4, "fp16": 2, "bf16": 2}
+    for dt_ in ("fp32", "fp16", "bf16"):
+        for d in (dims if dt_ == "fp32" else (16, 128, 1024)):
+            for p in (pools if dt_ == "fp32" else (1, 16, 256)):
+                for b in (bagss if dt_ == "fp32" else (1024, 16384, 65536)):
+                    if b * p * d * eb[dt_] <= 2**31:
+                        pts.append(("emb", "compute", dt_, d, p, b))
+    for d in (16, 128, 1024):
+        for p in (4, 32, 256):
+            for b in (4096, 65536):
+                if b * p * d * 4 <= 2**30:
+                    pts.append(("emb", "fused", "fp32", d, p, b))
+    nk = (256, 1024, 4096, 16384)
+    for dt_ in ("bf16", "fp32", "fp16"):
+        for n in nk:
+            for k in (nk if dt_ != "fp16" else (1024, 16384)):
+                pts.append(("gemv", "compute", dt_, n, k))
+    for n in nk:
+        for k in nk:
+            pts.append(("gemv", "fused", "bf16", n, k))
+    for dt_ in ("bf16", "fp16"):
+        for m in (512, 1024, 2048, 4096, 8192, 16384):
+            for n in (512, 2048, 8192) if dt_ == "bf16" else (512, 8192):
+                for k in (512, 1024, 4096, 16384) if dt_ == "bf16" else (1024, 16384):
+                    pts.append(("gemm", "compute", dt_, m, n, k))
+    for m in (512, 2048, 8192):
+        for n in (512, 2048):
+            for k in (512, 4096):
+                pts.append(("gemm", "compute", "fp32", m, n, k))
+    for m in (512, 2048, 8192):
+        for n in (512, 4096):
+            for k in (1024, 4096, 16384):
+                pts.append(("gemm", "fused", "bf16", m, n, k))
+    return pts
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--budget-s", type=float, default=480.0, help="stop measuring new shapes after this")
+    ap.add_argument("--only", default="", help="comma list of families (emb,gemv,gemm)")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    name = torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"
+    date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    import triton
+    log(f"device {name}; {date}; torch {torch.__version__}; triton {triton.__version__}")
+    C = Campaign(dev, a.smoke, 3 if a.smoke else a.reps, a.budget_s)
+    cfgs = {"emb": sk.EmbeddingConfig(bags_per_program=8, num_warps=8, unroll=2),
+            "gemv": sk.GemvConfig(block_n=128, block_k=128, split_k=4, num_warps=4, num_stages=3),
+            "gemm": sk.GemmConfig(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3)}
+    if a.smoke:
+        cfgs["gemm"] = sk.GemmConfig(block_m=32, block_n=32, block_k=32)
+        cfgs["gemv"] = sk.GemvConfig(block_n=64, block_k=64, split_k=2)
+    only = set(filter(None, a.only.split(",")))
+    pts = [p for p in grid_points(a.smoke) if not only or p[0] in only]
+    import random
+    random.Random(12).shuffle(pts)  # a time-budget cut then thins every family alike
+    log(f"{len(pts)} shapes")
+    t0 = time.time()
+    for i, p in enumerate(pts):
+        if C.over():
+            C.skipped += 1
+            continue
+        fam = p[0]
+        try:
+            if fam == "emb":
+                C.embedding(p[1], p[2], p[3], p[4], p[5], cfgs["emb"])
+            elif fam == "gemv":
+                C.gemv(p[1], p[2], p[3], p[4], cfgs["gemv"])
+            else:
+                C.gemm(p[1], p[2], p[3], p[4], p[5], cfgs["gemm"])
+            r = C.rows[-1]
+            if i % 20 == 0:
+                log(f"[{time.time() - t0:6.1f}s] {i}/{len(pts)} {p}: {r['median_s'] * 1e6:.2f} us grid {r['grid']}"
+                    f" regs {r['n_regs']} smem {r['shared_bytes']}")
+        except Exception as e:  # noqa: BLE001
+            log(f"FAILED {p}: {type(e).__name__}: {str(e)[:300]}")
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    log(f"measured {len(C.rows)} of {len(pts)} shapes in {time.time() - t0:.1f}s; skipped for time: {C.skipped}")
+    buf = io.StringIO()
+    cols = list(C.rows[0].keys()) + ["device", "date"] if C.rows else []
+    w = csv.DictWriter(buf, fieldnames=cols)
+    w.writeheader()
+    for r in C.rows:
+        w.writerow(dict(r, device=name, date=date))
+    with gzip.GzipFile(out / "campaign.csv.gz", "wb", mtime=0) as f:
+        f.write(buf.getvalue().encode())
+    if C.rec.traces:
+        n = C.rec.write(out / "traces.csv.gz")
+        log(f"traces: {len(C.rec.traces)} launches, {n} rows")
+    (out / "log.txt").write_text("\n".join(LOG) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

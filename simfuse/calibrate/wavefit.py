@@ -1,0 +1,326 @@
+"""Wave models of the kernels, fitted to a designed timing campaign with leave-region-out cross-validation.
+
+A launch of ``G`` programs with ``S`` resident at once (slots, from the compiled kernel's registers, shared memory
+and warps) runs ``floor(G / S)`` full waves and one partial wave of ``G mod S`` programs; its time is
+
+    T = launch_s + sum over waves w of  sum_j  c_j * phi_j * sigma_j(n_w)
+
+``phi_j`` are per-program work terms that follow how the kernels spend time (:data:`TERMS`): embedding -- per
+program, per bag (offsets, store, flag), per gathered row (a dependent index load and a row load: latency),
+per byte; GEMV -- per program, per K element of the program's slice (the k-steps), per byte; GEMM -- per program
+(tile prologue/epilogue), per K element (k-steps), per FLOP, per byte.  ``sigma_j(n)`` says how term ``j``
+speeds up when only ``n < S`` programs are resident (the last, partial wave, or a grid smaller than a wave):
+
+* ``fixed`` -- not at all (latency: a program's dependent loads take as long however many run);
+* ``cu`` -- with the programs sharing one SM: ``ceil(n / CUs) / ceil(S / CUs)``;
+* ``dev2`` ... ``dev16`` -- with the programs sharing HBM, one SM pulling at most h = 2 ... 16 times its fair
+  share: ``max(n / S, cu / h)``.
+
+A ``fused`` variant may instead be priced as ``a + s x`` its ``compute`` model (``base: compute``), when that
+cross-validates better: the fused kernels do the same loads plus stores to peers and flags, and their own grids
+are sparser.
+
+The model is linear in (launch_s, c_j), so each candidate term set (which terms, which ``sigma``) is fitted by
+non-negative least squares on relative residuals.  Terms are chosen by cross-validation, not by fit: the grid
+of every family is cut into **regions** (the extreme value of each axis: the smallest and largest embedding
+dim, pooling, bag count; GEMV n and k; GEMM m, n, k), each 4x beyond the next grid value.  Leave-region-out:
+for each region, the candidates are scored by leave-region-out over the *other* regions (inner loop), the best
+one is fitted on everything outside the region and predicts the region (outer loop).  The outer residuals are
+what :func:`cross_validate` reports -- predictions 4x outside the shapes the fit saw, along one axis -- and
+what the prediction intervals are drawn from.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import itertools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..costs.calibrated import CUS, WaveFit, _g, features, load, waves
+from .fit import nnls_relative
+
+#: Per family: term -> the occupancy scalings cross-validation may choose from (None = leave the term out).
+TERMS: dict[str, dict[str, tuple]] = {
+    "embedding_all_to_all": {"per_program": ("fixed",), "per_bag": (None, "cu"),
+                             "per_row": (None, "fixed", "cu"), "per_byte": (None, "dev2", "dev4", "dev8", "dev16", "cu")},
+    "gemv_all_reduce": {"per_program": ("fixed",), "per_k": (None, "fixed", "cu"),
+                        "per_byte": (None, "dev2", "dev4", "dev8", "dev16", "cu")},
+    "gemm_all_to_all": {"per_program": ("fixed",), "per_k": (None, "fixed", "cu"), "per_flop": (None, "cu"),
+                        "per_byte": (None, "dev2", "dev4", "dev8", "cu")},
+}
+
+#: Regions per family: name -> (campaign column, which end of its range).
+REGION_AXES = {
+    "embedding_all_to_all": ("dim", "pooling", "bags"),
+    "gemv_all_reduce": ("n", "k"),
+    "gemm_all_to_all": ("m", "n", "k"),
+}
+
+
+def occupancy_slots(n_regs: float, shared_bytes: float, num_warps: int, cus: int = CUS) -> int:
+    """Programs resident at once on an H100/H200 (65,536 registers, 64 warps, 32 blocks, 228 KiB shared memory
+    per SM; registers allocated per warp in units of 256, 1 KiB of shared memory reserved per block)."""
+    warps = max(1, int(num_warps))
+    per_sm = min(32, 64 // warps)
+    if n_regs and n_regs > 0:
+        regs_per_warp = math.ceil(n_regs * 32 / 256) * 256
+        per_sm = min(per_sm, (65536 // regs_per_warp) // warps)
+    if shared_bytes and shared_bytes > 0:
+        per_sm = min(per_sm, 233472 // (int(shared_bytes) + 1024))
+    return max(1, per_sm) * cus
+
+
+
+# ------------------------------------------------------------------------------------------------ campaign rows
+@dataclass(frozen=True)
+class Point:
+    kernel: str
+    variant: str
+    dtype: str
+    grid: int
+    slots: int
+    feats: dict
+    axes: dict
+    time_s: float
+
+
+def read_campaign(path: str | Path) -> list[dict]:
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return list(csv.DictReader(io.StringIO(raw.decode())))
+
+
+def is_campaign(text_head: str) -> bool:
+    first = text_head.splitlines()[0] if text_head else ""
+    return all(c in first.split(",") for c in ("kernel", "variant", "bags_per_wg", "median_s", "grid"))
+
+
+SHAPE_KEY = ("kernel", "variant", "dtype", "world", "dim", "pooling", "bags", "m", "n", "k", "tokens", "bags_per_wg",
+             "block_m", "block_n", "block_k", "split_k", "num_warps", "num_stages")
+
+
+def merge_repeats(rows: Iterable[dict]) -> list[dict]:
+    """Rows of several campaign runs -> one row per shape with the median of the runs' medians (repeats agree
+    within 1-2% for GEMM/GEMV but only within ~7% median, 30% p90 for the short embedding launches)."""
+    by: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by.setdefault(tuple(str(r.get(c, "")) for c in SHAPE_KEY), []).append(r)
+    out = []
+    for group in by.values():
+        t = sorted(float(r["median_s"]) for r in group)
+        m = len(t)
+        med = t[m // 2] if m % 2 else 0.5 * (t[m // 2 - 1] + t[m // 2])
+        out.append(dict(group[0], median_s=med, repeats=m))
+    return out
+
+
+def campaign_points(rows: Iterable[dict]) -> list[Point]:
+    pts = []
+    for r in merge_repeats(rows):
+        k = r["kernel"]
+
+        def num(c, r=r):
+            return float(r.get(c) or 0)
+        if k == "embedding_all_to_all":
+            shape = {"dim": num("dim"), "pooling": num("pooling")}
+            axes = {"dim": num("dim"), "pooling": num("pooling"), "bags": num("bags")}
+        elif k == "gemv_all_reduce":
+            kk = num("flops_per_wg") / (2.0 * max(1.0, num("tokens")) * num("block_n"))
+            shape = {"tokens": num("tokens"), "rows_per_wg": num("block_n"), "k_per_wg": kk}
+            axes = {"n": num("n"), "k": num("k")}
+        else:
+            shape = {"k": num("k")}
+            axes = {"m": num("m"), "n": num("n"), "k": num("k")}
+        slots = occupancy_slots(num("n_regs"), num("shared_bytes"), int(num("num_warps")))
+        pts.append(Point(k, r["variant"], r["dtype"], int(num("grid")), slots,
+                         features(k, num("flops_per_wg"), num("bytes_per_wg"), shape), axes, num("median_s")))
+    return pts
+
+
+# ------------------------------------------------------------------------------------------------ fitting
+def _candidates(kernel: str) -> list[dict[str, str]]:
+    terms = TERMS[kernel]
+    names = list(terms)
+    out = []
+    for combo in itertools.product(*(terms[t] for t in names)):
+        out.append({t: k for t, k in zip(names, combo, strict=True) if k is not None})
+    return out
+
+
+def _design(pts: list[Point], spec: dict[str, str]) -> np.ndarray:
+    cols = [np.ones(len(pts))]
+    for t, kind in spec.items():
+        cols.append(np.array([sum(m * p.feats.get(t, 0.0) * load(kind, n, p.slots) for n, m in waves(p.grid, p.slots))
+                              for p in pts]))
+    return np.column_stack(cols)
+
+
+def _fit(pts: list[Point], spec: dict[str, str]) -> np.ndarray:
+    x = _design(pts, spec)
+    y = np.array([p.time_s for p in pts])
+    return nnls_relative(x, y)
+
+
+def _predict(pts: list[Point], spec: dict[str, str], coef: np.ndarray) -> np.ndarray:
+    return _design(pts, spec) @ coef
+
+
+def regions(pts: list[Point]) -> dict[str, list[int]]:
+    """Region name -> indices: for each axis of the family, the points at its smallest and at its largest value
+    (only axes with at least 3 distinct values, so that the rest still spans the axis)."""
+    out: dict[str, list[int]] = {}
+    if not pts:
+        return out
+    for ax in REGION_AXES[pts[0].kernel]:
+        vals = sorted({p.axes[ax] for p in pts})
+        if len(vals) < 3:
+            continue
+        for name, v in ((f"{ax}={vals[0]:g} (lowest)", vals[0]), (f"{ax}={vals[-1]:g} (highest)", vals[-1])):
+            out[name] = [i for i, p in enumerate(pts) if p.axes[ax] == v]
+    return out
+
+
+def _lro_errors(pts: list[Point], spec: dict[str, str], regs: dict[str, list[int]]) -> np.ndarray:
+    errs = []
+    for idx in regs.values():
+        s = set(idx)
+        train = [p for i, p in enumerate(pts) if i not in s]
+        test = [pts[i] for i in idx]
+        if len(train) < len(spec) + 2 or not test:
+            continue
+        coef = _fit(train, spec)
+        pred = _predict(test, spec, coef)
+        errs.extend(np.log(np.maximum(pred, 1e-15) / np.array([p.time_s for p in test])))
+    return np.array(errs)
+
+
+def _score(errs: np.ndarray) -> float:
+    """Cross-validation score: rms of the log errors plus half their max (the target bounds both)."""
+    if errs.size == 0:
+        return float("inf")
+    return float(np.sqrt(np.mean(errs**2)) + 0.5 * np.max(np.abs(errs)))
+
+
+def select_spec(pts: list[Point], regs: dict[str, list[int]]) -> dict[str, str]:
+    best = None
+    for spec in _candidates(pts[0].kernel):
+        sc = _score(_lro_errors(pts, spec, regs))
+        key = (sc, len(spec))
+        if best is None or key < best[0]:
+            best = (key, spec)
+    return best[1]
+
+
+def cross_validate(pts: list[Point]) -> dict:
+    """Nested leave-region-out: per region, the spec chosen on the other regions, fitted outside the region,
+    predicting it.  Returns {'regions': {name: {...}}, 'errors': [rel errors], 'median_abs', 'max_abs'}."""
+    regs = regions(pts)
+    out_regs = {}
+    all_rel = []
+    for name, idx in regs.items():
+        s = set(idx)
+        train = [p for i, p in enumerate(pts) if i not in s]
+        test = [pts[i] for i in idx]
+        inner = regions(train)
+        spec = select_spec(train, inner) if inner else {"per_program": "fixed"}
+        coef = _fit(train, spec)
+        pred = _predict(test, spec, coef)
+        rel = pred / np.array([p.time_s for p in test]) - 1.0
+        all_rel.extend(rel.tolist())
+        out_regs[name] = {"points": len(test), "median_abs": _g(float(np.median(np.abs(rel)))),
+                          "max_abs": _g(float(np.max(np.abs(rel)))), "spec": spec}
+    a = np.abs(np.array(all_rel)) if all_rel else np.array([float("nan")])
+    return {"regions": out_regs, "errors": all_rel, "median_abs": _g(float(np.median(a))),
+            "max_abs": _g(float(np.max(a))), "points": len(all_rel)}
+
+
+def fit_group(pts: list[Point]) -> WaveFit:
+    """The profile's model of one (kernel, variant, dtype): spec chosen by leave-region-out over all regions,
+    fitted to all points; prediction-interval quantiles from the nested leave-region-out residuals."""
+    regs = regions(pts)
+    spec = select_spec(pts, regs) if regs else {"per_program": "fixed"}
+    coef = _fit(pts, spec)
+    cv = cross_validate(pts)
+    q = _quantiles(cv["errors"])
+    slots = pts[0].slots
+    terms = {t: (kind, float(c)) for (t, kind), c in zip(spec.items(), coef[1:], strict=True)}
+    pred = _predict(pts, spec, coef)
+    rel = pred / np.array([p.time_s for p in pts]) - 1.0
+    cvs = {"median_abs": cv["median_abs"], "max_abs": cv["max_abs"], "points": cv["points"],
+           "fit_median_abs": _g(float(np.median(np.abs(rel)))), "fit_max_abs": _g(float(np.max(np.abs(rel)))),
+           "regions": {k: {kk: vv for kk, vv in v.items() if kk != "spec"} for k, v in cv["regions"].items()},
+           "_errors": cv["errors"]}
+    by_dim = {int(p.axes["dim"]): p.slots for p in pts if "dim" in p.axes}
+    slots = max(by_dim.values()) if by_dim else slots
+    return WaveFit(pts[0].kernel, pts[0].variant, pts[0].dtype, slots, float(coef[0]), terms,
+                   residual_log_quantiles=q, cv=cvs, residual_logs=_logs(cv["errors"]), slots_by_dim=by_dim)
+
+
+def group_points(pts: list[Point]) -> dict[tuple[str, str, str], list[Point]]:
+    out: dict[tuple[str, str, str], list[Point]] = {}
+    for p in pts:
+        out.setdefault((p.kernel, p.variant, p.dtype), []).append(p)
+    return out
+
+
+def _scaled_cv(pts: list[Point], base: WaveFit) -> tuple[dict, np.ndarray]:
+    """Leave-region-out of ``T = a + s * T_base`` over ``pts``; returns (cv summary, (a, s) fitted on all)."""
+    tb = np.array([base.launch_time_s(p.grid, p.feats, base.slots_for(p.axes)) for p in pts])
+    y = np.array([p.time_s for p in pts])
+    x = np.column_stack([np.ones(len(pts)), tb])
+    out_regs, all_rel = {}, []
+    for name, idx in regions(pts).items():
+        tr = np.array([i not in set(idx) for i in range(len(pts))])
+        c = nnls_relative(x[tr], y[tr])
+        rel = x[~tr] @ c / y[~tr] - 1.0
+        all_rel.extend(rel.tolist())
+        out_regs[name] = {"points": int((~tr).sum()), "median_abs": _g(float(np.median(np.abs(rel)))),
+                          "max_abs": _g(float(np.max(np.abs(rel))))}
+    a_ = np.abs(np.array(all_rel)) if all_rel else np.array([float("nan")])
+    cv = {"regions": out_regs, "errors": all_rel, "median_abs": _g(float(np.median(a_))),
+          "max_abs": _g(float(np.max(a_))), "points": len(all_rel)}
+    return cv, nnls_relative(x, y)
+
+
+def _quantiles(errors: list[float]) -> dict[str, float]:
+    ratio = -np.log1p(np.array(errors)) if errors else np.zeros(1)  # log(measured / predicted)
+    return {f"p{p}": float(np.quantile(ratio, p / 100)) for p in (10, 50, 90)}
+
+
+def _logs(errors: list[float]) -> tuple[float, ...]:
+    """log(measured / predicted) of the leave-region-out predictions, sorted (the empirical residual law)."""
+    return tuple(sorted(_g(x) for x in (-np.log1p(np.array(errors))).tolist())) if errors else ()
+
+
+def fit_campaign(rows: Iterable[dict]) -> list[WaveFit]:
+    """One :class:`WaveFit` per (kernel, variant, dtype) of the campaign (compute variants first, so that a fused
+    variant can be priced from its compute model when that cross-validates better)."""
+    groups = group_points(campaign_points(rows))
+    fits: dict[tuple[str, str, str], WaveFit] = {}
+    for key in sorted(groups, key=lambda k: (k[1] != "compute", k)):
+        pts = groups[key]
+        own = fit_group(pts)
+        base = fits.get((key[0], "compute", key[2]))
+        if key[1] == "fused" and base is not None:
+            cv, (a, sc) = _scaled_cv(pts, base)
+            if _score(np.log1p(np.abs(cv["errors"]))) < _score(np.log1p(np.abs(np.array(own.cv.get("_errors", []))))):
+                pred = np.array([a + sc * base.launch_time_s(p.grid, p.feats, base.slots_for(p.axes)) for p in pts])
+                rel = pred / np.array([p.time_s for p in pts]) - 1.0
+                cvs = {"median_abs": cv["median_abs"], "max_abs": cv["max_abs"], "points": cv["points"],
+                       "fit_median_abs": _g(float(np.median(np.abs(rel)))),
+                       "fit_max_abs": _g(float(np.max(np.abs(rel)))), "regions": cv["regions"],
+                       "base": f"{a:.4g} s + {sc:.4g} x compute"}
+                own = WaveFit(key[0], key[1], key[2], base.slots, float(a + sc * base.launch_s),
+                              {t: (k, c * sc) for t, (k, c) in base.terms.items()}, base.cus,
+                              _quantiles(cv["errors"]), cvs, _logs(cv["errors"]), dict(base.slots_by_dim))
+        own.cv.pop("_errors", None)
+        fits[key] = own
+    return [fits[k] for k in sorted(fits)]

@@ -1,0 +1,149 @@
+"""Wave models fitted to a kernel timing campaign: recovery, leave-region-out CV, prediction intervals, profile."""
+
+import gzip
+import io
+import math
+import random
+
+import numpy as np
+import pytest
+
+from simfuse.calibrate import wavefit as wf
+from simfuse.calibrate.build import Inputs, build_profile
+from simfuse.calibrate.detect import CAMPAIGN, detect_format
+from simfuse.calibrate.profile import profile_from_dict
+from simfuse.costs.base import KernelWork
+from simfuse.costs.calibrated import CalibratedCostModel, WaveFit, features
+
+TRUE = WaveFit("gemm_all_to_all", "compute", "bf16", slots=132, launch_s=2.5e-6,
+               terms={"per_program": ("fixed", 3e-6), "per_flop": ("cu", 1.4e-13), "per_byte": ("dev4", 2.6e-12)})
+
+
+def _rows(noise=0.0, seed=0, variant="compute"):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for m in (512, 1024, 2048, 4096, 8192):
+        for n in (512, 2048, 8192):
+            for k in (512, 2048, 8192):
+                grid = (m // 128) * (n // 256)
+                fl = 2.0 * 128 * 256 * k
+                by = float((128 + 256) * k * 2 + 128 * 256 * 2)
+                t = TRUE.launch_time_s(grid, features("gemm_all_to_all", fl, by, {"k": k}))
+                t *= math.exp(noise * rng.standard_normal())
+                rows.append(dict(kernel="gemm_all_to_all", variant=variant, dtype="bf16", world=1, dim=0, pooling=0,
+                                 bags=0, m=m, n=n, k=k, tokens=0, grid=grid, bags_per_wg=0, block_m=128, block_n=256,
+                                 block_k=64, split_k=0, num_warps=8, num_stages=3, flops_per_wg=fl, bytes_per_wg=by,
+                                 median_s=t, p10_s=t, p90_s=t, n_regs=190, n_spills=0, shared_bytes=147456,
+                                 device="synthetic", date="2026-12-03"))
+    return rows
+
+
+def test_occupancy_slots_match_the_traced_h200_residency():
+    assert wf.occupancy_slots(190, 147456, 8) == 132  # GEMM 128x256: one per SM (traced: 132)
+    assert wf.occupancy_slots(32, 0, 8) == 1056  # embedding, 8 warps, 32 registers
+    assert wf.occupancy_slots(96, 0, 8) == 264  # embedding dim 1024 (traced: 2 per SM for fp16/bf16)
+
+
+def test_perfect_data_is_recovered_and_intervals_vanish():
+    (fit,) = wf.fit_campaign(_rows())
+    assert fit.cv["max_abs"] < 1e-6 and fit.cv["median_abs"] < 1e-6
+    assert set(fit.cv["regions"]) >= {"m=512 (lowest)", "k=8192 (highest)"}
+    cm = CalibratedCostModel({}, fallback=None, wave_fits={(fit.kernel, fit.variant, fit.dtype): fit},
+                             compute_units=132)
+    q = cm.residual_quantiles("gemm")
+    assert all(abs(v - 1.0) < 1e-6 for v in q.values())
+    w = KernelWork("gemm", 512, 2.0 * 128 * 256 * 4096, 1e6, "bf16", traffic_bytes_per_wg=(384 * 4096 + 32768) * 2.0,
+                   shape=(("k", 4096),))
+    t = cm.workgroup_time_s(w, 132)
+    assert cm.draw(np.random.default_rng(1)).workgroup_time_s(w, 132) == pytest.approx(t, rel=1e-6)
+    assert cm.quantile_model(0.9).workgroup_time_s(w, 132) == pytest.approx(t, rel=1e-6)
+
+
+def _width(noise, seed=3):
+    (fit,) = wf.fit_campaign(_rows(noise, seed))
+    cm = CalibratedCostModel({}, fallback=None, wave_fits={(fit.kernel, fit.variant, fit.dtype): fit},
+                             compute_units=132)
+    q = cm.residual_quantiles("gemm_all_to_all", "compute", "bf16")
+    assert q["p10"] <= q["p50"] <= q["p90"]
+    return q["p90"] / q["p10"]
+
+
+def test_intervals_widen_when_residuals_do():
+    w_small, w_large = _width(0.01), _width(0.08)
+    assert 1.0 < w_small < w_large
+    assert w_large > 1.1
+
+
+def test_draw_is_reproducible_and_spreads_like_the_residuals():
+    (fit,) = wf.fit_campaign(_rows(0.05, 7))
+    cm = CalibratedCostModel({}, fallback=None, wave_fits={(fit.kernel, fit.variant, fit.dtype): fit},
+                             compute_units=132)
+    w = KernelWork("gemm", 512, 2.0 * 128 * 256 * 4096, 1e6, "bf16", shape=(("k", 4096),))
+    a = [cm.draw(np.random.default_rng(11)).workgroup_time_s(w, 132) for _ in range(2)]
+    assert a[0] == a[1]
+    b = cm.draw(random.Random(5)).launch_latency_s(w)
+    assert b > 0
+    draws = np.array([cm.draw(np.random.default_rng(s)).workgroup_time_s(w, 132) for s in range(200)])
+    base = cm.workgroup_time_s(w, 132)
+    lo, hi = cm.quantile_model(0.1).workgroup_time_s(w, 132), cm.quantile_model(0.9).workgroup_time_s(w, 132)
+    assert lo <= base * cm.residual_quantiles("gemm")["p50"] <= hi
+    frac = np.mean((draws >= lo * 0.999) & (draws <= hi * 1.001))
+    assert 0.6 <= frac <= 1.0
+
+
+def test_profile_round_trip_and_cost_model_use(tmp_path):
+    rows = _rows(0.02, 1) + _rows(0.02, 2, variant="fused")
+    inp = Inputs(campaign=rows)
+    prof_dict = build_profile(inp, None)
+    prof = profile_from_dict(prof_dict)
+    assert set(prof.wave_fits) == {("gemm_all_to_all", "compute", "bf16"), ("gemm_all_to_all", "fused", "bf16")}
+    from pathlib import Path
+
+    from simfuse.costs.analytic import RooflineCostModel
+    from simfuse.spec.topology import load_topology
+
+    topo = load_topology(Path(__file__).resolve().parents[1] / "topologies/h200_nvl8_ib_ndr.yaml")
+    cm = CalibratedCostModel.from_profile(prof, RooflineCostModel(topo.device))
+    w = KernelWork("gemm", 512, 2.0 * 128 * 256 * 4096, 1e6, "bf16", shape=(("k", 4096),))
+    fit = prof.wave_fits[("gemm_all_to_all", "compute", "bf16")]
+    assert cm.slots(w) == 132
+    assert cm.launch_latency_s(w) == pytest.approx(fit.launch_s)
+    assert cm.workgroup_time_s(w, 66) < cm.workgroup_time_s(w, 132)  # a partial wave is not slower
+    # the campaign file is detected by content, gzip or not
+    p = tmp_path / "c.csv.gz"
+    buf = io.StringIO()
+    import csv
+
+    wr = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    wr.writeheader()
+    wr.writerows(rows)
+    p.write_bytes(gzip.compress(buf.getvalue().encode()))
+    assert detect_format(p) == CAMPAIGN
+    assert len(wf.read_campaign(p)) == len(rows)
+
+
+def test_repeats_are_merged_by_median():
+    a, b, c = _rows(), _rows(), _rows()
+    t0 = float(a[0]["median_s"])
+    for r, f in zip((a[0], b[0], c[0]), (1.0, 1.2, 3.0), strict=True):
+        r["median_s"] = t0 * f
+    merged = wf.merge_repeats(a + b + c)
+    assert len(merged) == len(a)
+    assert merged[0]["median_s"] == pytest.approx(1.2 * t0) and merged[0]["repeats"] == 3
+
+
+def test_shipped_campaign_cv_is_reproduced():
+    """The committed leave-region-out summary is what `simfuse validate --campaign` computes from the committed
+    measurements (CI reproduces it)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "experiments/results/h200_campaign"
+    shipped = json.loads((root / "cv/campaign_cv.json").read_text())
+    from simfuse.calibrate.validate import campaign_validation
+
+    got = campaign_validation([root / "campaign.csv.gz", root / "repeat/campaign.csv.gz"])
+    assert [f["family"] for f in got["families"]] == [f["family"] for f in shipped["families"]]
+    for g, s in zip(got["families"], shipped["families"], strict=True):
+        assert g["median_abs"] == pytest.approx(s["median_abs"], rel=1e-6)
+        assert g["max_abs"] == pytest.approx(s["max_abs"], rel=1e-6)

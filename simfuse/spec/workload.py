@@ -14,7 +14,7 @@ from ._fields import Fields, load_yaml_mapping
 
 KINDS = ("dlrm", "transformer_tp_decode", "moe_layer")
 DTYPES = ("fp32", "bf16", "fp16")
-PLACEMENTS = ("table_wise", "row_wise")
+PLACEMENTS = ("table_wise", "row_wise", "planned")  # planned: simfuse.workloads.planner
 INTERACTIONS = ("dot", "dcn")
 
 

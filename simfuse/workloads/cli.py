@@ -16,12 +16,13 @@ def cmd_run(args) -> int:
     from .run import simulate_workload, summary_rows, write_run_outputs
 
     spec = load_workload(args.model)
-    ex = parse_execution({**parse_set_pairs(args.set), "mode": args.mode, "sim_mode": args.sim_mode})
+    ex = parse_execution({**parse_set_pairs(args.set), **_scaling_settings(args), "mode": args.mode,
+                          "sim_mode": args.sim_mode})
     system = System.load(args.topology)
     topo = system.topology
     g = args.gpus_per_node or topo.scale_up.gpus_per_node
     res = simulate_workload(spec, system, args.nodes, gpus_per_node=g, execution=ex, record=bool(args.trace))
-    rows = summary_rows(spec.name, topo.name, args.nodes, args.nodes * g, res)
+    rows = summary_rows(spec.name, topo.name, args.nodes, args.nodes * g, res, ex)
     df = pd.DataFrame(rows)
     cols = ["mode", "iteration_time_s", "compute_time_s", "exposed_comm_time_s"] + (["speedup"] if "speedup" in df
                                                                                       else [])
@@ -66,7 +67,7 @@ def cmd_sweep(args) -> int:
 
     nodes = parse_nodes(args.nodes)
     workers = args.workers or os.cpu_count() or 1
-    settings = parse_set_pairs(args.set)
+    settings = {**parse_set_pairs(args.set), **_scaling_settings(args)}
     parse_execution(settings)  # validate before starting any worker
     df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
                    sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
@@ -82,6 +83,18 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _scaling_settings(args) -> dict:
+    """``--global-batch`` / ``--batch-per-gpu`` / ``--plan`` as execution settings (so sweeps key on them)."""
+    out = {}
+    if getattr(args, "global_batch", None) is not None:
+        out["global_batch"] = args.global_batch
+    if getattr(args, "batch_per_gpu", None) is not None:
+        out["batch_per_gpu"] = args.batch_per_gpu
+    if getattr(args, "plan", None):
+        out["plan_file"] = str(Path(args.plan).resolve())
+    return out
+
+
 def _common(p) -> None:
     p.add_argument("--model", required=True, help="workload YAML (models/)")
     p.add_argument("--topology", required=True, help="topology YAML (topologies/)")
@@ -90,6 +103,9 @@ def _common(p) -> None:
     p.add_argument("--sim-mode", default="auto", choices=("auto", "classes", "full"),
                    help="classes: one representative per class of alike ranks; full: every rank")
     p.add_argument("--format", default="text", choices=("text", "json"), help="summary format on stdout")
+    p.add_argument("--global-batch", type=int, default=None, help="strong scaling: fixed global batch (DLRM)")
+    p.add_argument("--batch-per-gpu", type=int, default=None, help="weak scaling: fixed batch per GPU (DLRM)")
+    p.add_argument("--plan", default=None, help="force this sharding plan (CSV: table, sharding, ranks[, mode])")
     add_set_option(p)
 
 
@@ -110,7 +126,7 @@ def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="simulate one training iteration / step of a workload")
     _common(p)
     p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--out", default=None, help="write summary.csv, breakdown.csv (and trace.json) here")
+    p.add_argument("--out", default=None, help="write summary.csv, breakdown.csv, plan.csv (and trace.json) here")
     p.add_argument("--trace", action="store_true", help="write a Perfetto trace (DIR/trace.json)")
     p.set_defaults(func=cmd_run)
 

@@ -74,6 +74,8 @@ class IterationResult:
     net: object = None
     plan: object = None   # the sharding Plan used (None: placement table_wise / row_wise)
     knobs: object = None  # the FusedKnobs used
+    global_batch: int = 0
+    tuned: bool = False   # knobs chosen by tuning (simfuse.workloads.run.TUNE_GRID)
 
 
 def _dense_layers(spec: DLRMSpec, b: int):
@@ -360,4 +362,4 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
                            sim_mode="full" if res.sim_mode == "full" else "classes",
                            classes=graph.meta["classes"], events=res.events, wall_s=time.perf_counter() - wall0,
                            phases=list(res.critical.phases), sim=res.sim, net=res.net,
-                           plan=graph.meta.get("plan"), knobs=knobs or FusedKnobs())
+                           plan=graph.meta.get("plan"), knobs=knobs or FusedKnobs(), global_batch=spec.global_batch)

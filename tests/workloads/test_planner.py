@@ -274,3 +274,23 @@ def test_bench_planner_smoke(root, tmp_path):
     df = mod.main(["--nodes", "1", "--batch-per-gpu", "64", "--out", str(tmp_path / "b.csv")])
     assert set(df["what"]) == {"planner_baseline", "planner_fused", "planner_both", "run_both_modes"}
     assert {"machine", "date"} <= set(df.columns) and math.isfinite(df["wall_s"].sum())
+
+
+def test_sweep_carries_scaling_modes(root, tmp_path):
+    import yaml
+
+    from simfuse.sweep import run_sweep
+
+    m = tmp_path / "m.yaml"
+    m.write_text(yaml.safe_dump({"name": "t", "kind": "dlrm", "global_batch": 2048, "dense_features": 13,
+                                 "bottom_mlp": [64, 32], "top_mlp": [64, 1], "interaction": {"kind": "dot"},
+                                 "embedding": {"dim": 32, "placement": "planned",
+                                               "tables": [{"rows": r, "pooling": p} for r, p in TABLES]}}))
+    topo = str(root / "topologies/h200_nvl8_ib_ndr.yaml")
+    for scaling, settings_ in (("weak", {"batch_per_gpu": "32"}), ("strong", {"global_batch": "512"})):
+        df = run_sweep(str(m), topo, [1, 2], tmp_path / scaling, mode="baseline", workers=1, progress=False,
+                       settings={**settings_, "tune_knobs": "off"})
+        assert set(df["scaling"]) == {scaling}
+        expect = df["gpus"] * 32 if scaling == "weak" else 512
+        assert (df["global_batch"] == expect).all()
+        assert (tmp_path / scaling / "breakdown.png").exists()

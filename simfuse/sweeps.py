@@ -116,6 +116,14 @@ def _checksum(key: dict, rows: list) -> str:
     return hashlib.sha256(_canonical({"key": key, "rows": rows}).encode()).hexdigest()
 
 
+def json_safe_rows(rows: list[dict]) -> list[dict]:
+    """Rows with non-finite floats (a speedup that does not apply, an estimate not made) as None, so that point
+    files are strict JSON and fresh and resumed rows are the same."""
+    import math
+
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]
+
+
 def encode_point(key: dict, rows: list[dict]) -> str:
     """The text of a point file."""
     return json.dumps({"format": POINT_FORMAT, "key": key, "rows": rows, "checksum": _checksum(key, rows)},
@@ -350,6 +358,7 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
 
         def finish(n, path, result_rows):
             nonlocal finished
+            result_rows = json_safe_rows(result_rows)
             atomic_write_text(path, encode_point(keys[n], result_rows))
             finished += 1
             rows.extend(result_rows)

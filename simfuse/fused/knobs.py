@@ -60,11 +60,33 @@ class ExecutionSpec:
         "all-reduce algorithm for collectives that name none (default: the tuner's)", optional=True))
     alltoall_algorithm: str | None = field(default=None, metadata=_meta(
         "all-to-all algorithm for collectives that name none (default: the tuner's)", optional=True))
+    global_batch: int | None = field(default=None, metadata=_meta(
+        "strong scaling: this global batch at every node count (DLRM; default: the model file's)", minimum=1,
+        optional=True))
+    batch_per_gpu: int | None = field(default=None, metadata=_meta(
+        "weak scaling: this batch per GPU, global batch = GPUs x it (DLRM)", minimum=1, optional=True))
+    plan_file: str | None = field(default=None, metadata=_meta(
+        "sharding plan CSV to force (table, sharding, ranks[, mode]); e.g. a plan.csv from simfuse run",
+        optional=True))
+    placement: str | None = field(default=None, metadata=_meta(
+        "DLRM table placement over the model file's: table_wise | row_wise | planned", optional=True,
+        choices=("table_wise", "row_wise", "planned")))
+    tune_knobs: str = field(default="auto", metadata=_meta(
+        "auto: with placement planned, fused knobs left at their defaults are tuned over a small grid "
+        "(simfuse.workloads.run.TUNE_GRID); off: keep them", choices=("auto", "off")))
     knobs: FusedKnobs = field(default_factory=FusedKnobs)
+
+    @property
+    def scaling(self) -> str:
+        """``strong`` (fixed global batch), ``weak`` (fixed batch per GPU) or ``model`` (the file's batch)."""
+        return "weak" if self.batch_per_gpu else "strong" if self.global_batch else "model"
 
     def validate(self, source: str = "<execution>") -> None:
         _validate(self, source)
         self.knobs.validate(source)
+        if self.global_batch is not None and self.batch_per_gpu is not None:
+            raise SpecError(source, "batch_per_gpu", "give global_batch (strong scaling) or batch_per_gpu (weak "
+                                                     "scaling), not both")
 
     def forced_algorithms(self) -> dict[str, str]:
         out = {}

@@ -206,7 +206,9 @@ def plot_timeline(target, runs: Sequence[tuple], *, rank: int = 0, max_links: in
 # scaling figures (DLRM and others): node count on x
 # -------------------------------------------------------------------------------------------------------
 def _group_cols(df) -> list[str]:
-    return [c for c in ("model", "topology") if c in df.columns]
+    """Columns that split the lines: model, topology and the scaling mode (strong / weak / model, when the
+    sweep's rows carry it), so strong and weak scaling runs show as separate lines."""
+    return [c for c in ("model", "topology", "scaling") if c in df.columns and not df[c].isna().any()]
 
 
 def _group_label(key, cols) -> str:

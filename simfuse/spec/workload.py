@@ -16,7 +16,7 @@ from ._fields import Fields, load_yaml_mapping
 KINDS = ("dlrm", "transformer_tp_decode", "moe_layer", "llm_tp_dp")
 LLM_FUSED = ("gemm_rs", "ag_gemm")  # fusable operators of llm_tp_dp: GEMM+ReduceScatter, AllGather+GEMM
 DTYPES = ("fp32", "bf16", "fp16")
-PLACEMENTS = ("table_wise", "row_wise")
+PLACEMENTS = ("table_wise", "row_wise", "planned")  # planned: simfuse.workloads.planner
 INTERACTIONS = ("dot", "dcn")
 
 # Bounds checked at load time (far beyond any real model; they keep sizes, memory and loops finite).

@@ -22,7 +22,8 @@ def cmd_run(args) -> int:
     if args.trace and not args.out:
         raise SpecError("<argument>", "--trace", "needs --out DIR")
     check_out_dir(args.out)
-    ex = parse_execution({**parse_set_pairs(args.set), "mode": args.mode, "sim_mode": args.sim_mode})
+    ex = parse_execution({**parse_set_pairs(args.set), **_scaling_settings(args), "mode": args.mode,
+                          "sim_mode": args.sim_mode})
     system = System.load(args.topology)
     topo = system.topology
     if args.chakra:
@@ -44,7 +45,7 @@ def cmd_run(args) -> int:
         if args.export_chakra:
             _export_chakra(spec, system, nodes, g, ex, args.export_chakra)
         res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace))
-    rows = summary_rows(name, topo.name, nodes, nodes * g, res)
+    rows = summary_rows(name, topo.name, nodes, nodes * g, res, ex)
     df = pd.DataFrame(rows)
     cols = ["mode", "iteration_time_s", "compute_time_s", "exposed_comm_time_s"] + (["speedup"] if "speedup" in df
                                                                                       else [])
@@ -115,7 +116,7 @@ def cmd_sweep(args) -> int:
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise SpecError("<argument>", "--workers", f"must be in 1..1024, got {args.workers}")
     check_out_dir(args.out)
-    settings = parse_set_pairs(args.set)
+    settings = {**parse_set_pairs(args.set), **_scaling_settings(args)}
     parse_execution({**settings, "mode": args.mode, "sim_mode": args.sim_mode})  # validate before any worker
     spec = load_workload(args.model)
     topo = System.load(args.topology).topology
@@ -137,6 +138,18 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _scaling_settings(args) -> dict:
+    """``--global-batch`` / ``--batch-per-gpu`` / ``--plan`` as execution settings (so sweeps key on them)."""
+    out = {}
+    if getattr(args, "global_batch", None) is not None:
+        out["global_batch"] = args.global_batch
+    if getattr(args, "batch_per_gpu", None) is not None:
+        out["batch_per_gpu"] = args.batch_per_gpu
+    if getattr(args, "plan", None):
+        out["plan_file"] = str(Path(args.plan).resolve())
+    return out
+
+
 def _common(p) -> None:
     p.add_argument("--model", default=None, help="workload YAML (models/)")
     p.add_argument("--topology", required=True, help="topology YAML (topologies/)")
@@ -146,6 +159,9 @@ def _common(p) -> None:
                    help="classes: one representative per class of alike ranks; full: every rank")
     p.add_argument("--format", default="text", choices=("text", "json"), help="summary format on stdout")
     p.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
+    p.add_argument("--global-batch", type=int, default=None, help="strong scaling: fixed global batch (DLRM)")
+    p.add_argument("--batch-per-gpu", type=int, default=None, help="weak scaling: fixed batch per GPU (DLRM)")
+    p.add_argument("--plan", default=None, help="force this sharding plan (CSV: table, sharding, ranks[, mode])")
     add_set_option(p)
 
 
@@ -166,7 +182,7 @@ def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="simulate one training iteration / step of a workload")
     _common(p)
     p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--out", default=None, help="write summary.csv, breakdown.csv (and trace.json) here")
+    p.add_argument("--out", default=None, help="write summary.csv, breakdown.csv, plan.csv (and trace.json) here")
     p.add_argument("--trace", action="store_true", help="write a Perfetto trace (DIR/trace.json)")
     p.add_argument("--chakra", default=None, metavar="DIR",
                    help="run a Chakra execution trace (ET files <prefix>.<rank>.et) instead of --model")

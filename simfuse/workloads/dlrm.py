@@ -24,6 +24,7 @@ physical links; ``auto`` (default): ``classes`` when exact, ``full`` for uneven 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -38,6 +39,21 @@ from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, FusedNode, Graph
 from ..spec import DLRMSpec
 from .dense import elementwise_work, gemm_work
 from .placement import place_tables, rank_classes
+
+#: sharding types whose shards pool for every bag and send their result straight to the bag owners
+_A2A_KINDS = ("table_wise", "row_wise", "column_wise")
+
+
+def _pool_work(label: str, bags: int, lookups: float, dim: int, eb: int, tables: int = 1, bags_per_wg: int = 4):
+    """An embedding-bag pooling kernel: ``bags`` bags of ``lookups`` rows (summed over ``tables``), int64 ids."""
+    from ..costs import KernelWork
+
+    wgs = max(1, tables * math.ceil(bags / bags_per_wg))
+    total = bags * lookups * (dim * eb + 8) + tables * bags * dim * eb
+    return KernelWork("embedding_bag", wgs, bags * lookups * dim / wgs * tables, total / wgs,
+                      "fp32" if eb == 4 else "fp16", "compute", (("bags", bags), ("dim", dim),
+                                                                ("pooling", lookups / tables), ("tables", tables)))
+
 
 #: ``sim_mode="auto"`` simulates every rank when placement is uneven and there are at most this many ranks.
 FULL_SIM_MAX_RANKS = 64
@@ -56,6 +72,10 @@ class IterationResult:
     phases: list = field(default_factory=list)  # (phase, start_s, end_s) of the critical rank
     sim: object = None
     net: object = None
+    plan: object = None   # the sharding Plan used (None: placement table_wise / row_wise)
+    knobs: object = None  # the FusedKnobs used
+    global_batch: int = 0
+    tuned: bool = False   # knobs chosen by tuning (simfuse.workloads.run.TUNE_GRID)
 
 
 def _dense_layers(spec: DLRMSpec, b: int):
@@ -108,12 +128,16 @@ def _buckets(grads_order: list[float], bucket_bytes: float) -> tuple[list[float]
 
 
 def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int | None = None, mode: str = "fused",
-                     sim_mode: str = "auto", knobs: FusedKnobs | None = None) -> Graph:
+                     sim_mode: str = "auto", knobs: FusedKnobs | None = None, plan=None) -> Graph:
     """The operator graph of one training iteration (a graph builder: nodes only, no simulation).
 
     ``sim_mode``: ``classes`` emits one program per class of alike ranks (same table load and node
     composition); ``full`` one per rank; ``auto``: ``classes`` when there is one class (exact), ``full`` for
-    uneven placements up to ``FULL_SIM_MAX_RANKS`` ranks, ``classes`` beyond."""
+    uneven placements up to ``FULL_SIM_MAX_RANKS`` ranks, ``classes`` beyond.
+
+    ``plan``: a :class:`~simfuse.workloads.planner.Plan` (forced or planned elsewhere); without one,
+    ``placement: planned`` plans here for ``mode`` and the other placements use :func:`place_tables`.  The plan
+    used is in ``graph.meta["plan"]``.  Traffic per sharding type: see :mod:`simfuse.workloads.planner`."""
     if mode not in ("fused", "baseline"):
         raise SpecError("<argument>", "mode", f"unknown mode {mode!r}; expected fused or baseline")
     if sim_mode not in ("auto", "classes", "full"):
@@ -127,7 +151,16 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     b = B // n
     knobs = knobs or FusedKnobs()
     eb = DTYPE_BYTES[spec.embedding_dtype]
-    per_rank = place_tables(spec, n, topology.device.memory_bytes)
+    if plan is None and spec.placement == "planned":
+        from .planner import plan_tables
+
+        plan = plan_tables(spec, system, nodes, g, mode)
+    if plan is not None:
+        if plan.n_ranks != n:
+            raise SpecError(plan.source, "ranks", f"the plan is for {plan.n_ranks} ranks, the run has {n}")
+        per_rank = plan.per_rank
+    else:
+        per_rank = place_tables(spec, n, topology.device.memory_bytes)
     cls_of_rank, sigs = rank_classes(per_rank, g)
     full = sim_mode == "full" or (sim_mode == "auto" and len(sigs) > 1 and n <= FULL_SIM_MAX_RANKS)
     graph = Graph(nodes, g, name=spec.name)
@@ -141,8 +174,17 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             first.setdefault(c, r)
         ranks = [first[c] for c in sorted(first)]
     graph.meta["classes"] = len(sigs)
+    graph.meta["plan"] = plan
     layout = Layout(nodes, g)
-    units_per_rank = np.array([len(u) for u in per_rank], dtype=float)
+    # per rank: bytes sent to every rank by its All-to-All shards (table/row/column-wise: b x its columns each),
+    # and its table-row-wise shards (stage 1: N*b*D to each local peer; stage 2: b*D to its rail on every node)
+    uni_cols = np.array([sum(u.dim or D for u in us if u.kind in _A2A_KINDS) for us in per_rank], dtype=float)
+    twrw = np.array([sum(1 for u in us if u.kind == "table_row_wise") for us in per_rank], dtype=float)
+    ub_all = uni_cols * b * eb
+    dp_tables = sorted({u.table for us in per_rank for u in us if u.kind == "data_parallel"})
+    has_twrw = bool(twrw.any())
+    local_of = np.arange(n) % g
+    node_of = np.arange(n) // g
 
     bottom, inter, inter_ew, top = _dense_layers(spec, b)
     dt = spec.dense_dtype
@@ -164,13 +206,20 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     buckets, closes = _buckets(top_grads + inter_grads + bot_grads, spec.bucket_bytes)
     closing = {last: k for k, last in closes.items()}
     fuse_bwd = mode == "fused" and spec.fuse_backward
-    bwd_sizes = units_per_rank * b * D * eb
 
     for r in ranks:
-        units = per_rank[r]
+        units = [u for u in per_rank[r] if u.kind in _A2A_KINDS]
+        tr_units = [u for u in per_rank[r] if u.kind == "table_row_wise"]
         rg = graph.program(r)
         U = len(units)
-        psum = sum(u.pooling for u in units)
+        cols = sum(u.dim or D for u in units)
+        rail = local_of == local_of[r]
+        peers = node_of == node_of[r]
+        # forward sends; the backward sends the transpose (gradients back to the shard holders)
+        fwd_sizes = np.full(n, ub_all[r]) + np.where(rail, twrw[r] * b * D * eb, 0.0)
+        bwd_sizes = ub_all + np.where(rail, twrw * b * D * eb, 0.0)
+        st1_fwd = np.where(peers, twrw[r] * nodes * b * D * eb, 0.0)
+        st1_bwd = np.where(peers, twrw * nodes * b * D * eb, 0.0)
 
         def comp(work, phase, deps=(), rg=rg):
             return rg.add(ComputeNode(name=work.name, work=work, phase=phase, deps=tuple(deps)))
@@ -186,24 +235,43 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         last = -1
         for w in fwd(bottom):
             last = comp(w, "bottom_mlp_fwd")
+        for t in dp_tables:  # data-parallel tables: local pooling of the own b bags
+            tab = spec.tables[t]
+            last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb), "embedding_dp_fwd")
         if U > 0:
-            op = EmbeddingAllToAll({"tables_per_gpu": U, "rows": max(u.rows for u in units), "dim": D,
-                                    "pooling": psum / U, "global_batch": B, "dtype": spec.embedding_dtype,
+            dim_eq = math.gcd(*[u.dim or D for u in units])
+            op = EmbeddingAllToAll({"tables_per_gpu": cols // dim_eq, "rows": max(u.rows for u in units),
+                                    "dim": dim_eq, "pooling": sum(u.pooling * (u.dim or D) for u in units) / cols,
+                                    "global_batch": B, "dtype": spec.embedding_dtype,
                                     "bags_per_wg": spec.bags_per_wg}, layout, spec.source)
-        fwd_sizes = np.full(n, U * b * D * eb, dtype=float)
-        if mode == "baseline" or U == 0:
+        tr_dep = last
+        if has_twrw:  # table-row-wise: pool, reduce inside the node (stage 1); stage 2 joins the All-to-All
+            if tr_units:
+                tr_dep = comp(_pool_work("embedding_twrw", B, sum(u.pooling for u in tr_units), D, eb,
+                                         tables=len(tr_units)), "embedding_fwd")
+            tr_dep = rg.add(AllToAllVNode(name="a2a_fwd_intra", group="world", send_bytes=st1_fwd, stream="comm",
+                                          deps=(tr_dep,)))
+        if mode == "baseline":
             if U > 0:
                 last = comp(op.work("compute"), "embedding_fwd")
-            a2a = rg.add(AllToAllVNode(name="a2a_fwd", group="world", send_bytes=fwd_sizes, stream="comm",
-                                       deps=(last,)))
-        else:
-            a2a = rg.add(FusedNode(name="embedding_fwd_fused", op=op, group="world", knobs=knobs, deps=(last,),
-                                   wait_phase="a2a_fwd_exposed"))
+            waits = (rg.add(AllToAllVNode(name="a2a_fwd", group="world", send_bytes=fwd_sizes, stream="comm",
+                                          deps=(max(last, tr_dep),))),)
+        else:  # the fused kernel pushes the All-to-All shards; table-row-wise stage 2 stays a bulk exchange
+            if U > 0:
+                a2a = rg.add(FusedNode(name="embedding_fwd_fused", op=op, group="world", knobs=knobs, deps=(last,),
+                                       wait_phase="a2a_fwd_exposed"))
+            else:
+                a2a = rg.add(AllToAllVNode(name="a2a_fwd", group="world", send_bytes=np.zeros(n), stream="comm",
+                                           deps=(last,)))
+            waits = (a2a,)
+            if has_twrw:
+                waits += (rg.add(AllToAllVNode(name="a2a_fwd_rail", group="world", send_bytes=fwd_sizes - ub_all[r],
+                                               stream="comm", deps=(tr_dep,))),)
         first = True
         for w in fwd(inter):
-            comp(w, "interaction_fwd", deps=(a2a,) if first else ())
+            comp(w, "interaction_fwd", deps=waits if first else ())
             first = False
-        comp(inter_ew, "interaction_fwd", deps=(a2a,) if first else ())
+        comp(inter_ew, "interaction_fwd", deps=waits if first else ())
         for w in fwd(top):
             last = comp(w, "top_mlp_fwd")
         # ---------------- backward
@@ -220,7 +288,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         bwd_x = None
         for si, (pair, j) in enumerate(seq):
             if fuse_bwd and si == producer:
-                push = PushKernel(pair[0], np.arange(n), bwd_sizes, tag="a2a_bwd_fused", layout=layout)
+                push = PushKernel(pair[0], np.arange(n), ub_all, tag="a2a_bwd_fused", layout=layout)
                 bwd_x = last = rg.add(FusedNode(name="interaction_bwd_fused", op=push, group="world", knobs=knobs,
                                                 wait_phase="a2a_bwd_wait"))
                 for w in pair[1:]:
@@ -231,25 +299,50 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             if j >= 0:
                 grad_done(li, last)
                 li += 1
+        dgrad = last
         if not fuse_bwd:
             bwd_x = rg.add(AllToAllVNode(name="a2a_bwd", group="world", send_bytes=bwd_sizes, stream="comm",
                                          deps=(last,)))
+            tr_x = bwd_x
+        elif has_twrw:
+            tr_x = rg.add(AllToAllVNode(name="a2a_bwd_rail", group="world", send_bytes=bwd_sizes - ub_all,
+                                        stream="comm", deps=(last,)))
+        if has_twrw:
+            tr_x = rg.add(AllToAllVNode(name="a2a_bwd_intra", group="world", send_bytes=st1_bwd, stream="comm",
+                                        deps=(tr_x,)))
+        for t in dp_tables:  # the replicated tables' gradients, all-reduced on the data-parallel stream
+            rg.add(CollectiveNode(name=f"dp_table_allreduce{t}", op="all_reduce", group="world",
+                                  size_bytes=float(spec.tables[t].rows * D * grad_eb), stream="comm_dp",
+                                  phase="allreduce_dp_tables", deps=(dgrad,)))
         for pair in bot_bwd:
             for w in pair:
                 last = comp(w, "bottom_mlp_bwd")
             grad_done(li, last)
             li += 1
         if U > 0:
-            upd_bytes = B * psum * D * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + U * B * D * eb
-            comp(elementwise_work("emb_update", upd_bytes, B * psum * D * 3.0, spec.embedding_dtype,
-                                  wgs=max(1, U * B // 64)), "embedding_update", deps=(bwd_x,))
+            ps = sum(u.pooling * (u.dim or D) for u in units)  # lookups x columns
+            upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + B * cols * eb
+            comp(elementwise_work("emb_update", upd_bytes, B * ps * 3.0, spec.embedding_dtype,
+                                  wgs=max(1, cols * B // (64 * D))), "embedding_update", deps=(bwd_x,))
+        if tr_units:
+            ps = sum(u.pooling for u in tr_units) * D
+            upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + len(tr_units) * B * D * eb
+            comp(elementwise_work("emb_update_twrw", upd_bytes, B * ps * 3.0, spec.embedding_dtype,
+                                  wgs=max(1, len(tr_units) * B // 64)), "embedding_update", deps=(tr_x,))
+        for t in dp_tables:  # scatter-add of the local gradients, then the dense optimizer step over the table
+            rows = spec.tables[t].rows
+            nbytes = b * spec.tables[t].pooling * D * grad_eb + rows * D * (eb * (2.0 + 2.0 *
+                                                                                  spec.optimizer_state_factor)
+                                                                             + grad_eb)
+            comp(elementwise_work(f"emb_update_dp{t}", nbytes, 3.0 * rows * D, spec.embedding_dtype,
+                                  wgs=max(1, rows * D // 8192)), "embedding_update", deps=(bwd_x,))
     return graph
 
 
 def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | None = None,
                   mode: str = "fused", sim_mode: str = "auto", cost=None, seed: int = 0,
                   record: bool = False, record_usage: bool = False, allreduce_algorithm: str | None = None,
-                  knobs: FusedKnobs | None = None, tuner=None) -> IterationResult:
+                  knobs: FusedKnobs | None = None, tuner=None, plan=None) -> IterationResult:
     """Simulate one training iteration; ``mode`` is ``fused`` or ``baseline``.  ``topology``: a
     :class:`~simfuse.system.System` (or a topology spec, resolved here)."""
     from ..graph.executor import Executor
@@ -260,7 +353,7 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
     if cost is not None:
         system = System(system.topology, cost, system.profile, system.nominal)
     graph = build_dlrm_graph(spec, system, nodes, gpus_per_node=gpus_per_node, mode=mode, sim_mode=sim_mode,
-                             knobs=knobs)
+                             knobs=knobs, plan=plan)
     forced = {"all_reduce": allreduce_algorithm} if allreduce_algorithm else None
     res = Executor(system, graph, seed=seed, record=record, record_usage=record_usage, tuner=tuner,
                    forced_algorithms=forced).run()
@@ -268,4 +361,5 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
                            exposed_comm_time_s=res.exposed_comm_time_s,
                            sim_mode="full" if res.sim_mode == "full" else "classes",
                            classes=graph.meta["classes"], events=res.events, wall_s=time.perf_counter() - wall0,
-                           phases=list(res.critical.phases), sim=res.sim, net=res.net)
+                           phases=list(res.critical.phases), sim=res.sim, net=res.net,
+                           plan=graph.meta.get("plan"), knobs=knobs or FusedKnobs(), global_batch=spec.global_batch)

@@ -22,11 +22,17 @@ from ..spec import DLRMSpec
 
 @dataclass(frozen=True)
 class Unit:
+    """A table or a shard of one held by a rank.  ``pooling``: expected lookups per bag this unit serves;
+    ``kind``: the sharding type (:data:`simfuse.workloads.planner.SHARDINGS`); ``dim``: columns held (0 = the
+    table's full dim)."""
+
     table: int
     rows: int
     pooling: float
     shard: int
     shards: int
+    kind: str = "table_wise"
+    dim: int = 0
 
 
 def place_tables(spec: DLRMSpec, n_ranks: int, gpu_memory_bytes: float) -> list[list[Unit]]:
@@ -78,11 +84,11 @@ def place_tables(spec: DLRMSpec, n_ranks: int, gpu_memory_bytes: float) -> list[
 
 
 def rank_classes(per_rank: list[list[Unit]], gpus_per_node: int | None = None) -> tuple[np.ndarray, list]:
-    """Group ranks that behave alike: same load signature (sorted pooling factors) and, when
+    """Group ranks that behave alike: same load signature (sorted (kind, pooling, dim) of their units) and, when
     ``gpus_per_node`` is given, the same composition of their node (the multiset of its ranks' signatures), so
     that a class's intra- and inter-node traffic split is the same for all its members.  Returns
     ``class_of_rank`` (classes numbered by first appearance) and the key of each class."""
-    own = [tuple(sorted(round(u.pooling, 9) for u in units)) for units in per_rank]
+    own = [tuple(sorted((u.kind, round(u.pooling, 9), u.dim) for u in units)) for units in per_rank]
     keys = []
     for r, sig in enumerate(own):
         if gpus_per_node:

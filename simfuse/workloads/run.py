@@ -16,6 +16,58 @@ from .llm import simulate_llm
 from .models import simulate_decode, simulate_moe
 
 MODES = ("both", "fused", "baseline")
+#: fused knobs tried when ``tune_knobs=auto`` and the placement is planned (only knobs left at their defaults are
+#: varied).  slice_wgs 1 (every workgroup puts its own output) vs 8 (one put per 8 workgroups: fewer, larger
+#: puts, less issue overhead, later first byte); tile_order and persistent_grid keep the paper's choices
+#: (remote-first, facts.md; one program per tile) to hold the tuning to two extra simulations per run.
+TUNE_GRID = ({"slice_wgs": 1}, {"slice_wgs": 8})
+
+
+def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
+    """``spec`` with the global batch the scaling mode asks for: ``batch_per_gpu`` x GPUs (weak scaling),
+    ``global_batch`` (strong scaling), or the model file's.  Non-DLRM workloads refuse both settings."""
+    import dataclasses
+
+    if execution.placement is not None:
+        if not isinstance(spec, DLRMSpec):
+            raise SpecError("<argument>", "placement", f"applies to DLRM workloads, not {spec.kind}")
+        spec = dataclasses.replace(spec, placement=execution.placement)
+    if execution.scaling == "model":
+        return spec
+    if not isinstance(spec, DLRMSpec):
+        raise SpecError("<argument>", "batch_per_gpu" if execution.batch_per_gpu else "global_batch",
+                        f"scaling modes apply to DLRM workloads, not {spec.kind}")
+    n = nodes * gpus_per_node
+    B = execution.batch_per_gpu * n if execution.batch_per_gpu else execution.global_batch
+    return dataclasses.replace(spec, global_batch=int(B))
+
+
+def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner) -> dict:
+    """Each mode with its own plan (forced from ``plan_file`` or planned for that mode) and, in fused mode with
+    ``tune_knobs=auto`` and a planned placement, the fastest knobs of :data:`TUNE_GRID`."""
+    import dataclasses
+
+    from .planner import load_plan
+
+    out = {}
+    for m in modes:
+        plan = load_plan(ex.plan_file, spec, system, nodes, g, m) if ex.plan_file else None
+        grid = [{}]
+        if m == "fused" and ex.tune_knobs == "auto" and spec.placement == "planned":
+            defaults = type(ex.knobs)()
+            grid = [{k: v for k, v in pt.items() if getattr(ex.knobs, k) == getattr(defaults, k)} for pt in TUNE_GRID]
+            grid = [dict(t) for t in dict.fromkeys(tuple(sorted(pt.items())) for pt in grid)]
+        best = None
+        for pt in grid:
+            kn = dataclasses.replace(ex.knobs, **pt)
+            r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
+                              record=record, record_usage=record, knobs=kn, tuner=tuner, plan=plan)
+            plan = r.plan  # plan once per mode, reuse for every grid point
+            if best is None or r.iteration_time_s < best.iteration_time_s:
+                best = r
+        best.tuned = len(grid) > 1
+        out[m] = best
+    return out
 
 
 def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus_per_node=None,
@@ -35,14 +87,13 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
     if nodes < 1:
         raise SpecError("<argument>", "--nodes", f"must be >= 1, got {nodes}")
     modes = ("baseline", "fused") if mode == "both" else (mode,)
+    g = gpus_per_node or system.gpus_per_node
+    spec = scaled_spec(spec, nodes, g, ex)
     if isinstance(spec, DLRMSpec):
         from ..collectives.groups import Tuner
 
-        g = gpus_per_node or system.gpus_per_node
         tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())  # shared by both modes
-        return {m: simulate_dlrm(spec, system, nodes, gpus_per_node=gpus_per_node, mode=m, sim_mode=sim_mode,
-                                 seed=seed, record=record, record_usage=record, knobs=ex.knobs, tuner=tuner)
-                for m in modes}
+        return _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner)
     if isinstance(spec, TransformerDecodeSpec):
         res = simulate_decode(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     elif isinstance(spec, MoESpec):
@@ -96,7 +147,10 @@ def simulate_graph(graph, system, *, execution: ExecutionSpec | None = None, rec
     return {label: ir}
 
 
-def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict) -> list[dict]:
+def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict,
+                 execution: ExecutionSpec | None = None) -> list[dict]:
+    """One row per mode; DLRM rows also carry the batch, the scaling mode, the plan and the fused knobs used."""
+    ex = execution or ExecutionSpec()
     rows = []
     base = results.get("baseline")
     for m in [k for k in ("baseline", "fused") if k in results] + [k for k in results if k not in
@@ -106,6 +160,19 @@ def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict
                "iteration_time_s": r.iteration_time_s, "compute_time_s": r.compute_time_s,
                "exposed_comm_time_s": r.exposed_comm_time_s, "sim_mode": r.sim_mode, "rank_classes": r.classes,
                "events": r.events}
+        row["scaling"] = ex.scaling
+        plan = getattr(r, "plan", None)
+        kn = getattr(r, "knobs", None)
+        if kn is not None:  # DLRM
+            row["global_batch"] = r.global_batch
+            row["batch_per_gpu"] = r.global_batch // gpus
+            row["placement"] = "forced" if plan is not None and plan.candidate == "forced" else \
+                "planned" if plan is not None else "table_wise"
+            row["plan_candidate"] = plan.candidate if plan is not None else ""
+            row["plan_estimated_s"] = plan.estimated_critical_s if plan is not None else float("nan")
+            row["slice_wgs"], row["tile_order"], row["persistent_grid"] = (kn.slice_wgs, kn.tile_order,
+                                                                           kn.persistent_grid)
+            row["knobs_tuned"] = bool(getattr(r, "tuned", False))
         if m == "fused":
             row["speedup"] = base.iteration_time_s / r.iteration_time_s if base is not None else float("nan")
         elif m != "baseline":
@@ -141,7 +208,7 @@ def run_point(model, topology, nodes: int, gpus_per_node: int | None = None,
     ex = parse_execution({**(settings or {}), "mode": mode, "sim_mode": sim_mode})
     t0 = time.perf_counter()
     res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex)
-    rows = summary_rows(spec.name, system.name, nodes, nodes * g, res)
+    rows = summary_rows(spec.name, system.name, nodes, nodes * g, res, ex)
     for r in rows:
         r["wall_s"] = time.perf_counter() - t0
     return rows
@@ -156,6 +223,11 @@ def write_run_outputs(out: Path, results: dict, summary: list[dict], trace: bool
     written.append(out / "summary.csv")
     atomic_write_df(pd.DataFrame(breakdown_rows(results)), out / "breakdown.csv")
     written.append(out / "breakdown.csv")
+    plans = {m: r.plan for m, r in results.items() if getattr(r, "plan", None) is not None}
+    if plans:
+        from .planner import write_plans
+
+        written.append(write_plans(out, plans))
     if trace:
         from ..results.perfetto import write_chrome_trace
 

@@ -224,7 +224,7 @@ def test_random_flows_invariants(system, data):
     for i, (src, dst, size, _t0) in enumerate(flows):
         links, lat = f.path(src, dst)
         bottleneck = min((f.capacities[x] for x in links), default=np.inf)
-        assert done[i] >= lat + size / bottleneck * (1 - 1e-9)
+        assert done[i] >= (lat + size / bottleneck) * (1 - 1e-9)
     assert sim.now >= float(np.max(net.carried_bytes / f.capacities)) * (1 - 1e-9)
 
 

@@ -1,0 +1,557 @@
+"""Embedding sharding planner: enumerate, estimate, partition, propose (after TorchRec's EmbeddingShardingPlanner).
+
+TorchRec's planner (``torchrec/distributed/planner``: ``enumerators.py``, ``shard_estimators.py``,
+``partitioners.py``, ``proposers.py``) enumerates sharding options per table, prices each (perf and storage),
+partitions the shards over ranks greedily under the HBM limit and proposes whole plans, keeping the best.  This
+module follows the same four steps with simfuse's own cost terms (read, not copied):
+
+**Sharding types** (``B`` global batch, ``b = B / n`` bags per rank, ``n`` ranks, ``g`` GPUs per node, ``N``
+nodes, ``D`` dim, ``P`` lookups per bag, ``e`` bytes per element):
+
+* ``table_wise``: the whole table on one rank; it pools ``B`` bags and sends ``b * D * e`` to every rank;
+* ``row_wise``: ``n`` row shards, one per rank; each pools ``B`` bags at ``P / n`` lookups (uniform ids) and sends
+  ``b * D * e`` partial sums to every rank, which adds the ``n`` partials (reduce-scatter semantics);
+* ``column_wise``: ``k`` column shards of ``D / k`` on ``k`` ranks; each pools ``B`` bags at ``P`` lookups over
+  ``D / k`` columns and sends ``b * D / k * e`` to every rank;
+* ``table_row_wise``: ``g`` row shards on the ranks of one node; each pools ``B`` bags at ``P / g`` lookups;
+  stage 1 reduces the partials inside the node over NVLink (reduce-scatter: ``N * b * D * e`` to each local
+  peer), stage 2 sends the node's result across nodes on the rails (local rank ``j`` sends ``b * D * e`` to local
+  rank ``j`` of every node);
+* ``data_parallel``: a replica on every rank; local pooling of the ``b`` own bags, no embedding All-to-All, the
+  table's gradient (``rows * D`` fp32) all-reduced on the data-parallel stream and a dense optimizer update.
+
+The backward pass sends the transposed volumes (pooled-embedding gradients back to the shard holders), so every
+All-to-All volume counts twice.
+
+**Estimator** (per shard, seconds): compute = HBM bytes of pooling (rows + int64 indices + outputs) and of the
+sparse update (rows and optimizer state read and written, gradients read, the builder's formula) at the device's
+achievable HBM bandwidth (``hbm_bw_bytes_per_s * hbm_efficiency`` of the System's device spec); communication =
+bytes sent and received per fabric tier (NVLink inside a node, the NICs between nodes) at that tier's per-GPU
+bandwidth (``scale_up.effective_bw_bytes_per_s``; ``nics_per_node * effective_nic_bw_bytes_per_s / g``).  A
+rank's cost is ``compute + comm`` in baseline mode (bulk-synchronous) and ``max(compute, comm)`` in fused mode (the
+fused kernel pushes while it pools), plus the data-parallel all-reduce (``2 (n-1)/n * rows * D * 4`` bytes per
+rank, at the NIC rate when there are several nodes); receive volumes of uniform traffic are spread evenly
+(every rank receives ``b * D * e`` per shard; the intra/inter split is the average over ranks).  Dense layers are
+data parallel and the same under every plan, so they are left out.
+
+**Partitioner** (greedy, documented heuristic): tables in decreasing order of their table-wise cost (ties: lower
+index first); for each table every option is tried against the loads placed so far: ``table_wise`` on the rank
+where it raises the cost least, ``column_wise`` shards one by one on the least-loaded ranks, ``table_row_wise`` on
+the node whose most-loaded rank ends lowest, ``row_wise`` and ``data_parallel`` on every rank; ranks whose
+embedding memory (``memory_bytes * embedding_memory_fraction``; rows x dim x dtype x (1 + optimizer state))
+would overflow are skipped.  The option with the lowest score wins: the larger of the resulting critical-rank (maximum)
+cost and the average rank cost once every remaining table is placed at its cheapest summed cost (a lookahead
+bound: without it the myopic choice spreads every table row-wise, whose partial sums multiply the traffic by the
+number of shards); ties go to the lowest increase of the summed cost, then to the order of :data:`SHARDINGS`.
+
+**Proposer**: three candidates (``greedy`` over every option the mode supports, ``table_wise`` (table-wise, row-wise
+where a table does not fit), ``row_wise`` (every table row-wise)); the one with the lowest estimated critical-rank
+cost is chosen.  ``table_row_wise`` is a baseline-only option: the fused embedding kernel pushes every pooled bag
+straight to its owner and cannot fuse a two-stage reduction (a forced plan may still use it in fused mode; its
+tables then run as a plain kernel and two bulk All-to-Alls).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import SpecError
+from ..fused.knobs import DTYPE_BYTES
+from .placement import Unit
+
+SHARDINGS = ("table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel")
+#: sharding types the fused embedding kernel executes (see the module docstring)
+FUSED_SHARDINGS = ("table_wise", "row_wise", "column_wise", "data_parallel")
+#: bytes per lookup index: int64 ids, as the fused operator's ``index_bytes`` default (simfuse/fused/ops.py)
+INDEX_BYTES = 8
+#: bytes per gradient element: fp32 gradients, as the DLRM builder's ``grad_eb``
+GRAD_BYTES = 4
+#: narrowest column shard: 32 columns x 4 B = one 128-byte cache line per row (narrower rows waste gathers, see
+#: facts.md: 128-256-byte rows are already the hard case for random gathers)
+MIN_COLUMN_DIM = 32
+CANDIDATES = ("greedy", "table_wise", "row_wise")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Per-GPU rates the estimator prices bytes with (bytes/s)."""
+
+    hbm_bytes_per_s: float
+    nvlink_bytes_per_s: float
+    nic_bytes_per_s: float
+
+    @classmethod
+    def from_topology(cls, topology, gpus_per_node: int) -> Rates:
+        dev, su, so = topology.device, topology.scale_up, topology.scale_out
+        return cls(dev.hbm_bw_bytes_per_s * dev.hbm_efficiency, su.effective_bw_bytes_per_s,
+                   so.nics_per_node * so.effective_nic_bw_bytes_per_s / gpus_per_node)
+
+
+@dataclass
+class TablePlan:
+    """One table's sharding: ``ranks`` holding its shards (shard ``i`` on ``ranks[i]``), per-shard rows and
+    columns, the storage on each holder, and the estimated cost of one shard on its rank alone (seconds)."""
+
+    table: int
+    sharding: str
+    ranks: tuple[int, ...]
+    rows_per_shard: int
+    dim_per_shard: int
+    storage_bytes_per_rank: float
+    estimated_cost_s: float
+
+
+@dataclass
+class Plan:
+    """A sharding plan for one mode: per-table choices, the units each rank holds (for the graph builder), the
+    estimated critical-rank cost (s, embedding part) and every candidate's estimate."""
+
+    mode: str
+    n_ranks: int
+    gpus_per_node: int
+    tables: list[TablePlan]
+    per_rank: list[list[Unit]]
+    estimated_critical_s: float
+    candidate: str = "greedy"
+    candidates: dict = field(default_factory=dict)
+    source: str = "planner"
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame([{"mode": self.mode, "table": f"t{t.table}", "sharding": t.sharding,
+                              "ranks": format_ranks(t.ranks, self.n_ranks), "shards": len(t.ranks),
+                              "rows_per_shard": t.rows_per_shard, "dim_per_shard": t.dim_per_shard,
+                              "bytes": t.storage_bytes_per_rank, "estimated_cost_s": t.estimated_cost_s,
+                              "candidate": self.candidate, "plan_estimated_critical_s": self.estimated_critical_s}
+                             for t in self.tables])
+
+    def memory_bytes(self, spec) -> np.ndarray:
+        """Embedding storage per rank (bytes)."""
+        return _memory_per_rank(self.per_rank, spec)
+
+
+def format_ranks(ranks, n_ranks: int) -> str:
+    """``0-7;16`` (ranges of consecutive ranks); ``all`` when every rank in order."""
+    rs = list(ranks)
+    if rs == list(range(n_ranks)) and n_ranks > 1:
+        return "all"
+    parts, i = [], 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        parts.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ";".join(parts)
+
+
+def parse_ranks(text, n_ranks: int, source: str, fld: str) -> tuple[int, ...]:
+    text = str(text).strip()
+    if text == "all":
+        return tuple(range(n_ranks))
+    out: list[int] = []
+    for part in text.split(";"):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-"))
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise SpecError(source, fld, f"cannot parse ranks {part[:40]!r} (use 0-7;16 or all)") from None
+    bad = [r for r in out if not 0 <= r < n_ranks]
+    if bad:
+        raise SpecError(source, fld, f"rank {bad[0]} is out of range 0..{n_ranks - 1}")
+    if len(set(out)) != len(out):
+        raise SpecError(source, fld, "a rank is listed twice")
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------------- estimator
+class _Ctx:
+    def __init__(self, spec, n: int, g: int, rates: Rates, budget_bytes: float, mode: str):
+        self.spec, self.n, self.g, self.N = spec, n, g, n // g
+        self.B, self.D = spec.global_batch, spec.dim
+        self.b = self.B // n
+        self.eb = DTYPE_BYTES[spec.embedding_dtype]
+        self.opt = spec.optimizer_state_factor
+        self.rates, self.budget, self.mode = rates, budget_bytes, mode
+
+    def storage(self, rows: int, dim: int) -> float:
+        return rows * dim * self.eb * (1.0 + self.opt)
+
+    def pool_update_bytes(self, bags: int, lookups: float, dim: int) -> float:
+        """HBM bytes of forward pooling and the sparse update of one shard (the builder's formulas)."""
+        eb = self.eb
+        pool = bags * lookups * (dim * eb + INDEX_BYTES) + bags * dim * eb
+        upd = bags * lookups * dim * eb * (2.0 + 2.0 * self.opt) + bags * dim * eb
+        return pool + upd
+
+    def rank_cost(self, comp, si, se, ri, re):
+        r = self.rates
+        comm = np.maximum(si, ri) / r.nvlink_bytes_per_s + np.maximum(se, re) / r.nic_bytes_per_s
+        return comp + comm if self.mode == "baseline" else np.maximum(comp, comm)
+
+    def dp_allreduce_s(self, rows: int) -> float:
+        if self.n == 1:
+            return 0.0
+        size = rows * self.D * GRAD_BYTES
+        bw = self.rates.nic_bytes_per_s if self.N > 1 else self.rates.nvlink_bytes_per_s
+        return 2.0 * (self.n - 1) / self.n * size / bw
+
+
+@dataclass
+class _Option:
+    """An option's per-shard load (on a holder) and its uniform load (on every rank), for the partitioner."""
+
+    kind: str
+    shards: int
+    rows: int
+    dim: int
+    pooling: float
+    comp_s: float            # on each holder
+    send_intra: float        # bytes, fwd + bwd, on each holder
+    send_inter: float
+    recv_intra_holder: float  # bytes received by each holder (table_row_wise stage 1)
+    u_recv_intra: float       # bytes received by every rank
+    u_recv_inter: float
+    u_comp_s: float = 0.0
+    u_dp_s: float = 0.0
+    storage: float = 0.0      # bytes on each holder
+
+
+def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Option]:
+    """Every sharding option of table ``t`` the context allows (enumerator + estimator)."""
+    tab = ctx.spec.tables[t]
+    B, b, D, eb, n, g, N = ctx.B, ctx.b, ctx.D, ctx.eb, ctx.n, ctx.g, ctx.N
+    hbm = ctx.rates.hbm_bytes_per_s
+    frac_intra, frac_inter = (g - 1) / n, (n - g) / n   # average share of a rank's received bytes per tier
+    out = []
+
+    def uniform_a2a(kind, shards, rows, dim, pooling):
+        x = 2.0 * b * dim * eb  # per destination, fwd + bwd
+        return _Option(kind, shards, rows, dim, pooling, ctx.pool_update_bytes(B, pooling, dim) / hbm,
+                       (g - 1) * x, (n - g) * x, 0.0, shards * x * frac_intra, shards * x * frac_inter,
+                       storage=ctx.storage(rows, dim))
+
+    if "table_wise" in allowed:
+        out.append(uniform_a2a("table_wise", 1, tab.rows, D, tab.pooling))
+    if "row_wise" in allowed and n > 1:
+        out.append(uniform_a2a("row_wise", n, math.ceil(tab.rows / n), D, tab.pooling / n))
+    if "column_wise" in allowed:
+        k = 2
+        while k <= n and D % k == 0 and D // k >= MIN_COLUMN_DIM:
+            out.append(uniform_a2a("column_wise", k, tab.rows, D // k, tab.pooling))
+            k *= 2
+    if "table_row_wise" in allowed and N > 1 and g > 1:
+        rows, p = math.ceil(tab.rows / g), tab.pooling / g
+        s1 = 2.0 * N * b * D * eb * (g - 1)      # reduce-scatter inside the node, fwd + bwd
+        s2 = 2.0 * b * D * eb                     # per remote node on the rail, fwd + bwd
+        out.append(_Option("table_row_wise", g, rows, D, p, ctx.pool_update_bytes(B, p, D) / hbm, s1,
+                           (N - 1) * s2, s1, 0.0, s2 * (N - 1) / N, storage=ctx.storage(rows, D)))
+    if "data_parallel" in allowed:
+        local = b * tab.pooling * (D * eb + INDEX_BYTES) + b * D * eb      # pool own bags
+        grad = b * tab.pooling * D * GRAD_BYTES                              # scatter-add into the dense grad
+        upd = tab.rows * D * eb * (2.0 + 2.0 * ctx.opt) + tab.rows * D * GRAD_BYTES  # dense optimizer step
+        out.append(_Option("data_parallel", n, tab.rows, D, tab.pooling, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+                           u_comp_s=(local + grad + upd) / hbm, u_dp_s=ctx.dp_allreduce_s(tab.rows),
+                           storage=ctx.storage(tab.rows, D)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- partitioner
+class _Loads:
+    def __init__(self, ctx: _Ctx):
+        n = ctx.n
+        self.ctx = ctx
+        self.comp, self.si, self.se, self.ri, self.re, self.mem = (np.zeros(n) for _ in range(6))
+        self.dp_s = 0.0
+
+    def costs(self) -> np.ndarray:
+        return self.ctx.rank_cost(self.comp, self.si, self.se, self.ri, self.re) + self.dp_s
+
+
+def _try(opt: _Option, L: _Loads):
+    """Place ``opt`` against loads ``L`` (not modified): (critical cost, summed increase, holder ranks) or None."""
+    ctx = L.ctx
+    n, g = ctx.n, ctx.g
+    ok = L.mem + opt.storage <= ctx.budget * (1 + 1e-9)
+    comp = L.comp + opt.u_comp_s
+    ri, re = L.ri + opt.u_recv_intra, L.re + opt.u_recv_inter
+    dp = L.dp_s + opt.u_dp_s
+    before = L.costs().sum()
+    base = ctx.rank_cost(comp, L.si, L.se, ri, re) + dp
+    if opt.kind in ("row_wise", "data_parallel"):
+        if not ok.all():
+            return None
+        holders = np.arange(n)
+        after = ctx.rank_cost(comp + opt.comp_s, L.si + opt.send_intra, L.se + opt.send_inter, ri, re) + dp
+        return float(after.max()), float(after.sum() - before), holders
+    if opt.kind == "table_row_wise":
+        N = ctx.N
+        cand = ctx.rank_cost(comp + opt.comp_s, L.si + opt.send_intra, L.se + opt.send_inter,
+                             ri + opt.recv_intra_holder, re) + dp
+        node_ok = ok.reshape(N, g).all(axis=1)
+        if not node_ok.any():
+            return None
+        node_max = np.where(node_ok, cand.reshape(N, g).max(axis=1), np.inf)
+        k = int(np.argmin(node_max))
+        holders = np.arange(k * g, (k + 1) * g)
+        crit = max(float(base.max()), float(node_max[k]))
+        inc = float(base.sum() - before + (cand[holders] - base[holders]).sum())
+        return crit, inc, holders
+    # table_wise / column_wise: shards one by one on the rank where the cost ends lowest
+    cand = ctx.rank_cost(comp + opt.comp_s, L.si + opt.send_intra, L.se + opt.send_inter, ri, re) + dp
+    if int(ok.sum()) < opt.shards:
+        return None
+    masked = np.where(ok, cand, np.inf)
+    if opt.shards == 1:
+        holders = np.array([int(np.argmin(masked))])
+    else:
+        holders = np.argsort(masked, kind="stable")[:opt.shards]
+    crit = max(float(base.max()), float(cand[holders].max()))
+    inc = float(base.sum() - before + (cand[holders] - base[holders]).sum())
+    return crit, inc, np.sort(holders)
+
+
+def _apply(opt: _Option, holders: np.ndarray, L: _Loads) -> None:
+    L.comp += opt.u_comp_s
+    L.ri += opt.u_recv_intra
+    L.re += opt.u_recv_inter
+    L.dp_s += opt.u_dp_s
+    L.comp[holders] += opt.comp_s
+    L.si[holders] += opt.send_intra
+    L.se[holders] += opt.send_inter
+    L.ri[holders] += opt.recv_intra_holder
+    L.mem[holders] += opt.storage
+
+
+def _option_cost_alone(ctx: _Ctx, opt: _Option) -> float:
+    return float(ctx.rank_cost(np.array([opt.comp_s + opt.u_comp_s]), np.array([opt.send_intra]),
+                               np.array([opt.send_inter]), np.array([opt.recv_intra_holder + opt.u_recv_intra]),
+                               np.array([opt.u_recv_inter]))[0] + opt.u_dp_s)
+
+
+def _option_total(ctx: _Ctx, opt: _Option) -> float:
+    """An option's cost summed over ranks, each part alone (holders x holder cost + ranks x uniform cost)."""
+    hold = _option_cost_alone(ctx, _Option(opt.kind, 1, 0, 0, 0, opt.comp_s, opt.send_intra, opt.send_inter,
+                                           opt.recv_intra_holder, 0.0, 0.0))
+    uni = _option_cost_alone(ctx, _Option(opt.kind, 1, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, opt.u_recv_intra,
+                                          opt.u_recv_inter, opt.u_comp_s, opt.u_dp_s))
+    return (opt.shards if opt.kind not in ("data_parallel",) else 0) * hold + ctx.n * uni
+
+
+def _units(opt: _Option, t: int, holders) -> list[tuple[int, Unit]]:
+    return [(int(r), Unit(t, opt.rows, opt.pooling, i, opt.shards, opt.kind, opt.dim))
+            for i, r in enumerate(holders)]
+
+
+def _too_big(ctx: _Ctx, t: int):
+    return SpecError(ctx.spec.source, f"embedding.rows[{t}]",
+                     f"table of {ctx.spec.tables[t].rows} rows fits no sharding in the GPUs' embedding memory "
+                     f"({ctx.budget / 1e9:.1f} GB per GPU)")
+
+
+def _partition(ctx: _Ctx, allowed: tuple[str, ...], name: str) -> Plan:
+    T = len(ctx.spec.tables)
+    L = _Loads(ctx)
+    per_rank: list[list[Unit]] = [[] for _ in range(ctx.n)]
+    tw = {t: enumerate_options(ctx, t, ("table_wise",))[0] for t in range(T)}
+    order = sorted(range(T), key=lambda t: (-_option_cost_alone(ctx, tw[t]), t))
+    options = {t: enumerate_options(ctx, t, allowed) for t in range(T)}
+    least = {t: min((_option_total(ctx, o) for o in options[t] if o.storage <= ctx.budget), default=0.0)
+             for t in range(T)}
+    remaining = sum(least.values())
+    tables: list[TablePlan] = []
+    for t in order:
+        remaining -= least[t]
+        total = float(L.costs().sum())
+        best = None
+        for rank_i, opt in enumerate(options[t]):
+            res = _try(opt, L)
+            if res is None:
+                continue
+            # the critical rank after this table, or the average rank once every remaining table is placed at
+            # its cheapest summed cost, whichever is larger (a lookahead bound)
+            score = max(res[0], (total + res[1] + remaining) / ctx.n)
+            key = (score, res[1], rank_i)
+            if best is None or key < best[0]:
+                best = (key, opt, res[2])
+        if best is None:
+            raise _too_big(ctx, t)
+        _, opt, holders = best
+        _apply(opt, holders, L)
+        for r, u in _units(opt, t, holders):
+            per_rank[r].append(u)
+        tables.append(TablePlan(t, opt.kind, tuple(int(r) for r in holders), opt.rows, opt.dim, opt.storage,
+                                _option_cost_alone(ctx, opt)))
+    tables.sort(key=lambda tp: tp.table)
+    return Plan(ctx.mode, ctx.n, ctx.g, tables, per_rank, float(L.costs().max()), name)
+
+
+def _context(spec, system_or_topology, n: int, g: int, mode: str) -> _Ctx:
+    if mode not in ("baseline", "fused"):
+        raise SpecError("<argument>", "mode", f"unknown mode {mode!r}; expected fused or baseline")
+    topo = getattr(system_or_topology, "topology", system_or_topology)
+    budget = topo.device.memory_bytes * spec.embedding_memory_fraction
+    return _Ctx(spec, n, g, Rates.from_topology(topo, g), budget, mode)
+
+
+def plan_tables(spec, system, nodes: int, gpus_per_node: int, mode: str) -> Plan:
+    """Plan ``spec``'s tables for ``mode`` on ``nodes`` x ``gpus_per_node`` GPUs (proposer: the best of
+    :data:`CANDIDATES` by estimated critical-rank cost).  ``system``: a System or a topology spec."""
+    n = nodes * gpus_per_node
+    if spec.global_batch % n:
+        raise SpecError(spec.source, "global_batch", f"{spec.global_batch} is not divisible by the {n} GPUs")
+    ctx = _context(spec, system, n, gpus_per_node, mode)
+    full = SHARDINGS if mode == "baseline" else FUSED_SHARDINGS
+    allowed = {"greedy": full, "table_wise": ("table_wise", "row_wise"), "row_wise": ("row_wise",) if n > 1
+               else ("table_wise",)}
+    best, estimates = None, {}
+    for name in CANDIDATES:
+        try:
+            p = _partition(ctx, allowed[name], name)
+        except SpecError:
+            if name == "greedy":
+                raise
+            continue
+        estimates[name] = p.estimated_critical_s
+        if best is None or p.estimated_critical_s < best.estimated_critical_s:
+            best = p
+    best.candidates = estimates
+    return best
+
+
+def estimate_plan(spec, system, plan_per_rank: list[list[Unit]], nodes: int, gpus_per_node: int, mode: str) -> float:
+    """The estimator's critical-rank cost (s) of a given placement (any units, e.g. a forced plan)."""
+    ctx = _context(spec, system, nodes * gpus_per_node, gpus_per_node, mode)
+    L = _Loads(ctx)
+    seen: set = set()
+    for r, units in enumerate(plan_per_rank):
+        for u in units:
+            o = _option_for(ctx, [u], u.table)
+            key = (u.table, u.kind)
+            holders = np.array([r])
+            # uniform parts once per table; per-holder parts on this rank
+            if key not in seen:
+                seen.add(key)
+                _apply(_Option(o.kind, o.shards, 0, 0, 0, 0, 0, 0, 0, o.u_recv_intra, o.u_recv_inter, o.u_comp_s,
+                               o.u_dp_s), np.array([], dtype=np.int64), L)
+            _apply(_Option(o.kind, 1, o.rows, o.dim, o.pooling, o.comp_s, o.send_intra, o.send_inter,
+                           o.recv_intra_holder, 0, 0, storage=o.storage), holders, L)
+    return float(L.costs().max())
+
+
+def _custom_option(ctx: _Ctx, u: Unit) -> _Option:
+    """The estimate of a shard count the enumerator does not produce (forced plans)."""
+    dim = u.dim or ctx.D
+    x = 2.0 * ctx.b * dim * ctx.eb
+    n, g = ctx.n, ctx.g
+    return _Option(u.kind, u.shards, u.rows, dim, u.pooling, ctx.pool_update_bytes(ctx.B, u.pooling, dim)
+                   / ctx.rates.hbm_bytes_per_s, (g - 1) * x, (n - g) * x, 0.0, u.shards * x * (g - 1) / n,
+                   u.shards * x * (n - g) / n, storage=ctx.storage(u.rows, dim))
+
+
+def _memory_per_rank(per_rank, spec) -> np.ndarray:
+    eb = DTYPE_BYTES[spec.embedding_dtype]
+    return np.array([sum(u.rows * (u.dim or spec.dim) * eb * (1.0 + spec.optimizer_state_factor) for u in units)
+                     for units in per_rank])
+
+
+# ---------------------------------------------------------------------------------------------------- forced plans
+def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> Plan:
+    """A plan from a CSV (``table``, ``sharding``, ``ranks``; optional ``mode``: rows of the other mode are
+    skipped), e.g. a ``plan.csv`` written by ``simfuse run``.  Every table exactly once; shard ``i`` of a table
+    on the ``i``-th rank listed.  Errors name the file and the field (with the CSV line)."""
+    import pandas as pd
+
+    src = str(path)
+    n, g = nodes * gpus_per_node, gpus_per_node
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, ValueError) as exc:
+        raise SpecError(src, "", f"cannot read the plan: {exc}") from None
+    for col in ("table", "sharding", "ranks"):
+        if col not in df.columns:
+            raise SpecError(src, col, "missing column (needs table, sharding, ranks)")
+    if "mode" in df.columns:
+        df = df[df["mode"].str.strip().isin(("", mode))]
+    ctx = _context(spec, system, n, g, mode)
+    T, D = len(spec.tables), spec.dim
+    per_rank: list[list[Unit]] = [[] for _ in range(n)]
+    tables: dict[int, TablePlan] = {}
+    for line, row in zip(df.index + 2, df.itertuples(index=False), strict=True):
+        name = str(row.table).strip()
+        t = _table_index(name, T)
+        if t is None:
+            raise SpecError(src, f"table (line {line})", f"unknown table {name[:40]!r}; expected t0..t{T - 1}")
+        if t in tables:
+            raise SpecError(src, f"table (line {line})", f"table t{t} is given twice")
+        kind = str(row.sharding).strip()
+        if kind not in SHARDINGS:
+            raise SpecError(src, f"sharding (line {line})", f"unknown {kind[:40]!r}; expected one of "
+                                                           f"{', '.join(SHARDINGS)}")
+        ranks = parse_ranks(row.ranks, n, src, f"ranks (line {line})")
+        k = len(ranks)
+        tab = spec.tables[t]
+        fld = f"ranks (line {line})"
+        if kind == "table_wise" and k != 1:
+            raise SpecError(src, fld, f"table_wise needs exactly one rank, got {k}")
+        if kind == "data_parallel" and sorted(ranks) != list(range(n)):
+            raise SpecError(src, fld, "data_parallel replicates the table on every rank (write all)")
+        if kind == "column_wise" and D % k:
+            raise SpecError(src, fld, f"column_wise over {k} ranks: dim {D} is not divisible by {k}")
+        if kind == "table_row_wise" and (k != g or len({r // g for r in ranks}) != 1):
+            raise SpecError(src, fld, f"table_row_wise needs the {g} ranks of one node")
+        rows = tab.rows if kind in ("table_wise", "column_wise", "data_parallel") else math.ceil(tab.rows / k)
+        dim = D // k if kind == "column_wise" else D
+        pooling = tab.pooling / k if kind in ("row_wise", "table_row_wise") else tab.pooling
+        for i, r in enumerate(ranks):
+            per_rank[r].append(Unit(t, rows, pooling, i, k, kind, dim))
+        tables[t] = TablePlan(t, kind, ranks, rows, dim, ctx.storage(rows, dim), float("nan"))
+    missing = [t for t in range(T) if t not in tables]
+    if missing:
+        raise SpecError(src, "table", f"no row for table t{missing[0]} (every table needs one)")
+    mem = _memory_per_rank(per_rank, spec)
+    over = np.flatnonzero(mem > ctx.budget * (1 + 1e-9))
+    if len(over):
+        r = int(over[0])
+        raise SpecError(src, "ranks", f"rank {r} holds {mem[r] / 1e9:.2f} GB of tables and optimizer state, over "
+                                      f"its embedding budget of {ctx.budget / 1e9:.2f} GB")
+    est = estimate_plan(spec, system, per_rank, nodes, g, mode)
+    plan = Plan(mode, n, g, [tables[t] for t in range(T)], per_rank, est, "forced", {"forced": est}, src)
+    for tp in plan.tables:
+        tp.estimated_cost_s = _option_cost_alone(ctx, _option_for(ctx, per_rank[tp.ranks[0]], tp.table))
+    return plan
+
+
+def _option_for(ctx: _Ctx, units: list[Unit], t: int) -> _Option:
+    u = next(x for x in units if x.table == t)
+    opts = {(o.kind, o.shards): o for o in enumerate_options(ctx, t, SHARDINGS)}
+    return opts.get((u.kind, u.shards)) or _custom_option(ctx, u)
+
+
+def _table_index(name: str, T: int) -> int | None:
+    s = name[1:] if name.startswith("t") else name
+    if not s.isdigit():
+        return None
+    t = int(s)
+    return t if 0 <= t < T else None
+
+
+def write_plans(out: Path, plans: dict) -> Path:
+    """``plan.csv`` (atomic) with the plans of every mode."""
+    import pandas as pd
+
+    from ..results.io import atomic_write_df
+
+    df = pd.concat([p.to_frame() for p in plans.values()], ignore_index=True)
+    return atomic_write_df(df, Path(out) / "plan.csv")

@@ -278,6 +278,7 @@ def test_bench_planner_smoke(root, tmp_path):
 
 def test_sweep_carries_scaling_modes(root, tmp_path):
     import yaml
+
     from simfuse.sweeps import run_sweep
 
     m = tmp_path / "m.yaml"

@@ -47,6 +47,30 @@ class System:
     def name(self) -> str:
         return self.topology.name
 
+    # -- uncertainty ---------------------------------------------------------------------------------------
+    @property
+    def has_residuals(self) -> bool:
+        """Whether the cost model knows cross-validated residuals (a calibrated profile with wave models)."""
+        inner = getattr(self.cost, "inner", self.cost)
+        return any(getattr(w, "residual_logs", ()) for w in getattr(inner, "wave_fits", {}).values())
+
+    def _with_inner(self, inner) -> System:
+        from dataclasses import replace
+
+        return replace(self, cost=FusedFloor(inner))
+
+    def at_quantile(self, q: float) -> System:
+        """This system with every kernel family priced at quantile ``q`` of its cross-validated residuals (the
+        same quantile for all families: perfectly correlated errors, an analytic bound).  Unchanged when the
+        cost model has no residuals."""
+        inner = getattr(self.cost, "inner", self.cost)
+        return self._with_inner(inner.quantile_model(q)) if hasattr(inner, "quantile_model") else self
+
+    def draw(self, rng) -> System:
+        """This system with a cost model drawn from the residuals (Monte Carlo; ``rng``: numpy Generator)."""
+        inner = getattr(self.cost, "inner", self.cost)
+        return self._with_inner(inner.draw(rng)) if hasattr(inner, "draw") else self
+
     @property
     def gpus_per_node(self) -> int:
         return self.topology.scale_up.gpus_per_node

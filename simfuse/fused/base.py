@@ -54,6 +54,9 @@ class OpResult:
     mode: str
     events: int
     params: dict = field(default_factory=dict)
+    #: prediction intervals from the calibration's residuals: {"baseline_time_s": {"p10":..}, "fused_time_s": ..,
+    #: "speedup": ..}; empty without residuals
+    intervals: dict = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
@@ -64,7 +67,7 @@ class OpResult:
         return 1.0 - self.fused_time_s / self.baseline_time_s if self.baseline_time_s > 0 else 0.0
 
     def as_dict(self) -> dict:
-        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "params"}
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("params", "intervals")}
         d["speedup"] = self.speedup
         d["time_reduction"] = self.time_reduction
         d["breakdown"] = {
@@ -72,6 +75,7 @@ class OpResult:
             "fused": {"compute_s": self.fused_compute_s, "exposed_comm_s": self.fused_exposed_comm_s},
         }
         d["params"] = dict(self.params)
+        d["intervals"] = {k: dict(v) for k, v in self.intervals.items()}
         return d
 
 

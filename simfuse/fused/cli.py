@@ -94,6 +94,10 @@ def cmd_op(args) -> int:
     print(f"  {'fused':10s} {res.fused_time_s*1e6:12.2f} {res.fused_compute_s*1e6:14.2f} "
           f"{res.fused_exposed_comm_s*1e6:18.2f}")
     print(f"  speedup {res.speedup:.3f}x  (time reduction {res.time_reduction*100:.1f}%)")
+    if res.intervals:
+        b, f, sp = res.intervals["baseline_time_s"], res.intervals["fused_time_s"], res.intervals["speedup"]
+        print(f"  p10-p90 (calibration residuals): baseline {b['p10']*1e6:.2f}-{b['p90']*1e6:.2f} us, fused "
+              f"{f['p10']*1e6:.2f}-{f['p90']*1e6:.2f} us, speedup {sp['p10']:.3f}-{sp['p90']:.3f}x")
     return 0
 
 

@@ -74,6 +74,12 @@ class ExecutionSpec:
     tune_knobs: str = field(default="auto", metadata=_meta(
         "auto: with placement planned, fused knobs left at their defaults are tuned over a small grid "
         "(simfuse.workloads.run.TUNE_GRID); off: keep them", choices=("auto", "off")))
+    uncertainty: str = field(default="bound", metadata=_meta(
+        "prediction intervals from the calibration's cross-validated residuals: bound (every kernel family at "
+        "its p10/p50/p90: 3 more runs), mc (Monte Carlo over cost-model draws), none",
+        choices=("bound", "mc", "none")))
+    uncertainty_draws: int = field(default=16, metadata=_meta("Monte Carlo draws (uncertainty=mc)", minimum=2,
+                                                              maximum=1000))
     knobs: FusedKnobs = field(default_factory=FusedKnobs)
 
     @property
@@ -151,6 +157,9 @@ def knob_help() -> str:
 
 
 def _convert(f: dataclasses.Field, value, source: str):
+    choices = f.metadata.get("choices") or ()
+    if isinstance(value, str) and value.strip() in choices:
+        return value.strip()  # a choice spelled like a null ("none", "auto") is that choice
     if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "auto", "")):
         if f.metadata.get("optional"):
             return None

@@ -236,7 +236,8 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
 
     ``df`` columns: ``nodes``, ``gpus``, ``mode`` (``baseline``/``fused``), ``iteration_time_s``; ``speedup`` on
     fused rows (computed from the matching baseline row when missing); optional ``model`` and/or ``topology``
-    columns draw one line per value.
+    columns draw one line per value; optional ``speedup_p10``/``speedup_p90`` and
+    ``iteration_time_p10_s``/``iteration_time_p90_s`` draw prediction-interval bands.
     """
     cols = _group_cols(df)
     fused = _with_speedup(df)
@@ -248,6 +249,9 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
         g = g.sort_values("nodes")
         lab = _group_label(key, cols) or "fused"
         ax1.plot(g["nodes"], g["speedup"], "-o", ms=4, color=color, label=f"{lab}: speedup" if cols else "speedup")
+        if {"speedup_p10", "speedup_p90"} <= set(g.columns) and g["speedup_p10"].notna().any():
+            ax1.fill_between(g["nodes"], g["speedup_p10"], g["speedup_p90"], color=color, alpha=0.18, lw=0,
+                             label=f"{lab}: p10-p90" if cols else "p10-p90 (calibration residuals)")
         sel = df[df["mode"] == "baseline"]
         fsel = df[df["mode"] == "fused"]
         if cols:
@@ -260,6 +264,11 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
         ax2.plot(sel["nodes"], sel["iteration_time_s"] * 1e3, "--s", ms=4, color=color,
                  label=f"{prefix}baseline")
         ax2.plot(fsel["nodes"], fsel["iteration_time_s"] * 1e3, "-o", ms=4, color=color, label=f"{prefix}fused")
+        for part in (sel, fsel):
+            if {"iteration_time_p10_s", "iteration_time_p90_s"} <= set(part.columns) and \
+                    part["iteration_time_p10_s"].notna().any():
+                ax2.fill_between(part["nodes"], part["iteration_time_p10_s"] * 1e3,
+                                 part["iteration_time_p90_s"] * 1e3, color=color, alpha=0.15, lw=0)
     ax1.axhline(1.0, color="0.5", lw=0.8, ls="--")
     nodes = sorted(set(int(v) for v in df["nodes"]))
     gpus = {int(n): int(gv) for n, gv in zip(df["nodes"], df["gpus"], strict=False)}

@@ -52,6 +52,11 @@ def cmd_run(args) -> int:
     show = df[cols].copy()
     for c in ("iteration_time_s", "compute_time_s", "exposed_comm_time_s"):
         show[c.replace("_s", "_ms")] = show.pop(c) * 1e3
+    if "iteration_time_p10_s" in df and (df.get("uncertainty") != "none").any():
+        show["p10_ms"] = df["iteration_time_p10_s"] * 1e3
+        show["p90_ms"] = df["iteration_time_p90_s"] * 1e3
+        if "speedup_p10" in df:
+            show["speedup_p10"], show["speedup_p90"] = df["speedup_p10"], df["speedup_p90"]
     written = []
     if args.out:
         check_out_dir(args.out)  # still a directory (or absent) after the simulation
@@ -61,6 +66,10 @@ def cmd_run(args) -> int:
         return 0
     print(f"{name} on {topo.name}: {nodes} nodes x {g} GPUs ({res[next(iter(res))].sim_mode} simulation)")
     print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    unc = df["uncertainty"].iloc[0] if "uncertainty" in df else "none"
+    if unc != "none":
+        print(f"p10/p90: prediction interval from the calibration's cross-validated residuals ({unc}; "
+              f"--set uncertainty=none to skip)")
     if written:
         print("wrote " + ", ".join(str(p) for p in written))
     return 0

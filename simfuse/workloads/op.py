@@ -51,9 +51,12 @@ def op_graph(op: FusedOp, mode: str, knobs: FusedKnobs, symmetric: bool) -> Grap
 
 
 def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None, cost=None, mode: str = "auto",
-           seed: int = 0, record: bool = False, record_usage: bool = False, return_sims: bool = False):
+           seed: int = 0, record: bool = False, record_usage: bool = False, return_sims: bool = False,
+           uncertainty: str = "bound"):
     """Simulate baseline and fused execution of ``op``; returns an :class:`~simfuse.fused.OpResult` (and
-    ``{mode: (sim, fabric, net)}`` with ``return_sims``).  ``topology``: a System or a topology spec."""
+    ``{mode: (sim, fabric, net)}`` with ``return_sims``).  ``topology``: a System or a topology spec.
+    ``uncertainty="bound"``: ``OpResult.intervals`` from runs with every kernel family at the p10/p50/p90 of its
+    cross-validated residuals (empty when the cost model has none)."""
     knobs = knobs or FusedKnobs()
     knobs.validate()
     system = as_system(topology)
@@ -80,6 +83,16 @@ def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None
                    fused_exposed_comm_s=max(0.0, f.time_s - f.kernel_end_s), comm_bytes_per_rank=op.collective_size_bytes(),
                    mode="symmetric" if symmetric else "full", events=events,
                    params={**op.params, "baseline_algorithm": alg, "wall_s": time.perf_counter() - t_wall})
+    if uncertainty == "bound" and system.has_residuals:
+        runs = []
+        for q in (0.1, 0.5, 0.9):
+            sq = system.at_quantile(q)
+            runs.append(tuple(Executor(sq, op_graph(op, m, knobs, symmetric), seed=seed, tuner=tuner).run().time_s
+                              for m in ("baseline", "fused")))
+        res.intervals = {
+            "baseline_time_s": dict(zip(("p10", "p50", "p90"), (r[0] for r in runs), strict=True)),
+            "fused_time_s": dict(zip(("p10", "p50", "p90"), (r[1] for r in runs), strict=True)),
+            "speedup": dict(zip(("p10", "p50", "p90"), sorted(r[0] / r[1] for r in runs), strict=True))}
     if return_sims:
         return res, sims
     return res

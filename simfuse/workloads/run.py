@@ -76,8 +76,58 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
     """``{"baseline": IterationResult, "fused": IterationResult}`` (the modes asked for).
 
     ``system``: a :class:`~simfuse.system.System` (a topology spec is resolved here once).  ``execution`` carries
-    every knob; ``mode``/``sim_mode``/``seed`` given here override it."""
+    every knob; ``mode``/``sim_mode``/``seed`` given here override it.
+
+    Prediction intervals (``execution.uncertainty``): each result gets ``interval`` (iteration time p10/p50/p90,
+    s) and the fused one ``speedup_interval``.  ``bound``: the whole run repeated with every kernel family at
+    the p10, p50 and p90 of its cross-validated residuals (perfectly correlated errors: an analytic bound, wider
+    than independent errors would give); ``mc``: ``uncertainty_draws`` runs with cost models drawn from the
+    residuals (seeded by ``seed``); baseline and fused share each draw, so the speedup interval keeps their
+    correlation.  Without residuals (roofline, or a perfect fit) the interval collapses onto the point."""
     system = as_system(system)
+    ex = execution or ExecutionSpec()
+    res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
+                         record=record, seed=seed, execution=ex)
+    method = ex.uncertainty if system.has_residuals else "none"
+    runs = []
+    if method == "bound":
+        runs = [_simulate_once(spec, system.at_quantile(q), nodes, mode=mode, gpus_per_node=gpus_per_node,
+                               sim_mode=sim_mode, seed=seed, execution=ex) for q in (0.1, 0.5, 0.9)]
+    elif method == "mc":
+        import numpy as np
+
+        rng = np.random.default_rng(ex.seed if seed is None else seed)
+        runs = [_simulate_once(spec, system.draw(rng), nodes, mode=mode, gpus_per_node=gpus_per_node,
+                               sim_mode=sim_mode, seed=seed, execution=ex) for _ in range(ex.uncertainty_draws)]
+    _attach_intervals(res, runs, method)
+    return res
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    return {f"p{q}": float(np.quantile(v, q / 100)) for q in (10, 50, 90)}
+
+
+def _attach_intervals(res: dict, runs: list[dict], method: str) -> None:
+    """``interval`` / ``speedup_interval`` on every result (see :func:`simulate_workload`)."""
+    for m, r in res.items():
+        r.uncertainty = method if runs else "none"
+        times = [run[m].iteration_time_s for run in runs] or [r.iteration_time_s]
+        r.interval = _quantiles(times)
+        if method == "bound" and runs:  # the three runs are the p10, p50 and p90 cost models
+            r.interval = {"p10": times[0], "p50": times[1], "p90": times[2]}
+    if "baseline" in res and "fused" in res:
+        pairs = [(run["baseline"].iteration_time_s, run["fused"].iteration_time_s) for run in runs] or [
+            (res["baseline"].iteration_time_s, res["fused"].iteration_time_s)]
+        res["fused"].speedup_interval = _quantiles([b / f for b, f in pairs])
+
+
+def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_per_node=None,
+                   sim_mode: str | None = None, record: bool = False, seed: int | None = None,
+                   execution: ExecutionSpec | None = None) -> dict:
+    """One simulation of every mode asked for, on ``system``'s cost model as it is."""
     ex = execution or ExecutionSpec()
     mode = ex.mode if mode is None else mode
     sim_mode = ex.sim_mode if sim_mode is None else sim_mode
@@ -177,6 +227,14 @@ def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict
             row["speedup"] = base.iteration_time_s / r.iteration_time_s if base is not None else float("nan")
         elif m != "baseline":
             row["speedup"] = float("nan")
+        iv = getattr(r, "interval", None)
+        if iv is not None:
+            row["uncertainty"] = r.uncertainty
+            for k in ("p10", "p50", "p90"):
+                row[f"iteration_time_{k}_s"] = iv[k]
+            siv = getattr(r, "speedup_interval", None)
+            if siv is not None:
+                row["speedup_p10"], row["speedup_p50"], row["speedup_p90"] = siv["p10"], siv["p50"], siv["p90"]
         rows.append(row)
     return rows
 

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one(nodes: int, model: str, topology: str) -> dict:
+def one(nodes: int, model: str, topology: str, uncertainty: str = "none") -> dict:
     sys.path.insert(0, str(ROOT))
     from simfuse.spec import load_workload
     from simfuse.system import System
@@ -28,13 +28,15 @@ def one(nodes: int, model: str, topology: str) -> dict:
     spec = load_workload(model)
     system = System.load(topology)
     topo = system.topology
-    res = simulate_workload(spec, system, nodes, mode="both")
+    from simfuse.fused.knobs import parse_execution
+
+    res = simulate_workload(spec, system, nodes, execution=parse_execution({"uncertainty": uncertainty}))
     wall = time.perf_counter() - t0
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"nodes": nodes, "gpus": nodes * topo.scale_up.gpus_per_node, "wall_s": wall,
             "events": sum(r.events for r in res.values()), "peak_rss_mib": peak_kib / 1024,
             "speedup": res["baseline"].iteration_time_s / res["fused"].iteration_time_s,
-            "rank_classes": res["fused"].classes}
+            "rank_classes": res["fused"].classes, "uncertainty": uncertainty}
 
 
 def main(argv=None) -> int:
@@ -44,14 +46,17 @@ def main(argv=None) -> int:
     p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
     p.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="also write the table as CSV (with machine and date)")
+    p.add_argument("--uncertainty", default="none", choices=("none", "bound", "mc"),
+                   help="none (default): the simulation itself; bound: with the p10/p50/p90 runs (4x)")
     args = p.parse_args(argv)
     if args.one is not None:
-        print(json.dumps(one(args.one, args.model, args.topology)))
+        print(json.dumps(one(args.one, args.model, args.topology, args.uncertainty)))
         return 0
     rows = []
     for n in [int(x) for x in args.nodes.split(",")]:
         r = subprocess.run([sys.executable, __file__, "--one", str(n), "--model", args.model, "--topology",
-                            args.topology], capture_output=True, text=True, check=True)
+                            args.topology, "--uncertainty", args.uncertainty], capture_output=True, text=True,
+                           check=True)
         row = json.loads(r.stdout.strip().splitlines()[-1])
         rows.append(row)
         print(f"{row['nodes']:5d} nodes ({row['gpus']} GPUs): wall {row['wall_s']:.2f} s, events {row['events']}, "

@@ -27,6 +27,8 @@ from .algorithms import REGISTRY, Algorithm, Layout, make_algorithm, missing_har
 from .protocols import protocols_for
 
 FLAT_ALGORITHMS = ("direct", "ring")
+#: algorithms whose inter-node phase is a ring of 2(N-1) steps (not tuned beyond 16 nodes)
+RING_BETWEEN_NODES = ("ring", "hierarchical")
 
 
 @dataclass(frozen=True)
@@ -183,8 +185,8 @@ def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric
                          topology=None) -> list[str]:
     """Registered algorithms worth trying for ``op`` on ``group``, each with every protocol it runs with
     (``"ring/LL"``, ...) when the topology's ``collectives.protocol_model`` is ``nccl`` (plain names otherwise).
-    Left out: flat rings across more than 16 nodes (latency-bound there, NCCL switches to trees, and costly to
-    simulate), algorithms needing more nodes than the group spans, and in-network reductions (NVLS, SHARP) the
+    Left out: algorithms whose inter-node phase is a ring (``ring``, ``hierarchical``) across more than 16 nodes
+    (latency-bound there: 2(N-1) sequential steps; NCCL switches to trees; and costly to simulate), algorithms needing more nodes than the group spans, and in-network reductions (NVLS, SHARP) the
     topology does not declare."""
     layout, regular = group_layout(group, gpus_per_node)
     model = topology.collectives.protocol_model if topology is not None else "none"
@@ -192,7 +194,7 @@ def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric
     for name, cls in REGISTRY[op].items():
         if not regular and name not in FLAT_ALGORITHMS:
             continue
-        if name == "ring" and layout.nodes > 16:
+        if name in RING_BETWEEN_NODES and layout.nodes > 16:
             continue
         if layout.nodes < cls.min_nodes:
             continue

@@ -279,14 +279,7 @@ class GemmReduceScatter(FusedOp):
     def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
         super().__init__(params, layout, source)
         p = self.params
-        self.tp = _tp_size(p, layout, source)
-        self.M = _pos_int(p, "m", source)
-        self.N = _pos_int(p, "n", source)
-        self.K = _pos_int(p, "k", source)
-        self.eb = dtype_bytes(str(p["dtype"]), source)
-        self.dtype = str(p["dtype"])
-        if self.M % self.tp:
-            raise SpecError(source, "m", f"{self.M} rows do not split over tp {self.tp}")
+        _tp_gemm_shape(self, p, layout, source)
         if self.K % self.tp:
             raise SpecError(source, "k", f"{self.K} does not split over tp {self.tp}")
         self.chunk = self.M // self.tp
@@ -377,14 +370,7 @@ class AllGatherGemm(FusedOp):
     def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
         super().__init__(params, layout, source)
         p = self.params
-        self.tp = _tp_size(p, layout, source)
-        self.M = _pos_int(p, "m", source)
-        self.N = _pos_int(p, "n", source)
-        self.K = _pos_int(p, "k", source)
-        self.eb = dtype_bytes(str(p["dtype"]), source)
-        self.dtype = str(p["dtype"])
-        if self.M % self.tp:
-            raise SpecError(source, "m", f"{self.M} rows do not split over tp {self.tp}")
+        _tp_gemm_shape(self, p, layout, source)
         if self.N % self.tp:
             raise SpecError(source, "n", f"{self.N} output columns do not split over tp {self.tp}")
         self.shard_rows = self.M // self.tp
@@ -474,6 +460,19 @@ class AllGatherGemm(FusedOp):
                              variant=work.variant, workgroups=W, slots=slots, launched_s=t0)
         inst.start(entity)
         return env.now
+
+
+def _tp_gemm_shape(op, p: dict, layout: Layout, source: str) -> None:
+    """The shape fields of a tensor-parallel GEMM operator: ``tp``, ``M``, ``N``, ``K``, ``eb``, ``dtype``
+    (``m`` must split over the ``tp`` ranks)."""
+    op.tp = _tp_size(p, layout, source)
+    op.M = _pos_int(p, "m", source)
+    op.N = _pos_int(p, "n", source)
+    op.K = _pos_int(p, "k", source)
+    op.eb = dtype_bytes(str(p["dtype"]), source)
+    op.dtype = str(p["dtype"])
+    if op.M % op.tp:
+        raise SpecError(source, "m", f"{op.M} rows do not split over tp {op.tp}")
 
 
 class PushKernel(FusedOp):

@@ -52,18 +52,15 @@ operators' ``natural`` tile order (incast) asks for every rank's program.
 from __future__ import annotations
 
 import math
-import time
 
 from ..collectives import Layout
-from ..collectives.groups import Group, Tuner, blocks
+from ..collectives.groups import Group, blocks
 from ..costs import KernelWork
 from ..errors import SpecError
 from ..fused.knobs import DTYPE_BYTES, ExecutionSpec
 from ..fused.ops import AllGatherGemm, GemmReduceScatter
 from ..graph import CollectiveNode, ComputeNode, FusedNode, Graph
-from ..graph.executor import Executor
 from ..spec import LLMSpec
-from ..system import as_system
 from .dense import elementwise_work, gemm_work
 from .dlrm import IterationResult, _buckets
 from .op import symmetric_ok
@@ -249,19 +246,7 @@ def build_llm_graph(spec: LLMSpec, system, nodes: int, mode: str, *, gpus_per_no
 def simulate_llm(spec: LLMSpec, system, nodes: int, *, gpus_per_node: int | None = None,
                  execution: ExecutionSpec | None = None, record: bool = False) -> dict[str, IterationResult]:
     """One training step in the modes ``execution.mode`` asks for: ``{"baseline": ..., "fused": ...}``."""
-    system = as_system(system)
-    ex = execution or ExecutionSpec()
-    g = gpus_per_node or system.gpus_per_node
-    modes = ("baseline", "fused") if ex.mode == "both" else (ex.mode,)
-    tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())
-    out = {}
-    for m in modes:
-        wall0 = time.perf_counter()
-        graph = build_llm_graph(spec, system, nodes, m, gpus_per_node=g, execution=ex)
-        res = Executor(system, graph, seed=ex.seed, record=record, record_usage=record, tuner=tuner).run()
-        ir = IterationResult(m, res.time_s, res.compute_time_s, res.exposed_comm_time_s, res.sim_mode, 1,
-                             res.events, time.perf_counter() - wall0, phases=list(res.critical.phases))
-        if record:
-            ir.sim, ir.net = res.sim, res.net
-        out[m] = ir
-    return out
+    from .models import run_builder
+
+    return run_builder(build_llm_graph, spec, system, nodes, gpus_per_node=gpus_per_node, execution=execution,
+                       record=record)

@@ -72,8 +72,9 @@ def build_moe_graph(spec: MoESpec, system, nodes: int, mode: str, *, gpus_per_no
     return graph
 
 
-def _run(builder, spec, system, nodes, *, gpus_per_node=None, execution=None, record=False, cost=None,
-         knobs=None) -> dict[str, IterationResult]:
+def run_builder(builder, spec, system, nodes, *, gpus_per_node=None, execution=None, record=False, cost=None,
+                knobs=None) -> dict[str, IterationResult]:
+    """Build and run a workload graph per mode (``execution.mode``) with one tuner shared by the modes."""
     import dataclasses
 
     from ..system import System
@@ -102,9 +103,9 @@ def _run(builder, spec, system, nodes, *, gpus_per_node=None, execution=None, re
 
 def simulate_decode(spec: TransformerDecodeSpec, system, nodes: int, **kw) -> dict[str, IterationResult]:
     """One decode step (every layer); ``{"baseline": ..., "fused": ...}``."""
-    return _run(build_decode_graph, spec, system, nodes, **kw)
+    return run_builder(build_decode_graph, spec, system, nodes, **kw)
 
 
 def simulate_moe(spec: MoESpec, system, nodes: int, **kw) -> dict[str, IterationResult]:
     """The MoE layers of one step; ``{"baseline": ..., "fused": ...}``."""
-    return _run(build_moe_graph, spec, system, nodes, **kw)
+    return run_builder(build_moe_graph, spec, system, nodes, **kw)

@@ -3,6 +3,7 @@
 Usage:
     python experiments/dlrm_scaling.py [--models dlrm_dcnv2,dlrm_v1] [--topologies h200_nvl8_ib_ndr,h100_nvl8_ib_ndr]
                                        [--nodes 8..1024] [--out experiments/results/dlrm_scaling] [--tiny]
+                                       [--set placement=planned --set global_batch=135168 ...]
 
 Writes DIR/dlrm_scaling.csv (one row per model x topology x nodes x mode), DIR/speedup_vs_nodes.png (a line per
 model and topology), DIR/breakdown_<model>.png, and prints the speedup at 128 nodes.  Each (model, topology)
@@ -33,16 +34,20 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "experiments/results/dlrm_scaling"))
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--tiny", action="store_true", help="smoke configuration: synthetic model, 1-2 nodes")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="execution setting passed to every run (e.g. placement=planned, global_batch=135168)")
     args = p.parse_args(argv)
     if args.tiny:
         args.models, args.topologies, args.nodes = "dlrm_synthetic", "h200_nvl8_ib_ndr", "1,2"
     out = Path(args.out)
     nodes = parse_nodes(args.nodes)
+    settings = dict(kv.split("=", 1) for kv in args.set)
     frames = []
     for model in args.models.split(","):
         for topo in args.topologies.split(","):
             df = run_sweep(str(ROOT / "models" / f"{model}.yaml"), str(ROOT / "topologies" / f"{topo}.yaml"), nodes,
-                           out / f"{model}__{topo}", workers=args.workers, progress=False, plots=False)
+                           out / f"{model}__{topo}", workers=args.workers, progress=False, plots=False,
+                           settings=settings or None)
             frames.append(df)
             print(f"{model} on {topo}: done ({len(df)} rows)", flush=True)
     table = pd.concat(frames, ignore_index=True)

@@ -68,3 +68,13 @@ def test_nccl_validation_smoke(root, tmp_path):
     assert df["source_url"].str.startswith("https://github.com/").all()
     nvls = df[df["case"] == "nvls_1x8"].iloc[0]
     assert nvls["algorithm"] == "nvls" and nvls["simulated_busbw_gbyte_per_s"] > 450  # above the NVLink wire rate
+
+
+def test_dlrm_validation_smoke(root, tmp_path):
+    _run(root, "experiments/dlrm_validation.py", "--smoke", "--out", str(tmp_path))
+    df = pd.read_csv(tmp_path / "validation.csv")
+    assert set(df["gpus"]) == {8} and len(df) == 4 and df["smoke"].all()
+    v30 = df[df["config"] == "dgxh100_ngc23.04_merlin_hugectr"].iloc[0]  # parsed from the committed fixture
+    assert v30["global_batch"] == 55296 and v30["runs"] == 10 and abs(v30["derived_step_s"] - 3.81e-3) < 0.02e-3
+    assert (df["sim_planned_s"] > 0).all() and (df["sim_table_wise_s"] > 0).all()
+    assert df["source"].str.startswith("github:mlcommons/training_results_v").all()

@@ -55,6 +55,9 @@ class Inputs:
     sources: list[dict] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     campaign: list[dict] = field(default_factory=list)  # rows of kernel timing campaigns (wave models)
+    dense: list = field(default_factory=list)  # DenseSample of profiler traces (simfuse.calibrate.dense)
+    dense_sources: list[str] = field(default_factory=list)
+    dense_skipped: dict = field(default_factory=dict)
 
 
 def _sha256(path: Path) -> str:
@@ -84,8 +87,13 @@ def expand_inputs(paths: Sequence[str | Path]) -> list[tuple[Path, bool]]:
     return out
 
 
+#: ``simfuse calibrate --kind`` -> detected format
+KINDS = {"kineto": TORCH_PROFILER, "torch-profiler": TORCH_PROFILER, "nccl-tests": NCCL_TESTS,
+         "kernel-trace": KERNEL_TRACE, "campaign": CAMPAIGN}
+
+
 def read_inputs(paths: Sequence[str | Path], collective: str | None = None, *, ranks: int | None = None,
-                nodes: int | None = None) -> Inputs:
+                nodes: int | None = None, kind: str | None = None) -> Inputs:
     """Read every input, detecting its format by content.
 
     A file named explicitly must be a calibration input; files found inside a named directory whose format is
@@ -94,6 +102,7 @@ def read_inputs(paths: Sequence[str | Path], collective: str | None = None, *, r
     :func:`~simfuse.calibrate.nccl_tests.read_nccl_tests`).
     """
     inp = Inputs()
+    want = KINDS[kind] if kind and kind != "auto" else None
     for p, explicit in expand_inputs(paths):
         try:
             fmt = detect_format(p)
@@ -101,6 +110,11 @@ def read_inputs(paths: Sequence[str | Path], collective: str | None = None, *, r
             if explicit:
                 raise
             inp.skipped.append(f"{p}: {exc.message}")
+            continue
+        if want is not None and fmt != want:
+            if explicit:
+                raise TraceError(str(p), "", f"--kind {kind}: this file is a {fmt} input, not a {want} one")
+            inp.skipped.append(f"{p}: {fmt} input, not --kind {kind}")
             continue
         if fmt == HELDOUT_CSV:
             if explicit:
@@ -123,8 +137,12 @@ def read_inputs(paths: Sequence[str | Path], collective: str | None = None, *, r
             inp.nccl.append(log)
             items = len(log.rows)
         elif fmt == TORCH_PROFILER:
+            from .dense import read_dense_samples
+
             stats = read_torch_trace(p)
             inp.torch_ops.extend(stats)
+            inp.dense.extend(read_dense_samples(p, inp.dense_skipped))
+            inp.dense_sources.append(str(p))
             items = sum(s.count for s in stats)
         else:  # pragma: no cover - detect_format returns only the formats above
             raise TraceError(str(p), "", f"unsupported format {fmt}")
@@ -417,6 +435,10 @@ def build_profile(inp: Inputs, compute_units: int | None = None) -> dict:
     profile["fabric"] = fabric
     if inp.torch_ops:
         profile["torch_ops"] = [s.to_dict() for s in inp.torch_ops]
+    if inp.dense or inp.dense_skipped:
+        from .dense import dense_section
+
+        profile["dense"] = dense_section(inp.dense, inp.dense_sources, inp.dense_skipped)
     profile["points"] = points + fabric_points
     if inp.campaign:
         from .wavefit import fit_campaign
@@ -454,7 +476,7 @@ def write_yaml_atomic(path: str | Path, data: dict) -> None:
 def calibrate(inputs: Sequence[str | Path], out: str | Path, compute_units: int | None = None,
               collective: str | None = None, skipped: list[str] | None = None, *, ranks: int | None = None,
               nodes: int | None = None, topology=None, force: bool = False,
-              warnings: list[str] | None = None) -> dict:
+              warnings: list[str] | None = None, kind: str | None = None) -> dict:
     """Read ``inputs``, fit, validate the result and write the profile to ``out``; returns the mapping.
 
     The fabric fit is checked by :func:`simfuse.calibrate.plausibility.check_fabric` (line rates against
@@ -469,7 +491,7 @@ def calibrate(inputs: Sequence[str | Path], out: str | Path, compute_units: int 
         from ..spec import load_topology
 
         topology = load_topology(topology)
-    inp = read_inputs(inputs, collective, ranks=ranks, nodes=nodes)
+    inp = read_inputs(inputs, collective, ranks=ranks, nodes=nodes, kind=kind)
     if skipped is not None:
         skipped.extend(inp.skipped)
     profile = build_profile(inp, compute_units)

@@ -54,6 +54,10 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="write an implausible fabric fit anyway (with a warning and a note in the profile) "
                         "instead of refusing it with exit code 2")
+    p.add_argument("--kind", choices=("auto", "kineto", "torch-profiler", "nccl-tests", "kernel-trace", "campaign"),
+                   default="auto", help="input format (default: detected from each file's content); kineto: "
+                                        "PyTorch profiler traces -> the dense-compute section (GEMM, embedding, "
+                                        "element-wise rates by shape)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
     p.set_defaults(func=_calibrate)
     return p
@@ -99,7 +103,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         profile = calibrate(args.inputs, args.out, compute_units=args.compute_units, collective=args.collective,
                             skipped=skipped, ranks=getattr(args, "ranks", None), nodes=getattr(args, "nodes", None),
                             topology=getattr(args, "topology", None), force=getattr(args, "force", False),
-                            warnings=warnings)
+                            warnings=warnings, kind=getattr(args, "kind", None))
     except (SimfuseError, OSError) as exc:
         return _fail(exc)
     for line in skipped:
@@ -113,6 +117,14 @@ def _calibrate(args: argparse.Namespace) -> int:
     levels = ", ".join(sorted(profile.get("fabric", {}))) or "none"
     print(f"wrote {args.out}: {n_k} kernel fit(s), fabric levels: {levels}, "
           f"{len(profile.get('points', []))} calibration point(s)")
+    for d in profile.get("dense", {}).get("fits", []):
+        rate = (f"{d['peak_flops_per_s'] / 1e12:.4g} TFLOP/s, m_half {d['m_half']:.4g}" if d["family"] == "gemm"
+                else f"{d['peak_bytes_per_s'] / 1e9:.4g} GB/s, bytes_half {d['bytes_half']:.4g}")
+        print(f"  dense {d['family']}/{d['dtype']}: peak {rate}, rel. residual rms "
+              f"{d['fit']['rel_residual_rms']:.3g}, max {d['fit']['rel_residual_max']:.3g} over "
+              f"{d['fit']['points']} shapes")
+    for reason, n in profile.get("dense", {}).get("skipped", {}).items():
+        print(f"  dense: skipped {n} call(s): {reason}", file=sys.stderr)
     for k in profile.get("kernels", []):
         q = k["fit"]
         print(f"  {k['kernel']}/{k['variant']}/{k['dtype']}: overhead {k['overhead_s'] * 1e6:.3g} us, "
@@ -134,7 +146,9 @@ def _calibrate_summary(out, profile: dict, skipped: list[str], warnings: list[st
                for kf in profile.get("kernels", [])]
     return {"out": str(out), "kernels": kernels, "fabric": fabric, "points": len(profile.get("points", [])),
             "sources": profile.get("sources", []), "skipped": skipped, "warnings": warnings,
-            "notes": profile.get("notes", [])}
+            "notes": profile.get("notes", []),
+            "dense": [{k: v for k, v in d.items() if k != "samples"} for d in profile.get("dense", {}).get("fits", [])],
+            "dense_skipped": profile.get("dense", {}).get("skipped", {})}
 
 
 def _validate_campaign(args: argparse.Namespace) -> int:

@@ -21,7 +21,16 @@ def cmd_fit_fabric(args) -> int:
     if out is not None and out.is_dir():
         raise SpecError("<argument>", "--out", f"{out} is a directory; give a topology file name")
     system = System.load(args.topology)
-    log = read_nccl_tests(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
+    from .detect import TORCH_PROFILER, detect_format
+
+    if detect_format(args.log) == TORCH_PROFILER:  # a Kineto trace: its NCCL kernels as nccl-tests rows
+        from .kineto_nccl import read_kineto_nccl
+
+        log = read_kineto_nccl(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
+        for note in log.notes:
+            print(f"simfuse: note: {note}", file=sys.stderr)
+    else:
+        log = read_nccl_tests(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
     res = fit_fabric(log, system.topology, force=args.force)
     for p in res.problems:
         print(f"simfuse: warning: applied with --force: {p}", file=sys.stderr)
@@ -43,7 +52,8 @@ def cmd_fit_fabric(args) -> int:
 
 def add_fit_fabric_parser(sub) -> None:
     p = sub.add_parser("fit-fabric", help="fit a topology's fabric to an nccl-tests log by simulation")
-    p.add_argument("log", help="nccl-tests output (launcher prefixes and preambles are fine)")
+    p.add_argument("log", help="nccl-tests output (launcher prefixes and preambles are fine) or a PyTorch "
+                                "profiler trace (its NCCL kernels with message sizes)")
     p.add_argument("--topology", required=True, help="topology YAML whose line rates bound the fit")
     p.add_argument("--out", default=None, help="write the fitted topology YAML here")
     p.add_argument("--collective", default=None, help="override the collective the log measured")

@@ -50,6 +50,8 @@ class CalibrationProfile:
     points: list[dict] = field(default_factory=list)
     #: (kernel, variant, dtype) -> wave model fitted to a timing campaign (``wave_kernels`` in the file)
     wave_fits: dict = field(default_factory=dict)
+    #: (family, dtype) -> :class:`~simfuse.costs.calibrated.DenseFit` from profiler traces (``dense`` in the file)
+    dense: dict = field(default_factory=dict)
 
     def kernel_fits(self) -> dict[tuple[str, str, str], KernelFit]:
         return {(k.kernel, k.variant, k.dtype): k for k in self.kernels}
@@ -186,6 +188,7 @@ def profile_from_dict(data: dict, source: str = "<memory>") -> CalibrationProfil
         if key in prof.wave_fits:
             raise SpecError(source, "wave_kernels", f"duplicate entry for {key}")
         prof.wave_fits[key] = wf
+    prof.dense = _dense_fits(root.sub("dense", required=False), source)
     root.reject_unknown(extra_allowed=("generator", "created_utc", "sources", "torch_ops", "notes", "wave_kernels"))
     return prof
 
@@ -212,6 +215,44 @@ def _wave_fit(item, source: str, where: str):
         return WaveFit.from_dict(dict(item))
     except (KeyError, TypeError, ValueError) as exc:
         raise SpecError(source, where, f"malformed wave model: {exc}") from exc
+
+
+def _dense_fits(d: Fields, source: str) -> dict:
+    """The ``dense:`` section (simfuse.calibrate.dense): validated fits keyed by (family, dtype)."""
+    from ..costs.calibrated import DenseFit
+    from ..fused.knobs import DTYPE_BYTES
+
+    out: dict = {}
+    if not d.data:
+        return out
+    d.string("model", "")
+    d.list("sources", [])
+    d.sub("skipped", required=False)
+    for i, item in enumerate(d.list("fits", [])):
+        f = Fields(item, source, f"dense.fits[{i}]")
+        fam = f.string("family", choices=("gemm", "elementwise", "embedding_bag"))
+        dtype = f.string("dtype")
+        gemm = fam == "gemm"
+        f.string("x", "min_m_n" if gemm else "bytes", choices=("min_m_n",) if gemm else ("bytes",))
+        peak = f.number("peak_flops_per_s" if gemm else "peak_bytes_per_s", positive=True)
+        half = f.number("m_half" if gemm else "bytes_half", min_value=0.0)
+        lo = f.number("m_min" if gemm else "x_min", positive=True)
+        hi = f.number("m_max" if gemm else "x_max", positive=True)
+        if hi < lo:
+            raise SpecError(source, f.name("m_max" if gemm else "x_max"), "below the minimum")
+        _quality(f, "fit")
+        f.list("kernels", [])
+        f.list("samples", [])
+        f.string("note", "")
+        f.reject_unknown()
+        if dtype not in DTYPE_BYTES:
+            continue  # a dtype the workloads never use (int64 indices, bool masks ...): read, never applied
+        key = (fam, dtype)
+        if key in out:
+            raise SpecError(source, f.name("family"), f"duplicate dense fit for {key}")
+        out[key] = DenseFit(fam, dtype, peak, half, lo, hi)
+    d.reject_unknown()
+    return out
 
 
 def _quality(f: Fields, key: str) -> None:

@@ -232,6 +232,36 @@ def _g(x: float) -> float:
 
 
 
+@dataclass(frozen=True)
+class DenseFit:
+    """Whole-kernel model of one dense family (``gemm``, ``elementwise``) and dtype, fitted from profiler traces
+    (``dense:`` in a profile; :mod:`simfuse.calibrate.dense`): ``time = work / (peak * x / (x + x_half))`` with
+    ``x = min(M, N)`` and ``work = 2 M N K`` FLOP for GEMMs, ``x = work = bytes moved`` otherwise.  Used for
+    ``x >= x_min / EXTRAPOLATION_FACTOR`` (above the traced range the curve is saturated)."""
+
+    family: str
+    dtype: str
+    peak_per_s: float  # FLOP/s (gemm) or bytes/s
+    x_half: float
+    x_min: float
+    x_max: float
+
+    def kernel_time_s(self, work: KernelWork) -> float | None:
+        """Kernel time (s, launch latency excluded) of ``work``, or None when its shape is not known."""
+        shape = work.shape_dict()
+        if self.family == "gemm":
+            m, n, k = (float(shape.get(key) or 0.0) for key in ("m", "n", "k"))
+            if not (m and n and k):
+                return None
+            x, amount = min(m, n), 2.0 * m * n * k
+        else:
+            amount = float(shape.get("bytes") or work.total_bytes)
+            x = amount
+        if amount <= 0:
+            return 0.0
+        return amount / (self.peak_per_s * x / (x + self.x_half))
+
+
 class CalibratedCostModel:
     """:class:`~simfuse.costs.base.CostModel` from a calibration profile, roofline fallback otherwise.
 
@@ -243,8 +273,11 @@ class CalibratedCostModel:
                  fused_slowdown: dict[tuple[str, str], float] | None = None, compute_units: int | None = None,
                  ranges: dict[tuple[str, str], tuple[float, float, float, float]] | None = None,
                  extrapolation: float | None = EXTRAPOLATION_FACTOR,
-                 wave_fits: dict[tuple[str, str, str], WaveFit] | None = None):
+                 wave_fits: dict[tuple[str, str, str], WaveFit] | None = None,
+                 dense_fits: dict[tuple[str, str], DenseFit] | None = None):
         self.wave_fits = dict(wave_fits or {})
+        #: (family, dtype) -> whole-kernel model from profiler traces; takes precedence for ``gemm``/``elementwise``
+        self.dense_fits = dict(dense_fits or {})
         self.fits = dict(fits)
         self.fallback = fallback
         self.fused_slowdown = dict(fused_slowdown or {})
@@ -258,7 +291,8 @@ class CalibratedCostModel:
                      extrapolation: float | None = EXTRAPOLATION_FACTOR) -> CalibratedCostModel:
         """Build from a :class:`simfuse.calibrate.profile.CalibrationProfile`."""
         return cls(profile.kernel_fits(), fallback, profile.fused_slowdown_map(), profile.compute_units,
-                   traced_ranges(profile.points), extrapolation, getattr(profile, "wave_fits", None) or {})
+                   traced_ranges(profile.points), extrapolation, getattr(profile, "wave_fits", None) or {},
+                   getattr(profile, "dense", None) or {})
 
     # -------------------------------------------------------------------------------------------- wave models
     def wave_lookup(self, work: KernelWork) -> WaveFit | None:
@@ -293,7 +327,7 @@ class CalibratedCostModel:
 
     def _with_waves(self, waves_: dict[tuple[str, str, str], WaveFit]) -> CalibratedCostModel:
         m = CalibratedCostModel(self.fits, self.fallback, self.fused_slowdown, self.compute_units, self.ranges,
-                                self.extrapolation, waves_)
+                                self.extrapolation, waves_, self.dense_fits)
         return m
 
     def quantile_model(self, q: float) -> CalibratedCostModel:
@@ -352,7 +386,28 @@ class CalibratedCostModel:
         found = self.lookup(work)
         return found[0].slots if found else self.fallback.slots(work)
 
+    def dense_time_s(self, work: KernelWork) -> float | None:
+        """Whole-kernel time of a plain ``gemm`` / ``elementwise`` kernel from the profile's ``dense:`` fits, or
+        None (no fit for its dtype, shape unknown, or below the traced sizes: the other models price it)."""
+        if work.name not in ("gemm", "elementwise") or work.variant != "compute" or not self.dense_fits:
+            return None
+        fit = self.dense_fits.get((work.name, work.dtype))
+        if fit is None:
+            return None
+        shape = work.shape_dict()
+        x = min(float(shape.get("m") or 0), float(shape.get("n") or 0)) if work.name == "gemm" else \
+            float(shape.get("bytes") or work.total_bytes)
+        if self.extrapolation is not None and x < fit.x_min / self.extrapolation:
+            self.fallback_kernels.add((work.name, "below the traced sizes of the dense fit"))
+            return None
+        return fit.kernel_time_s(work)
+
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
+        t = self.dense_time_s(work)
+        if t is not None:
+            # the engine runs waves of ``n`` workgroups; ``n / W`` of the kernel time each sums to the kernel time
+            w = max(1, int(work.num_workgroups))
+            return t * min(max(1, concurrent_wgs), w) / w
         w = self.wave_lookup(work)
         if w is not None:
             factor = 1.0

@@ -7,6 +7,7 @@ Times in the data are seconds; axes show microseconds or milliseconds as labelle
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -277,8 +278,12 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
         ax.grid(True, alpha=0.3)
         node_ticks(ax, nodes, gpus)
     ax2.set_yscale("log")
-    for which in (ax2.yaxis.set_major_formatter, ax2.yaxis.set_minor_formatter):
-        which(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax2.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    y0, y1 = ax2.get_ylim()
+    # label minor ticks (2, 3, 5 x 10^k) only when the axis spans less than about two decades; else they collide
+    minor = (matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else "")
+             if y1 / max(y0, 1e-300) < 100 else matplotlib.ticker.NullFormatter())
+    ax2.yaxis.set_minor_formatter(minor)
     ax1.set_ylabel("speedup (baseline time / fused time)")
     ax2.set_ylabel("iteration time (ms, log scale)")
     ax1.set_title("speedup of fused over baseline", fontsize=9)
@@ -290,22 +295,34 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
 
 def node_ticks(ax, nodes: Sequence[int], gpus: dict[int, int] | None = None, max_labels: int = 8) -> None:
     """A tick at every node count; labels ``N`` (and the GPU count on a second line) on at most ``max_labels``
-    of them (every k-th, always the first and the last), so they stay readable from 1 to 1,024+ nodes."""
+    of them, always the first and the last, and never two closer than their width on a log-2 axis (a label
+    ``(8,192 GPUs)`` at 7 pt is ~0.7 in wide; 512 and 1,024 nodes sit one octave apart), so they stay readable
+    from 1 to 1,024+ nodes whatever the spacing of the node counts."""
     nodes = sorted(int(n) for n in nodes)
     ax.set_xticks(nodes)
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+
+    def text(n: int) -> str:
+        return f"{n:,}\n({gpus[n]:,} GPUs)" if gpus and n in gpus else f"{n:,}"
+
+    fig = ax.get_figure()
+    width_in = ax.get_position().width * fig.get_figwidth()
+    lo, hi = ax.get_xlim() if len(nodes) > 1 else (nodes[0] / 2, nodes[0] * 2)
+    span = max(math.log2(max(hi, 1e-9) / max(lo, 1e-9)), 1e-9)
+    # label width (in) at 7 pt: ~0.06 in per character of the longer line, plus a gap
+    def gap(a: int, b: int) -> float:  # octaves two adjacent labels need
+        return (max(len(x) for x in (text(a) + "\n" + text(b)).split("\n")) * 0.06 + 0.12) / width_in * span
+
     step = max(1, -(-len(nodes) // max_labels))
-    keep = {nodes[i] for i in range(0, len(nodes), step)} | {nodes[-1]}
-    if len(nodes) > 1 and nodes[-1] in keep and nodes[-2] in keep and step > 1:
-        keep.discard(nodes[-2])
-    labels = []
-    for n in nodes:
-        if n not in keep:
-            labels.append("")
-        elif gpus and n in gpus:
-            labels.append(f"{n:,}\n({gpus[n]:,} GPUs)")
-        else:
-            labels.append(f"{n:,}")
+    keep = [nodes[0]]
+    for i, n in enumerate(nodes[1:], start=1):
+        if i % step == 0 and math.log2(n / keep[-1]) >= gap(keep[-1], n):
+            keep.append(n)
+    if len(nodes) > 1 and keep[-1] != nodes[-1]:
+        while len(keep) > 1 and math.log2(nodes[-1] / keep[-1]) < gap(keep[-1], nodes[-1]):
+            keep.pop()
+        keep.append(nodes[-1])
+    labels = [text(n) if n in keep else "" for n in nodes]
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_xlabel("nodes (GPUs)" if gpus else "nodes")
 

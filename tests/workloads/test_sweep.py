@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -74,3 +76,34 @@ def test_sweep_recomputes_when_the_calibration_profile_changes(root, tmp_path, m
     prof.write_text(prof.read_text() + "\n# edited\n")
     run_sweep(model, str(topo), [1], tmp_path / "out", progress=False, plots=False)
     assert len(calls) == 1  # the profile changed: recomputed
+
+
+def test_sweep_on_dask_process_cluster_with_relative_paths(root, tmp_path, monkeypatch):
+    """A real process-based LocalCluster whose worker started in another directory; the sweep is given paths
+    relative to the client's working directory (model, topology and the topology's relative calibration
+    profile), which the worker could not resolve: it receives the resolved specs instead."""
+    import shutil
+
+    distributed = pytest.importorskip("distributed")
+    work = tmp_path / "work"
+    (work / "models").mkdir(parents=True)
+    (work / "topologies").mkdir()
+    (work / "profiles").mkdir()
+    shutil.copy(root / "models/dlrm_synthetic.yaml", work / "models")
+    shutil.copy(root / "topologies/h200_nvl8_ib_ndr.yaml", work / "topologies")
+    shutil.copy(root / "profiles/h200_calibration.yaml", work / "profiles")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the worker process starts here: none of the relative paths exist for it
+    with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as cluster:
+        monkeypatch.chdir(work)
+        df = run_sweep("models/dlrm_synthetic.yaml", "topologies/h200_nvl8_ib_ndr.yaml", [1, 2], "out",
+                       scheduler=cluster.scheduler_address, progress=False, plots=False)
+        with distributed.Client(cluster.scheduler_address) as client:
+            cwd = client.run(lambda: __import__("os").getcwd())
+    assert all(Path(c) != work for c in cwd.values())
+    assert (work / "out" / "results.csv").is_file()
+    ref = run_sweep(str(root / "models/dlrm_synthetic.yaml"), str(root / "topologies/h200_nvl8_ib_ndr.yaml"),
+                    [1, 2], tmp_path / "ref", progress=False, plots=False)
+    pd.testing.assert_frame_equal(df, ref)

@@ -1,0 +1,312 @@
+"""Dense-compute calibration from PyTorch profiler (Kineto) traces: the ``dense:`` section of a profile.
+
+**What is read.**  One pass over the trace (:func:`~simfuse.calibrate.torch_trace.iter_trace_events`).  CPU
+operators (``cat == "cpu_op"``) give the shapes and dtypes (``args["Input Dims"]`` / ``args["Input type"]``, present
+when the trace was recorded with ``record_shapes=True``); GPU kernels (``cat == "kernel"``) are linked to the
+operator that launched them by ``args["External id"]`` (Kineto copies the innermost operator's id onto the
+runtime call and its kernels).  The GPU time of one operator call is the sum of its kernels' ``dur``; for a GEMM
+only its GEMM kernels count (a main kernel plus a split-K reduction, e.g. ``cublasLt::splitKreduce_kernel``; not
+the bias copy ``aten::addmm`` launches before it).  NCCL kernels are left to
+:mod:`simfuse.calibrate.kineto_nccl`.
+
+**Families** (one operator call = one sample):
+
+* ``gemm``: an operator in :data:`GEMM_OPS` or a kernel matching :data:`GEMM_KERNEL_RE` (cuBLAS/cuBLASLt
+  ``*gemm*``, ``sm90_xmma*``, ``ampere_*gemm*``, ``nvjet_*``, CUTLASS, rocBLAS/Tensile ``Cijk_*``).  Shape
+  ``(batch, M, N, K)`` from the operator's ``Input Dims`` (:func:`gemm_shape`); work = ``2 batch M N K`` FLOP.
+* ``embedding_bag``: ``aten::embedding_bag`` / ``_embedding_bag*`` or an ``EmbeddingBag`` kernel; work = bytes
+  of the gathered rows, the pooled output and the indices.
+* ``elementwise``: a kernel named ``*elementwise_kernel*`` (PyTorch's ``vectorized_elementwise_kernel``,
+  ``unrolled_elementwise_kernel``, ``elementwise_kernel``); work = bytes of the tensor inputs plus one output of
+  the largest input's size.
+
+**Model** (per family and dtype), a saturating curve in one size variable ``x``:
+
+    achieved rate(x) = peak * x / (x + x_half)          time = work / rate(x)
+
+with ``x = min(M, N)`` (rows; ``m_half``) and the rate in FLOP/s for GEMMs, ``x = bytes moved`` (``bytes_half``)
+and the rate in bytes/s for the memory-bound families.  Small GEMMs (thin M or N) and small copies reach a
+fraction of the peak because of tile quantisation, wave tails and fixed per-kernel costs; large ones saturate.
+The fit minimises the squared log error of the times: for each ``x_half`` on a fixed log grid (deterministic) the
+best ``peak`` is closed-form (the geometric mean), and the ``x_half`` with the least error is kept.  Repeated
+calls of one shape are first reduced to their median, so that each shape counts once.  ``x_half`` is fitted only
+with at least :data:`MIN_DISTINCT_X` distinct sizes and :data:`MIN_POINTS_PER_PARAMETER` shapes per parameter;
+otherwise it is 0 (a constant rate) and the fit says so in ``note``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import TraceError
+from .torch_trace import iter_trace_events, nccl_collective
+
+GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                      "aten::_scaled_mm", "aten::addmv", "aten::mv"})
+#: cuBLAS / cuBLASLt (``*gemm*``, ``sm90_xmma*``, ``ampere_*gemm*``, CUDA 12.8+ ``nvjet_*``), CUTLASS, Tensile
+GEMM_KERNEL_RE = re.compile(r"gemm|xmma|^nvjet_|cutlass|^Cijk_|splitKreduce", re.IGNORECASE)
+EMBEDDING_RE = re.compile(r"embedding_?bag", re.IGNORECASE)
+ELEMENTWISE_KERNEL_RE = re.compile(r"elementwise_kernel", re.IGNORECASE)
+FAMILIES = ("gemm", "embedding_bag", "elementwise")
+#: torch ``Input type`` strings -> simfuse dtype names (simfuse.fused.knobs.DTYPE_BYTES)
+TORCH_DTYPES = {"float": "fp32", "c10::bfloat16": "bf16", "c10::half": "fp16", "double": "fp64",
+                "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "signed char": "int8",
+                "unsigned char": "int8", "long int": "int64", "int": "int32", "long": "int64", "bool": "bool"}
+ELEM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8, "fp8": 1, "int8": 1, "int64": 8, "int32": 4, "bool": 1}
+MIN_DISTINCT_X = 2
+MIN_POINTS_PER_PARAMETER = 2
+X_HALF_GRID = 241  # log-spaced candidates for x_half (plus 0), from 1e-3 min(x) to 10 max(x)
+
+
+@dataclass(frozen=True)
+class DenseSample:
+    """One operator call: family, dtype, operator and kernel names, shape, work (FLOP or bytes), GPU time."""
+
+    family: str
+    dtype: str
+    op: str
+    kernels: tuple[str, ...]
+    shape: tuple[tuple[str, int], ...]
+    work: float  # FLOP (gemm) or bytes (embedding_bag, elementwise)
+    x: float  # the model's size variable: min(M, N) or bytes
+    time_s: float
+
+
+def _dtype(types, i: int = 0) -> str:
+    if not isinstance(types, list) or i >= len(types):
+        return ""
+    return TORCH_DTYPES.get(str(types[i]).lower(), "")
+
+
+def gemm_shape(op: str, dims) -> tuple[int, int, int, int] | None:
+    """(batch, M, N, K) of a GEMM operator from its ``Input Dims``; None when the dims are not a GEMM's.
+
+    ``mm [M,K] [K,N]``; ``addmm bias [M,K] [K,N]``; ``bmm [B,M,K] [B,K,N]``; ``baddbmm bias [B,M,K] [B,K,N]``;
+    ``linear x[...,K] w[N,K] (bias)``; ``matmul a[...,M,K] b[...,K,N]`` (a 1-d operand is a vector);
+    ``mv / addmv`` -> M x 1."""
+    if not isinstance(dims, list):
+        return None
+    try:
+        d = [list(map(int, x)) if isinstance(x, list) else [] for x in dims]
+    except (TypeError, ValueError):
+        return None
+    if op in ("aten::addmm", "aten::baddbmm", "aten::addmv"):
+        d = d[1:]
+    if op == "aten::linear":
+        if len(d) < 2 or not d[0] or len(d[1]) != 2:
+            return None
+        x, w = d[0], d[1]
+        return 1, math.prod(x[:-1]) or 1, w[0], x[-1]
+    if len(d) < 2:
+        return None
+    a, b = d[0], d[1]
+    if op in ("aten::mv", "aten::addmv"):
+        return (1, a[0], 1, a[1]) if len(a) == 2 and len(b) == 1 else None
+    if len(a) == 1:
+        a = [1, a[0]]
+    if len(b) == 1:
+        b = [b[0], 1]
+    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        return None
+    batch = max(math.prod(a[:-2]) if len(a) > 2 else 1, math.prod(b[:-2]) if len(b) > 2 else 1)
+    if op == "aten::matmul" and len(a) > 2 and len(b) == 2:  # [..., M, K] x [K, N] is one GEMM of prod(...) M rows
+        return 1, math.prod(a[:-1]), b[-1], a[-1]
+    return batch, a[-2], b[-1], a[-1]
+
+
+def _tensor_bytes(dims, types) -> list[float]:
+    out = []
+    for i, dm in enumerate(dims if isinstance(dims, list) else []):
+        t = str(types[i]).lower() if isinstance(types, list) and i < len(types) else ""
+        if not isinstance(dm, list) or t in ("", "scalar", "scalarlist", "tensorlist", "genericlist"):
+            continue
+        eb = ELEM_BYTES.get(TORCH_DTYPES.get(t, ""), 0)
+        try:
+            out.append(float(math.prod(int(v) for v in dm)) * eb)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def _classify(op: str, kernels: list[str]) -> str:
+    if op in GEMM_OPS or any(GEMM_KERNEL_RE.search(k) for k in kernels):
+        return "gemm"
+    if EMBEDDING_RE.search(op) or any(EMBEDDING_RE.search(k) for k in kernels):
+        return "embedding_bag"
+    if any(ELEMENTWISE_KERNEL_RE.search(k) for k in kernels):
+        return "elementwise"
+    return ""
+
+
+def read_dense_samples(path: str | Path, skipped: dict[str, int] | None = None) -> list[DenseSample]:
+    """Every GEMM, embedding-bag and element-wise operator call of a Kineto trace with its shape and GPU time.
+
+    Calls that cannot be used are counted in ``skipped`` by reason (no ``Input Dims``: record with
+    ``record_shapes=True``; kernel with no launching operator; unknown dtype)."""
+    src = str(path)
+    ops: dict[int, tuple[str, object, object]] = {}
+    launched: dict[int, list[tuple[str, float]]] = {}
+    skip = skipped if skipped is not None else {}
+    for i, ev in enumerate(iter_trace_events(path)):
+        if ev.get("ph") != "X":
+            continue
+        cat = ev.get("cat")
+        if cat not in ("cpu_op", "kernel"):
+            continue
+        args = ev.get("args") or {}
+        if not isinstance(args, dict):
+            raise TraceError(src, f"key traceEvents[{i}].args", "expected an object")
+        ext = args.get("External id")
+        name = ev.get("name")
+        if not isinstance(name, str):
+            raise TraceError(src, f"key traceEvents[{i}].name", f"expected a string, got {name!r}")
+        if cat == "cpu_op":
+            if isinstance(ext, int):
+                ops[ext] = (name, args.get("Input Dims"), args.get("Input type"))
+            continue
+        dur = ev.get("dur")
+        if isinstance(dur, bool) or not isinstance(dur, (int, float)) or dur < 0:
+            raise TraceError(src, f"key traceEvents[{i}].dur", f"expected a non-negative number, got {dur!r}")
+        if nccl_collective(name):
+            continue
+        if not isinstance(ext, int) or ext <= 0:
+            if _classify("", [name]):
+                skip["kernel without a launching operator (no External id)"] = \
+                    skip.get("kernel without a launching operator (no External id)", 0) + 1
+            continue
+        launched.setdefault(ext, []).append((name, float(dur) * 1e-6))
+    out: list[DenseSample] = []
+
+    def skip_(reason: str) -> None:
+        skip[reason] = skip.get(reason, 0) + 1
+
+    for ext in sorted(launched):
+        kern = launched[ext]
+        names = [k for k, _ in kern]
+        op, dims, types = ops.get(ext, ("", None, None))
+        fam = _classify(op, names)
+        if not fam:
+            continue
+        if fam == "gemm" and any(GEMM_KERNEL_RE.search(k) for k in names):
+            # only the GEMM's own kernels (main + split-K reduction): aten::addmm also launches a bias copy
+            kern = [(k, d) for k, d in kern if GEMM_KERNEL_RE.search(k)]
+            names = [k for k, _ in kern]
+        t = sum(d for _, d in kern)
+        if not op:
+            skip_(f"{fam}: kernel without a launching operator (External id not found)")
+            continue
+        if not isinstance(dims, list):
+            skip_(f"{fam}: no Input Dims (record the trace with record_shapes=True)")
+            continue
+        if t <= 0:
+            skip_(f"{fam}: zero duration")
+            continue
+        kname = tuple(sorted(set(names)))
+        if fam == "gemm":
+            shp = gemm_shape(op, dims)
+            # aten::addmm / baddbmm: the first tensor is the bias, so the GEMM operands' type is at index 1
+            dt = _dtype(types, 1 if op in ("aten::addmm", "aten::baddbmm", "aten::addmv") else 0)
+            if shp is None:
+                skip_(f"gemm: operator {op} with Input Dims not a matrix product")
+                continue
+            if not dt:
+                skip_("gemm: unknown dtype")
+                continue
+            b, m, n, k = shp
+            out.append(DenseSample("gemm", dt, op, kname, (("batch", b), ("m", m), ("n", n), ("k", k)),
+                                   2.0 * b * m * n * k, float(min(m, n)), t))
+        elif fam == "embedding_bag":
+            d = dims if isinstance(dims, list) else []
+            dt = _dtype(types, 0)
+            if len(d) < 3 or len(d[0] or []) != 2 or not d[1] or not d[2] or not dt:
+                skip_("embedding_bag: Input Dims not (weight, indices, offsets) or unknown dtype")
+                continue
+            dim = int(d[0][1])
+            lookups = int(math.prod(d[1]))
+            bags = max(1, int(d[2][0]) - 1) if len(d[2]) == 1 else int(math.prod(d[2]))
+            ib = ELEM_BYTES.get(_dtype(types, 1), 8)
+            eb = ELEM_BYTES[dt]
+            nbytes = float(lookups * dim * eb + bags * dim * eb + lookups * ib)
+            out.append(DenseSample("embedding_bag", dt, op, kname, (("lookups", lookups), ("bags", bags),
+                                                                    ("dim", dim)), nbytes, nbytes, t))
+        else:
+            sizes = _tensor_bytes(dims, types)
+            dt = _dtype(types, 0)
+            if not sizes or not dt:
+                skip_("elementwise: no tensor inputs with a known dtype")
+                continue
+            nbytes = float(sum(sizes) + max(sizes))
+            out.append(DenseSample("elementwise", dt, op, kname, (("bytes", int(nbytes)),), nbytes, nbytes, t))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------- fit
+def _g(x: float) -> float:
+    x = float(x)
+    return 0.0 if abs(x) < 1e-12 else float(f"{x:.6g}")
+
+
+def fit_saturating(x: np.ndarray, work: np.ndarray, time_s: np.ndarray) -> tuple[float, float]:
+    """(peak rate, x_half) of ``rate = peak x / (x + x_half)`` minimising the squared log error of the times."""
+    r = np.log(work / time_s)
+    best = (math.inf, 0.0, float(np.exp(r.mean())))
+    distinct = np.unique(x)
+    if len(distinct) >= MIN_DISTINCT_X and len(x) >= 2 * MIN_POINTS_PER_PARAMETER:
+        grid = np.concatenate([[0.0], np.logspace(math.log10(distinct[0]) - 3, math.log10(distinct[-1]) + 1,
+                                                  X_HALF_GRID)])
+    else:
+        grid = np.array([0.0])
+    for h in grid:
+        e = np.log(x / (x + h))
+        lp = float(np.mean(r - e))
+        sse = float(np.sum((r - e - lp) ** 2))
+        if sse < best[0] - 1e-12:
+            best = (sse, float(h), math.exp(lp))
+    return best[2], best[1]
+
+
+def dense_section(samples: list[DenseSample], sources: list[str], skipped: dict[str, int]) -> dict:
+    """The ``dense:`` mapping of a profile (see the module doc and docs/calibration.md)."""
+    groups: dict[tuple[str, str], dict[tuple, list[DenseSample]]] = {}
+    for s in samples:
+        groups.setdefault((s.family, s.dtype), {}).setdefault(s.shape, []).append(s)
+    fits = []
+    for (fam, dt) in sorted(groups):
+        shapes = groups[(fam, dt)]
+        keys = sorted(shapes)
+        x = np.array([shapes[k][0].x for k in keys])
+        work = np.array([shapes[k][0].work for k in keys])
+        t = np.array([float(np.median([s.time_s for s in shapes[k]])) for k in keys])
+        peak, h = fit_saturating(x, work, t)
+        pred = work / (peak * x / (x + h))
+        rel = pred / t - 1.0
+        gemm = fam == "gemm"
+        item = {"family": fam, "dtype": dt, "x": "min_m_n" if gemm else "bytes",
+                ("peak_flops_per_s" if gemm else "peak_bytes_per_s"): _g(peak),
+                ("m_half" if gemm else "bytes_half"): _g(h),
+                ("x_min" if not gemm else "m_min"): _g(float(x.min())),
+                ("x_max" if not gemm else "m_max"): _g(float(x.max())),
+                "fit": {"rel_residual_rms": _g(float(np.sqrt(np.mean(rel ** 2)))),
+                        "rel_residual_max": _g(float(np.max(np.abs(rel)))), "points": int(len(keys))},
+                "kernels": sorted({k[:160] for ss in shapes.values() for s in ss for k in s.kernels})[:8],
+                "samples": [{**dict(k), "calls": len(shapes[k]), "time_s": _g(tt),
+                             ("flops" if gemm else "bytes"): _g(w), "rel_residual": _g(rr)}
+                            for k, tt, w, rr in zip(keys, t, work, rel, strict=True)]}
+        if h == 0.0:
+            item["note"] = (f"constant rate: {len(np.unique(x))} distinct size(s) over {len(keys)} shape(s); the "
+                            f"saturation x_half needs >= {MIN_DISTINCT_X} sizes and "
+                            f">= {2 * MIN_POINTS_PER_PARAMETER} shapes" if len(np.unique(x)) < MIN_DISTINCT_X
+                            or len(keys) < 2 * MIN_POINTS_PER_PARAMETER else "constant rate fits best")
+        fits.append(item)
+    return {"model": "time = work / (peak * x / (x + x_half)); gemm: work = 2 B M N K FLOP, x = min(M, N) rows "
+                     "(m_half); embedding_bag, elementwise: work = x = bytes moved (bytes_half)",
+            "sources": list(sources), "fits": fits,
+            "skipped": {k: int(v) for k, v in sorted(skipped.items())}}
+
+
+__all__ = ["DenseSample", "dense_section", "fit_saturating", "gemm_shape", "read_dense_samples"]

@@ -57,14 +57,22 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
             defaults = type(ex.knobs)()
             grid = [{k: v for k, v in pt.items() if getattr(ex.knobs, k) == getattr(defaults, k)} for pt in TUNE_GRID]
             grid = [dict(t) for t in dict.fromkeys(tuple(sorted(pt.items())) for pt in grid)]
+        # fused mode also tries the baseline's plan (its non-fusable shards, e.g. table-row-wise, run as plain
+        # kernels with bulk exchanges): the fused plan is chosen on estimates, and fusing must never lose to the
+        # same placement run bulk-synchronously for want of a plan
+        plans = [plan]
+        if m == "fused" and plan is None and spec.placement == "planned" and "baseline" in out \
+                and out["baseline"].plan is not None:
+            plans.append(out["baseline"].plan)
         best = None
-        for pt in grid:
-            kn = dataclasses.replace(ex.knobs, **pt)
-            r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
-                              record=record, record_usage=record, knobs=kn, tuner=tuner, plan=plan)
-            plan = r.plan  # plan once per mode, reuse for every grid point
-            if best is None or r.iteration_time_s < best.iteration_time_s:
-                best = r
+        for cand in plans:
+            for pt in grid:
+                kn = dataclasses.replace(ex.knobs, **pt)
+                r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
+                                  record=record, record_usage=record, knobs=kn, tuner=tuner, plan=cand)
+                cand = r.plan  # plan once per mode, reuse for every grid point
+                if best is None or r.iteration_time_s < best.iteration_time_s:
+                    best = r
         best.tuned = len(grid) > 1
         out[m] = best
     return out

@@ -135,3 +135,38 @@ def simulate_kernel(work: KernelWork, cost_model: CostModel, per_workgroup: bool
         recs = [(i, s + start_s, e + start_s, sl) for (i, s, e, sl) in recs]
     return KernelResult(time_s=sim.now, waves=waves, slots=slots, records=recs if per_workgroup else [],
                         events=sim.events)
+
+
+def run_kernel_waves(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int = 0,
+                     on_wave: Callable[[int, int, float], None] | None = None,
+                     wave_overhead_s: Callable[[int, int], float] | None = None, occupancy_loss: float = 0.0,
+                     persistent_grid: int | None = None, launch: bool = True, track: str | None = None):
+    """The aggregated mode of :func:`run_kernel` without per-workgroup arrays (for grids of millions of
+    workgroups): the caller describes each wave by its execution positions ``[lo, hi)``.
+    ``wave_overhead_s(lo, hi)``: the largest per-workgroup overhead in the wave (``run_kernel``'s
+    ``max(wg_overhead_s(idx))``); ``on_wave(lo, hi, t)``: called when the wave ends.  Same timing as
+    ``run_kernel``: a wave lasts its base workgroup time plus that overhead (``base + max(o)`` equals
+    ``max(base + o)`` in floating point: rounding is monotone).  Returns the end time (s)."""
+    env = sim.env
+    W = int(work.num_workgroups)
+    slots = effective_slots(cost, work, occupancy_loss, persistent_grid)
+    t0 = env.now
+    if launch:
+        lat = cost.launch_latency_s(work)
+        if lat > 0:
+            yield env.timeout(lat)
+    t_start = env.now
+    full_t = cost.workgroup_time_s(work, slots) if W >= slots else 0.0
+    rem = W % slots
+    rem_t = cost.workgroup_time_s(work, rem) if rem else 0.0
+    for lo in range(0, W, slots):
+        hi = min(W, lo + slots)
+        d = full_t if hi - lo == slots else rem_t
+        if wave_overhead_s is not None:
+            d = d + float(wave_overhead_s(lo, hi))
+        yield env.timeout(float(d))
+        if on_wave is not None:
+            on_wave(lo, hi, env.now)
+    sim.recorder.add("kernel", work.name, track or f"gpu{rank}/compute", rank, t_start, env.now,
+                     variant=work.variant, workgroups=W, slots=slots, launched_s=t0)
+    return env.now

@@ -271,6 +271,17 @@ def wg_runs(op: FusedOp, rank: int, fabric: Fabric, tile_order: str) -> tuple[np
     return d[starts], counts.astype(np.int64), o[starts]
 
 
+#: most push points (macro-waves, :func:`~simfuse.engine.compute.run_kernel_waves`) of one fused kernel in
+#: :class:`RunPushEngine`.  Kernels with fewer waves run wave by wave (exact, the same numbers as
+#: :class:`PushEngine`); bigger ones (the embedding operator pools the whole global batch: 2,048 waves per holder
+#: at 8,192 GPUs, 32,768 at 131,072) push once per macro-wave, at most 1/256 of the kernel late.  Each push
+#: point starts flows that stay active while the NICs drain them, so the flow network's work grows with
+#: (push points)^2: 2,048 waves x 19 holder classes took 220 s at 1,024 nodes.  With 256 the last arrival moves
+#: by about one macro-wave at most (1.3 macro-waves in a comm-bound test, tests/fused/test_run_push_engine.py),
+#: i.e. < 0.6% of the kernel; at 1,024 nodes (DLRM-DCNv2, planned, fused) the iteration changed by 1.4e-6.
+MAX_PUSH_WAVES = 256
+
+
 class RunPushEngine:
     """:class:`PushEngine` over runs of alike workgroups (:func:`wg_runs`), for operators whose grid is too large
     for per-workgroup arrays (the embedding operator at thousands of GPUs has millions of workgroups).
@@ -344,7 +355,8 @@ class RunPushEngine:
         env = self.sim.env
         kernel_end = yield env.process(run_kernel_waves(
             self.sim, work, self.cost, rank=self.rank, on_wave=self.on_wave, wave_overhead_s=self.wave_overhead_s,
-            occupancy_loss=occupancy_loss, persistent_grid=self.knobs.persistent_grid or None, track=record_track))
+            occupancy_loss=occupancy_loss, persistent_grid=self.knobs.persistent_grid or None, track=record_track,
+            max_events=MAX_PUSH_WAVES))
         if wait and self.pending:
             yield simpy.AllOf(env, self.pending)
         return kernel_end, env.now

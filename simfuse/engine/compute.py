@@ -135,3 +135,49 @@ def simulate_kernel(work: KernelWork, cost_model: CostModel, per_workgroup: bool
         recs = [(i, s + start_s, e + start_s, sl) for (i, s, e, sl) in recs]
     return KernelResult(time_s=sim.now, waves=waves, slots=slots, records=recs if per_workgroup else [],
                         events=sim.events)
+
+
+def run_kernel_waves(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int = 0,
+                     on_wave: Callable[[int, int, float], None] | None = None,
+                     wave_overhead_s: Callable[[int, int], float] | None = None, occupancy_loss: float = 0.0,
+                     persistent_grid: int | None = None, launch: bool = True, track: str | None = None,
+                     max_events: int | None = None):
+    """The aggregated mode of :func:`run_kernel` without per-workgroup arrays (for grids of millions of
+    workgroups): the caller describes each wave by its execution positions ``[lo, hi)``.
+    ``wave_overhead_s(lo, hi)``: the largest per-workgroup overhead in the wave (``run_kernel``'s
+    ``max(wg_overhead_s(idx))``); ``on_wave(lo, hi, t)``: called when the wave ends.  Same timing as
+    ``run_kernel``: a wave lasts its base workgroup time plus that overhead (``base + max(o)`` equals
+    ``max(base + o)`` in floating point: rounding is monotone).
+
+    ``max_events``: with more waves than this, consecutive waves are grouped into at most ``max_events``
+    *macro-waves* (one simpy event and one ``on_wave(lo, hi, t)`` call each, lasting the sum of their waves'
+    durations): the kernel's end is unchanged (to float round-off), the outputs of a macro-wave leave at its
+    end, i.e. at most one macro-wave (``1 / max_events`` of the kernel) late.  Returns the end time (s)."""
+    env = sim.env
+    W = int(work.num_workgroups)
+    slots = effective_slots(cost, work, occupancy_loss, persistent_grid)
+    t0 = env.now
+    if launch:
+        lat = cost.launch_latency_s(work)
+        if lat > 0:
+            yield env.timeout(lat)
+    t_start = env.now
+    full_t = cost.workgroup_time_s(work, slots) if W >= slots else 0.0
+    rem = W % slots
+    rem_t = cost.workgroup_time_s(work, rem) if rem else 0.0
+    waves = -(-W // slots)
+    group = 1 if not max_events or waves <= max_events else -(-waves // int(max_events))
+    for g0 in range(0, waves, group):
+        total = 0.0
+        for w in range(g0, min(waves, g0 + group)):
+            lo, hi = w * slots, min(W, (w + 1) * slots)
+            d = full_t if hi - lo == slots else rem_t
+            if wave_overhead_s is not None:
+                d = d + float(wave_overhead_s(lo, hi))
+            total = d if group == 1 else total + d
+        yield env.timeout(float(total))
+        if on_wave is not None:
+            on_wave(g0 * slots, min(W, (g0 + group) * slots), env.now)
+    sim.recorder.add("kernel", work.name, track or f"gpu{rank}/compute", rank, t_start, env.now,
+                     variant=work.variant, workgroups=W, slots=slots, launched_s=t0)
+    return env.now

@@ -254,10 +254,132 @@ class PushEngine:
         return kernel_end, env.now
 
 
+def wg_runs(op: FusedOp, rank: int, fabric: Fabric, tile_order: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The workgroups of ``rank`` in execution order as runs of alike workgroups: ``(dst[R], count[R],
+    out_bytes_per_wg[R])``.  An operator with a closed form (``op.wg_runs``, e.g. the embedding operator, whose
+    grid has ``tables x global_batch / bags_per_wg`` workgroups but only ``tables x ranks`` runs) gives it
+    without per-workgroup arrays; otherwise the runs are read off :meth:`FusedOp.wg_destinations` and
+    :meth:`FusedOp.order`."""
+    closed = getattr(op, "wg_runs", None)
+    if closed is not None:
+        return closed(rank, fabric, tile_order)
+    dst, out = op.wg_destinations(rank)
+    order = op.order(rank, fabric, tile_order)
+    d, o = dst[order], np.asarray(out, dtype=float)[order]
+    if len(d) == 0:
+        return d, np.zeros(0, dtype=np.int64), o
+    new = np.ones(len(d), dtype=bool)
+    new[1:] = (d[1:] != d[:-1]) | (o[1:] != o[:-1])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, len(d)))
+    return d[starts], counts.astype(np.int64), o[starts]
+
+
+#: most push points (macro-waves, :func:`~simfuse.engine.compute.run_kernel_waves`) of one fused kernel in
+#: :class:`RunPushEngine`.  Kernels with fewer waves run wave by wave (exact, the same numbers as
+#: :class:`PushEngine`); bigger ones (the embedding operator pools the whole global batch: 2,048 waves per holder
+#: at 8,192 GPUs, 32,768 at 131,072) push once per macro-wave, at most 1/256 of the kernel late.  Each push
+#: point starts flows that stay active while the NICs drain them, so the flow network's work grows with
+#: (push points)^2: 2,048 waves x 19 holder classes took 220 s at 1,024 nodes.  With 256 the last arrival moves
+#: by about one macro-wave at most (1.3 macro-waves in a comm-bound test, tests/fused/test_run_push_engine.py),
+#: i.e. < 0.6% of the kernel; at 1,024 nodes (DLRM-DCNv2, planned, fused) the iteration changed by 1.4e-6.
+MAX_PUSH_WAVES = 256
+
+
+class RunPushEngine:
+    """:class:`PushEngine` over runs of alike workgroups (:func:`wg_runs`), for operators whose grid is too large
+    for per-workgroup arrays (the embedding operator at thousands of GPUs has millions of workgroups).
+
+    Same model, same numbers: slices are runs cut every ``slice_wgs`` workgroups; the last workgroup of a slice
+    pays the issue overhead of its destination's route class; a wave lasts its base time plus the largest
+    overhead among its workgroups (:func:`~simfuse.engine.compute.run_kernel_waves`); when a wave ends, the
+    slices it completed leave, one flow per destination; a slice as large as the kernel holds every output until
+    the kernel ends.  Each wave costs O(runs it touches), not O(workgroups).  ``tests/fused`` checks it against
+    :class:`PushEngine`.  No ``on_arrival`` (slice ids): the reduction operators keep :class:`PushEngine`."""
+
+    def __init__(self, sim: Simulation, fabric: Fabric, net: FlowNetwork, op: FusedOp, cost: CostModel,
+                 knobs: FusedKnobs, topology: TopologySpec, rank: int, on_transfer=None):
+        self.sim, self.fabric, self.net, self.op, self.cost = sim, fabric, net, op, cost
+        self.knobs, self.topo, self.rank = knobs, topology, rank
+        self.on_transfer = on_transfer
+        self.run_dst, run_len, self.run_wg_bytes = wg_runs(op, rank, fabric, knobs.tile_order)
+        self.run_end = np.cumsum(run_len)
+        self.run_start = self.run_end - run_len
+        self.W = int(self.run_end[-1]) if len(run_len) else 0
+        self.s = max(1, int(knobs.slice_wgs))
+        cls = fabric.route_class(rank, self.run_dst)
+        gi = topology.gpu_initiated
+        self.run_issue = np.where(cls == SELF, 0.0, np.where(cls == INTRA, gi.store_issue_s, gi.put_issue_s))
+        self.hold_all = self.s >= self.W > 0
+        self.pending: list[simpy.Event] = []
+
+    def _span(self, lo: int, hi: int) -> slice:
+        """The runs overlapping execution positions ``[lo, hi)``."""
+        return slice(int(np.searchsorted(self.run_end, lo, side="right")),
+                     int(np.searchsorted(self.run_start, hi, side="left")))
+
+    def wave_overhead_s(self, lo: int, hi: int) -> float:
+        sp = self._span(lo, hi)
+        st, en, s = self.run_start[sp], self.run_end[sp], self.s
+        x = np.maximum(lo, st) - st                       # first position of the wave inside each run
+        first_end = np.minimum(st + -(-(x + 1) // s) * s - 1, en - 1)  # first slice end at or after it
+        has = first_end < hi
+        return float(self.run_issue[sp][has].max()) if has.any() else 0.0
+
+    def _done_wgs(self, sp: slice, pos: int) -> np.ndarray:
+        """Workgroups of each run in ``sp`` whose slice has completed once positions ``< pos`` have run."""
+        st, en = self.run_start[sp], self.run_end[sp]
+        part = (np.clip(pos - st, 0, None) // self.s) * self.s
+        return np.where(pos >= en, en - st, np.minimum(part, en - st))
+
+    def on_wave(self, lo: int, hi: int, _t: float) -> None:
+        if self.hold_all:
+            if hi < self.W:
+                return
+            lo = 0
+        sp = self._span(max(0, lo - self.s), hi)
+        delta = self._done_wgs(sp, hi) - self._done_wgs(sp, lo)
+        dst = self.run_dst[sp]
+        keep = (delta > 0) & (dst != self.rank)
+        if not keep.any():
+            return
+        udst, inv = np.unique(dst[keep], return_inverse=True)
+        usize = np.bincount(inv.reshape(-1), weights=delta[keep] * self.run_wg_bytes[sp][keep])
+        for grp, ev in start_puts(self.net, self.fabric, self.topo.gpu_initiated, self.rank, udst, usize,
+                                  self.op.name):
+            self.pending.append(ev)
+            if self.on_transfer is not None:
+                self.on_transfer(grp, ev)
+
+    def process(self, work: KernelWork, occupancy_loss: float, record_track: str | None = None,
+                wait: bool = True):
+        """Run the kernel and (``wait``) wait for every push to land.  Returns (kernel_end_s, all_arrived_s)."""
+        from ..engine.compute import run_kernel_waves
+
+        env = self.sim.env
+        kernel_end = yield env.process(run_kernel_waves(
+            self.sim, work, self.cost, rank=self.rank, on_wave=self.on_wave, wave_overhead_s=self.wave_overhead_s,
+            occupancy_loss=occupancy_loss, persistent_grid=self.knobs.persistent_grid or None, track=record_track,
+            max_events=MAX_PUSH_WAVES))
+        if wait and self.pending:
+            yield simpy.AllOf(env, self.pending)
+        return kernel_end, env.now
+
+    def inter_bytes(self) -> float:
+        """Bytes this rank's kernel sends off the node."""
+        cls = self.fabric.route_class(self.rank, self.run_dst)
+        off = (cls != SELF) & (cls != INTRA)
+        return float(np.sum((self.run_end - self.run_start)[off] * self.run_wg_bytes[off]))
+
+
 def fused_work(op: FusedOp, knobs: FusedKnobs, fabric: Fabric, rank: int = 0) -> KernelWork:
     """The fused kernel's work: the compute work (variant ``fused``) plus HBM bytes that NIC puts read back."""
     base = op.work("fused")
-    dst, out = op.wg_destinations(rank)
+    if getattr(op, "wg_runs", None) is not None:
+        dst, cnt, per = op.wg_runs(rank, fabric, knobs.tile_order)
+        out = cnt * per
+    else:
+        dst, out = op.wg_destinations(rank)
     cls = fabric.route_class(rank, dst)
     inter = float(np.sum(out[(cls != SELF) & (cls != INTRA)]))
     extra = knobs.hbm_comm_factor * inter / max(1, base.num_workgroups)
@@ -279,8 +401,8 @@ class PushOp(FusedOp):
         topology = ctx.topology
         occ = topology.gpu_initiated.occupancy_loss if knobs.occupancy_loss is None else knobs.occupancy_loss
         inst.enter(entity)
-        eng = PushEngine(ctx.sim, ctx.fabric, ctx.net, self, ctx.cost, knobs, topology, rank,
-                         on_transfer=inst.register)
+        eng = RunPushEngine(ctx.sim, ctx.fabric, ctx.net, self, ctx.cost, knobs, topology, rank,
+                            on_transfer=inst.register)
         res = yield ctx.sim.env.process(eng.process(fused_work(self, knobs, ctx.fabric, rank), occ, wait=False))
         inst.start(entity)
         return res[0]

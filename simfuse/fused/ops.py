@@ -78,6 +78,26 @@ class EmbeddingAllToAll(PushOp):
         dst = (block * self.bags) // self.local_b
         return dst, np.full(self.W, float(self.bags * self.D * self.eb))
 
+    def wg_runs(self, rank: int, fabric, tile_order: str):
+        """Closed form of :func:`~simfuse.fused.base.wg_runs` (no per-workgroup arrays: ``W`` reaches tens of
+        millions at 100k GPUs): destination ``d`` owns ``k = local_b / bags`` consecutive blocks of every table.
+        ``natural``: table-major index order, runs ``(d, k)`` for every table and destination; ``remote_first``:
+        :meth:`FusedOp.order`'s destination order (off-node by node offset, then local peers, then this rank),
+        each destination's ``T x k`` workgroups in one run (index order inside it)."""
+        n = self.layout.n
+        k = self.local_b // self.bags
+        per = float(self.bags * self.D * self.eb)
+        if tile_order == "natural":
+            dst = np.tile(np.arange(n, dtype=np.int64), self.T)
+            return dst, np.full(len(dst), k, dtype=np.int64), np.full(len(dst), per)
+        g, N = self.layout.gpus_per_node, self.layout.nodes
+        d = np.arange(n, dtype=np.int64)
+        node_shift = (d // g - rank // g) % N
+        local_shift = (d % g - rank % g) % g
+        prio = np.where(node_shift != 0, 0, np.where(local_shift != 0, 1, 2))
+        dst = d[np.lexsort((d, local_shift, node_shift, prio))]
+        return dst, np.full(n, self.T * k, dtype=np.int64), np.full(n, per)
+
     def collective_size_bytes(self) -> float:
         return float(self.B * self.T * self.D * self.eb)
 

@@ -63,7 +63,8 @@ class FlowNetwork:
         self._lat = np.zeros(0)
         self._cnt = np.zeros(0)
         self._bid = np.zeros(0, dtype=np.int64)
-        self._done: list[simpy.Event] = []
+        # completion events of the active groups (an object array: filtered with the same mask as the numbers)
+        self._done = np.empty(0, dtype=object)
         # groups started since the last recomputation: (remaining, size, latency, count, bundle, event); merged
         # into the arrays once per recomputation instead of growing every array at every start
         self._new: list[tuple] = []
@@ -179,7 +180,9 @@ class FlowNetwork:
         self._lat = np.concatenate([self._lat, np.asarray(lat)])
         self._cnt = np.concatenate([self._cnt, np.asarray(cnt)])
         self._bid = np.concatenate([self._bid, np.asarray(bid, dtype=np.int64)])
-        self._done.extend(done)
+        new_done = np.empty(len(done), dtype=object)
+        new_done[:] = done
+        self._done = np.concatenate([self._done, new_done])
         self._new = []
 
     def _update(self) -> None:
@@ -195,7 +198,7 @@ class FlowNetwork:
                 for i in np.flatnonzero(fin).tolist():
                     self._finish_later(self._done[i], float(self._lat[i]), float(self._size[i] * self._cnt[i]))
                 keep = ~fin
-                self._done = [d for d, k in zip(self._done, keep.tolist(), strict=False) if k]
+                self._done = self._done[keep]
                 self._rem, self._rate, self._size = self._rem[keep], self._rate[keep], self._size[keep]
                 self._lat, self._cnt, self._bid = self._lat[keep], self._cnt[keep], self._bid[keep]
         self._compute_rates()
@@ -256,7 +259,7 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
         remaining[used] -= inc * denom[used]
         bottleneck = used & (share <= inc * (1 + 1e-9) + 1e-300)
         hit = active_entries & bottleneck[e_link]
-        newly = np.unique(e_group[hit])
+        newly = e_group[hit]  # repeated group ids assign the same level
         rates[newly] = level
         frozen[newly] = True
         active_entries &= ~frozen[e_group]

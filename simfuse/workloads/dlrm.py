@@ -76,6 +76,7 @@ class IterationResult:
     knobs: object = None  # the FusedKnobs used
     global_batch: int = 0
     tuned: bool = False   # knobs chosen by tuning (simfuse.workloads.run.TUNE_GRID)
+    fused_waves: int = 0  # most waves of a simulated rank's fused embedding kernel (0: none)
 
 
 def _dense_layers(spec: DLRMSpec, b: int):
@@ -174,6 +175,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             first.setdefault(c, r)
         ranks = [first[c] for c in sorted(first)]
     graph.meta["classes"] = len(sigs)
+    graph.meta["fused_waves"] = 0
     graph.meta["plan"] = plan
     layout = Layout(nodes, g)
     # per rank: bytes sent to every rank by its All-to-All shards (table/row/column-wise: b x its columns each),
@@ -244,6 +246,9 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                                     "dim": dim_eq, "pooling": sum(u.pooling * (u.dim or D) for u in units) / cols,
                                     "global_batch": B, "dtype": spec.embedding_dtype,
                                     "bags_per_wg": spec.bags_per_wg}, layout, spec.source)
+            if mode == "fused":
+                graph.meta["fused_waves"] = max(graph.meta["fused_waves"],
+                                                -(-op.W // system.cost.slots(op.work("fused"))))
         tr_dep = last
         if has_twrw:  # table-row-wise: pool, reduce inside the node (stage 1); stage 2 joins the All-to-All
             if tr_units:
@@ -362,4 +367,5 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
                            sim_mode="full" if res.sim_mode == "full" else "classes",
                            classes=graph.meta["classes"], events=res.events, wall_s=time.perf_counter() - wall0,
                            phases=list(res.critical.phases), sim=res.sim, net=res.net,
-                           plan=graph.meta.get("plan"), knobs=knobs or FusedKnobs(), global_batch=spec.global_batch)
+                           plan=graph.meta.get("plan"), knobs=knobs or FusedKnobs(), global_batch=spec.global_batch,
+                           fused_waves=graph.meta["fused_waves"])

@@ -23,6 +23,18 @@ MODES = ("both", "fused", "baseline")
 TUNE_GRID = ({"slice_wgs": 1}, {"slice_wgs": 8})
 
 
+def _tuning_matters(res) -> bool:
+    """Whether the rest of :data:`TUNE_GRID` is worth simulating after its first point gave ``res``.  Not when the
+    fused embedding kernel has more waves than :data:`~simfuse.fused.base.MAX_PUSH_WAVES`: it then pushes once
+    per macro-wave of at least two waves (>= 2 x 1,056 workgroups on an H200), and a slice of at most
+    ``max(slice_wgs)`` = 8 workgroups changes only what a macro-wave boundary holds back (< 8 workgroups per run
+    crossing it), far below the coarsening's own resolution -- while each grid point is a full simulation (the
+    cost that kept 1,024 nodes from finishing)."""
+    from ..fused.base import MAX_PUSH_WAVES
+
+    return res.fused_waves <= MAX_PUSH_WAVES
+
+
 def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
     """``spec`` with the global batch the scaling mode asks for: ``batch_per_gpu`` x GPUs (weak scaling),
     ``global_batch`` (strong scaling), or the model file's.  Non-DLRM workloads refuse both settings."""
@@ -65,14 +77,19 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
                 and out["baseline"].plan is not None:
             plans.append(out["baseline"].plan)
         best = None
+        n_grid = len(grid)
         for cand in plans:
-            for pt in grid:
+            for i, pt in enumerate(grid):
+                if i and not _tuning_matters(best):
+                    n_grid = min(n_grid, i)
+                    break
                 kn = dataclasses.replace(ex.knobs, **pt)
                 r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
                                   record=record, record_usage=record, knobs=kn, tuner=tuner, plan=cand)
                 cand = r.plan  # plan once per mode, reuse for every grid point
                 if best is None or r.iteration_time_s < best.iteration_time_s:
                     best = r
+        grid = grid[:n_grid]
         best.tuned = len(grid) > 1
         out[m] = best
     return out

@@ -47,7 +47,8 @@ def main(argv=None) -> pd.DataFrame:
     args = ap.parse_args(argv)
     system = System.load(args.topology)
     g = system.gpus_per_node
-    ex = ExecutionSpec(batch_per_gpu=args.batch_per_gpu, placement="planned", sim_mode="classes")
+    # the simulation itself (no prediction-interval reruns, which multiply the time by 4)
+    ex = ExecutionSpec(batch_per_gpu=args.batch_per_gpu, placement="planned", sim_mode="classes", uncertainty="none")
     spec = scaled_spec(load_workload(args.model), args.nodes, g, ex)
     meta = {"machine": f"{platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cpus)",
             "date": datetime.date.today().isoformat(), "nodes": args.nodes, "gpus": args.nodes * g,

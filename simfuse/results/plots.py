@@ -209,7 +209,20 @@ def plot_timeline(target, runs: Sequence[tuple], *, rank: int = 0, max_links: in
 def _group_cols(df) -> list[str]:
     """Columns that split the lines: model, topology and the scaling mode (strong / weak / model, when the
     sweep's rows carry it), so strong and weak scaling runs show as separate lines."""
-    return [c for c in ("model", "topology", "scaling") if c in df.columns and not df[c].isna().any()]
+    return [c for c in ("model", "topology", "scaling") if c in df.columns and not df[c].isna().any()
+            and df[c].nunique() > 1]  # a column with one value splits nothing (it belongs in the title)
+
+
+def _context(df) -> str:
+    """``model on topology`` (``, scaling``) for the columns that have a single value (they go in the title)."""
+    one = {c: str(df[c].iloc[0]) for c in ("model", "topology", "scaling") if c in df.columns and len(df)
+           and df[c].nunique() == 1 and not df[c].isna().any()}
+    parts = [one[c] for c in ("model",) if c in one]
+    if "topology" in one:
+        parts.append(("on " if parts else "") + one["topology"])
+    if one.get("scaling") in ("strong", "weak"):
+        parts.append(f"({one['scaling']} scaling)")
+    return " ".join(parts)
 
 
 def _group_label(key, cols) -> str:
@@ -277,17 +290,23 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
         ax.set_xscale("log", base=2)
         ax.grid(True, alpha=0.3)
         node_ticks(ax, nodes, gpus)
-    ax2.set_yscale("log")
-    ax2.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    y0, y1 = ax2.get_ylim()
-    # label minor ticks (2, 3, 5 x 10^k) only when the axis spans less than about two decades; else they collide
-    minor = (matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else "")
-             if y1 / max(y0, 1e-300) < 100 else matplotlib.ticker.NullFormatter())
-    ax2.yaxis.set_minor_formatter(minor)
+    t = df["iteration_time_s"].astype(float)
+    log_y = float(t.max()) / max(float(t.min()), 1e-300) > 10  # log only where times span a decade or more
+    if log_y:
+        ax2.set_yscale("log")
+        ax2.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        y0, y1 = ax2.get_ylim()
+        # label minor ticks (2, 5 x 10^k) only when the axis spans less than about two decades; else they collide
+        minor = (matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else "")
+                 if y1 / max(y0, 1e-300) < 100 else matplotlib.ticker.NullFormatter())
+        ax2.yaxis.set_minor_formatter(minor)
     ax1.set_ylabel("speedup (baseline time / fused time)")
-    ax2.set_ylabel("iteration time (ms, log scale)")
+    ax2.set_ylabel("iteration time (ms, log scale)" if log_y else "iteration time (ms)")
     ax1.set_title("speedup of fused over baseline", fontsize=9)
     ax2.set_title("iteration time", fontsize=9)
+    ctx = _context(df)
+    if title is None and ctx:
+        title = f"{ctx}: speedup and iteration time against node count"
     fig.suptitle(title or "speedup and iteration time against node count")
     _legend_below(fig, [ax1, ax2])
     return save_figure(fig, path)
@@ -329,14 +348,15 @@ def node_ticks(ax, nodes: Sequence[int], gpus: dict[int, int] | None = None, max
 
 def _legend_below(fig, axes, ncol: int | None = None) -> None:
     """One legend under the axes (never on the data); duplicate labels merged."""
-    if ncol is None:
-        ncol = max(1, int(fig.get_figwidth() // 2.5))
     handles, labels = [], []
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=False):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
+    if ncol is None:  # as many columns as fit the figure's width at 7 pt (about 0.055 in per character)
+        widest = max((len(lab) for lab in labels), default=10)
+        ncol = max(1, int(fig.get_figwidth() * 0.95 // (widest * 0.055 + 0.45)))
     fig.tight_layout(rect=(0, 0.1 + 0.04 * (len(labels) // (ncol + 1)), 1, 1))
     if labels:
         fig.legend(handles, labels, loc="lower center", ncol=min(ncol, len(labels)), fontsize=7, frameon=False)
@@ -375,6 +395,7 @@ def plot_breakdown(df, path: Path | str, *, title: str | None = None) -> Path:
         lab = _group_label(key, cols)
         if lab:
             ax.set_title(lab, fontsize=9)
-    fig.suptitle(title or "compute and exposed communication per iteration")
+    ctx = _context(df)
+    fig.suptitle(title or (f"{ctx}: " if ctx else "") + "compute and exposed communication per iteration")
     _legend_below(fig, list(axes))
     return save_figure(fig, path)

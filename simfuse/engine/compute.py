@@ -50,6 +50,22 @@ def effective_slots(cost: CostModel, work: KernelWork, occupancy_loss: float = 0
     return slots
 
 
+def _launch_gap(env, cost: CostModel, work: KernelWork, launch: bool):
+    """simpy sub-process: the kernel's launch latency (nothing when ``launch`` is False)."""
+    if launch:
+        lat = cost.launch_latency_s(work)
+        if lat > 0:
+            yield env.timeout(lat)
+
+
+def _wave_times(cost: CostModel, work: KernelWork, slots: int) -> tuple[float, float]:
+    """Workgroup duration in a full wave and in the partial last wave (0 where there is none), seconds."""
+    W = int(work.num_workgroups)
+    full_t = cost.workgroup_time_s(work, slots) if W >= slots else 0.0
+    rem = W % slots
+    return full_t, (cost.workgroup_time_s(work, rem) if rem else 0.0)
+
+
 def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int = 0,
                order: Sequence[int] | None = None, on_complete: CompletionFn | None = None,
                wg_overhead_s: Callable[[np.ndarray], np.ndarray] | None = None, occupancy_loss: float = 0.0,
@@ -65,14 +81,9 @@ def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int 
         raise ValueError("order must list every workgroup once")
     slots = effective_slots(cost, work, occupancy_loss, persistent_grid)
     t0 = env.now
-    if launch:
-        lat = cost.launch_latency_s(work)
-        if lat > 0:
-            yield env.timeout(lat)
+    yield from _launch_gap(env, cost, work, launch)
     t_start = env.now
-    full_t = cost.workgroup_time_s(work, slots) if W >= slots else 0.0
-    rem = W % slots
-    rem_t = cost.workgroup_time_s(work, rem) if rem else 0.0
+    full_t, rem_t = _wave_times(cost, work, slots)
     rng = sim.rng
 
     def durations(lo: int, hi: int) -> np.ndarray:
@@ -157,14 +168,9 @@ def run_kernel_waves(sim: Simulation, work: KernelWork, cost: CostModel, *, rank
     W = int(work.num_workgroups)
     slots = effective_slots(cost, work, occupancy_loss, persistent_grid)
     t0 = env.now
-    if launch:
-        lat = cost.launch_latency_s(work)
-        if lat > 0:
-            yield env.timeout(lat)
+    yield from _launch_gap(env, cost, work, launch)
     t_start = env.now
-    full_t = cost.workgroup_time_s(work, slots) if W >= slots else 0.0
-    rem = W % slots
-    rem_t = cost.workgroup_time_s(work, rem) if rem else 0.0
+    full_t, rem_t = _wave_times(cost, work, slots)
     waves = -(-W // slots)
     group = 1 if not max_events or waves <= max_events else -(-waves // int(max_events))
     for g0 in range(0, waves, group):

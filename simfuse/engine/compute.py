@@ -73,18 +73,31 @@ def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int 
                launch: bool = True, track: str | None = None, records: list | None = None):
     """simpy process executing ``work`` on one GPU.  ``on_complete(indices, t)`` is called as workgroups finish
     (grouped per wave in aggregated mode).  ``wg_overhead_s(indices) -> seconds`` adds per-workgroup time
-    (e.g. put issue).  Returns the end time (s)."""
+    (e.g. put issue).  A plain kernel (nothing observes its waves) waits once for all its waves.  Returns the
+    end time (s)."""
     env = sim.env
     W = int(work.num_workgroups)
-    idx = np.arange(W, dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
-    if len(idx) != W:
-        raise ValueError("order must list every workgroup once")
+    plain = (order is None and on_complete is None and wg_overhead_s is None and records is None
+             and jitter_cv <= 0 and not per_workgroup)
+    idx = None
+    if not plain:
+        idx = np.arange(W, dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
+        if len(idx) != W:
+            raise ValueError("order must list every workgroup once")
     slots = effective_slots(cost, work, occupancy_loss, persistent_grid)
     t0 = env.now
     yield from _launch_gap(env, cost, work, launch)
     t_start = env.now
     full_t, rem_t = _wave_times(cost, work, slots)
     rng = sim.rng
+    if plain:
+        # nothing observes the waves: identical waves back to back are one wait (the same end time, one event)
+        total = (W // slots) * full_t + (rem_t if W % slots else 0.0)
+        if total > 0:
+            yield env.timeout(total)
+        sim.recorder.add("kernel", work.name, track or f"gpu{rank}/compute", rank, t_start, env.now,
+                         variant=work.variant, workgroups=W, slots=slots, launched_s=t0)
+        return env.now
 
     def durations(lo: int, hi: int) -> np.ndarray:
         size = min(slots, W - (lo // slots) * slots)

@@ -140,6 +140,7 @@ class Executor:
         self.sim, self.net, self.env = sim, net, sim.env
         self.ctx = _Ctx(sim, self.fabric, net, self.cost, self.topology)
         self._instances: dict = {}
+        self._parts: dict = {}
         self._p2p: dict = {}
         self._algorithms: dict = {}
         self._flow_cache = FlowGroupCache(self.fabric)
@@ -237,10 +238,14 @@ class Executor:
             er.busy_s += t1 - t0
 
     def _participants(self, gname: str) -> list[int]:
-        g = self.graph.groups[gname]
-        ents = sorted({int(self.ent_of_rank[r]) for r in g.ranks})
-        # only entities whose representative is a member take part (others are covered by symmetry)
-        return [c for c in ents if self.ent_ranks[c] in g]
+        """Simulated entities taking part in group ``gname``'s operations (memoised per group)."""
+        hit = self._parts.get(gname)
+        if hit is None:
+            g = self.graph.groups[gname]
+            ents = np.unique(self.ent_of_rank[np.asarray(g.ranks, dtype=np.int64)]).tolist()
+            # only entities whose representative is a member take part (others are covered by symmetry)
+            hit = self._parts[gname] = [c for c in ents if self.ent_ranks[c] in g]
+        return hit
 
     def _instance(self, key, factory):
         inst = self._instances.get(key)

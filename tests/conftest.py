@@ -6,6 +6,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+# Property tests draw the same examples on every run (CI on a fresh clone has no example database, so random
+# draws would make its outcome depend on luck); HYPOTHESIS_PROFILE=explore draws new ones for local bug hunting.
+from hypothesis import settings as _hyp_settings  # noqa: E402
+
+_hyp_settings.register_profile("ci", derandomize=True)
+_hyp_settings.register_profile("explore", derandomize=False)
+_hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 
 @pytest.fixture(scope="session")
 def root() -> Path:

@@ -121,7 +121,7 @@ def test_collective_invariants(system):
     # time >= busiest link bytes / capacity
     if len(fabric.capacities):
         bound = float(np.max(net.carried_bytes / fabric.capacities))
-        assert res.time_s >= bound * (1 - 1e-9)
+        assert res.time_s >= bound * (1 - 1e-9) - 2e-13  # flows.py completion tolerance
     # symmetric fast path agrees with full simulation where it applies
     if algo.symmetric:
         sym = run_collective(topo, nodes, op, size, algorithm=alg, mode="symmetric", include_overheads=False)

@@ -224,8 +224,8 @@ def test_random_flows_invariants(system, data):
     for i, (src, dst, size, _t0) in enumerate(flows):
         links, lat = f.path(src, dst)
         bottleneck = min((f.capacities[x] for x in links), default=np.inf)
-        assert done[i] >= (lat + size / bottleneck) * (1 - 1e-9)
-    assert sim.now >= float(np.max(net.carried_bytes / f.capacities)) * (1 - 1e-9)
+        assert done[i] >= (lat + size / bottleneck) * (1 - 1e-9) - 2e-13  # flows.py's completion tolerance
+    assert sim.now >= float(np.max(net.carried_bytes / f.capacities)) * (1 - 1e-9) - 2e-13
 
 
 @settings(max_examples=25, deadline=None)
@@ -242,7 +242,7 @@ def test_collective_invariants_on_3tier(system, op, size):
     for _a, _b, loads in net.usage:
         assert np.all(loads <= fabric.capacities * (1 + 1e-9))
     if len(fabric.capacities):
-        assert res.time_s >= float(np.max(net.carried_bytes / fabric.capacities)) * (1 - 1e-9)
+        assert res.time_s >= float(np.max(net.carried_bytes / fabric.capacities)) * (1 - 1e-9) - 2e-13
 
 
 # -- symmetric (representative rank) == full simulation ------------------------------------------------------

@@ -399,20 +399,10 @@ class PushOp(FusedOp):
     def member_process(self, ctx, inst, entity: int, rank: int, knobs: FusedKnobs):
         """simpy process of one rank: enter, run the pushing kernel, started.  Returns the kernel's end (s)."""
         topology = ctx.topology
-        occ = topology.gpu_initiated.occupancy_loss if knobs.occupancy_loss is None else knobs.occupancy_loss
+        occ = knobs.effective_occupancy_loss(topology)
         inst.enter(entity)
         eng = RunPushEngine(ctx.sim, ctx.fabric, ctx.net, self, ctx.cost, knobs, topology, rank,
                             on_transfer=inst.register)
         res = yield ctx.sim.env.process(eng.process(fused_work(self, knobs, ctx.fabric, rank), occ, wait=False))
         inst.start(entity)
         return res[0]
-
-    def fused_process(self, sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss):
-        env = sim.env
-        engines = [PushEngine(sim, fabric, net, self, cost, knobs, topology, r) for r in ranks]
-        procs = [env.process(e.process(fused_work(self, knobs, fabric, e.rank), occupancy_loss)) for e in engines]
-        yield simpy.AllOf(env, procs)
-        kernel_end = max(p.value[0] for p in procs)
-        end = max(p.value[1] for p in procs)
-        sim.recorder.add("fused", self.name, "fused_ops", 0, 0.0, end)
-        return kernel_end, end

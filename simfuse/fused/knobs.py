@@ -45,6 +45,10 @@ class FusedKnobs:
     def validate(self, source: str = "<knobs>") -> None:
         _validate(self, source)
 
+    def effective_occupancy_loss(self, topology) -> float:
+        """The knob's occupancy loss, or the topology's ``gpu_initiated.occupancy_loss`` when unset."""
+        return topology.gpu_initiated.occupancy_loss if self.occupancy_loss is None else self.occupancy_loss
+
 
 @dataclass(frozen=True)
 class ExecutionSpec:

@@ -428,7 +428,7 @@ class AllGatherGemm(FusedOp):
         tp = self.tp
         base, pos = (rank // tp) * tp, rank % tp
         gi = ctx.topology.gpu_initiated
-        occ = gi.occupancy_loss if knobs.occupancy_loss is None else knobs.occupancy_loss
+        occ = knobs.effective_occupancy_loss(ctx.topology)
         arrivals = inst.__dict__.setdefault("ag_arrivals", {})  # (src, dst) -> event: shard landed
 
         def arrival(src: int, dst: int):

@@ -247,6 +247,17 @@ class Executor:
             hit = self._parts[gname] = [c for c in ents if self.ent_ranks[c] in g]
         return hit
 
+    def _rendezvous(self, key, n_parts: int):
+        """simpy sub-process: wait until all ``n_parts`` simulated members reached group operation ``key``;
+        returns the operation's shared state (``finished`` event, ``value`` slot for the first member)."""
+        env = self.env
+        inst = self._instance(key, lambda: {"joined": 0, "go": env.event(), "finished": env.event(), "value": None})
+        inst["joined"] += 1
+        if inst["joined"] == n_parts:
+            inst["go"].succeed()
+        yield inst["go"]
+        return inst
+
     def _instance(self, key, factory):
         inst = self._instances.get(key)
         if inst is None:
@@ -268,14 +279,7 @@ class Executor:
                                                 f"simulate every rank (full mode)")
         parts = self._participants(nd.group)
 
-        def make():
-            return {"joined": 0, "go": env.event(), "finished": env.event()}
-
-        inst = self._instance(("coll",) + key, make)
-        inst["joined"] += 1
-        if inst["joined"] == len(parts):
-            inst["go"].succeed()
-        yield inst["go"]
+        inst = yield from self._rendezvous(("coll",) + key, len(parts))
         co = self.topology.collectives
         if symmetric:
             yield env.process(collective_process(self.sim, self.fabric, self.net, algo, launch_s=co.launch_s,
@@ -324,16 +328,9 @@ class Executor:
             return
         parts = self._participants(nd.group)
 
-        def make():
-            return {"joined": 0, "go": env.event(), "finished": env.event(), "value": None}
-
-        inst = self._instance(("fused",) + key, make)
-        inst["joined"] += 1
-        if inst["joined"] == len(parts):
-            inst["go"].succeed()
-        yield inst["go"]
+        inst = yield from self._rendezvous(("fused",) + key, len(parts))
         if e == parts[0]:
-            occ = self.topology.gpu_initiated.occupancy_loss if knobs.occupancy_loss is None else knobs.occupancy_loss
+            occ = knobs.effective_occupancy_loss(self.topology)
             ranks = [self.ent_ranks[c] for c in parts]
             val = yield env.process(op.fused_process(self.sim, self.fabric, self.net, self.cost, knobs,
                                                      self.topology, ranks, occ))

@@ -140,9 +140,10 @@ def _attach_intervals(res: dict, runs: list[dict], method: str) -> None:
     for m, r in res.items():
         r.uncertainty = method if runs else "none"
         times = [run[m].iteration_time_s for run in runs] or [r.iteration_time_s]
-        r.interval = _quantiles(times)
         if method == "bound" and runs:  # the three runs are the p10, p50 and p90 cost models
-            r.interval = {"p10": times[0], "p50": times[1], "p90": times[2]}
+            r.interval = dict(zip(("p10", "p50", "p90"), times, strict=True))
+        else:
+            r.interval = _quantiles(times)
     if "baseline" in res and "fused" in res:
         pairs = [(run["baseline"].iteration_time_s, run["fused"].iteration_time_s) for run in runs] or [
             (res["baseline"].iteration_time_s, res["fused"].iteration_time_s)]

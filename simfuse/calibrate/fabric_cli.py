@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..errors import SpecError
 from .fabric_fit import LARGE_BYTES, calibrated_topology_yaml, fit_fabric
 
 
@@ -11,15 +10,13 @@ def cmd_fit_fabric(args) -> int:
     reproduce the log."""
     import json
     import sys
-    from pathlib import Path
 
+    from ..checks import check_out_file
     from ..results.io import atomic_write_text
     from ..system import System
     from .nccl_tests import read_nccl_tests
 
-    out = Path(args.out) if args.out else None
-    if out is not None and out.is_dir():
-        raise SpecError("<argument>", "--out", f"{out} is a directory; give a topology file name")
+    out = check_out_file(args.out)
     system = System.load(args.topology)
     from .detect import TORCH_PROFILER, detect_format
 

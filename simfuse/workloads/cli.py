@@ -22,6 +22,7 @@ def cmd_run(args) -> int:
     if args.trace and not args.out:
         raise SpecError("<argument>", "--trace", "needs --out DIR")
     check_out_dir(args.out)
+    check_out_dir(args.export_chakra, "--export-chakra")
     ex = parse_execution({**parse_set_pairs(args.set), **_scaling_settings(args), "mode": args.mode,
                           "sim_mode": args.sim_mode})
     system = System.load(args.topology)

@@ -664,5 +664,7 @@ def export_et(graph: Graph, directory: str | Path, prefix: str = "simfuse", *, c
         meta = GlobalMetadata(SCHEMA_VERSION, [_attr(M_RANK, "int64_val", rank), *meta_attrs])
         paths.append(write_et(directory / f"{prefix}.{rank}.et", meta, nodes, compress=compress))
     json_path = directory / f"{prefix}.json"
-    json_path.write_text(json.dumps(comm_json, indent=2) + "\n")
+    from ...results.io import atomic_write_text
+
+    atomic_write_text(json_path, json.dumps(comm_json, indent=2) + "\n")
     return [*paths, json_path]

@@ -99,5 +99,6 @@ def write_et(path: str | Path, metadata: GlobalMetadata, nodes: Iterable[Node], 
     data = encode_et(metadata, nodes)
     if compress:
         data = gzip.compress(data, mtime=0)
-    path.write_bytes(data)
-    return path
+    from ...results.io import atomic_write
+
+    return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))

@@ -141,6 +141,7 @@ class Executor:
         self.ctx = _Ctx(sim, self.fabric, net, self.cost, self.topology)
         self._instances: dict = {}
         self._parts: dict = {}
+        self._group_ranks: dict = {}
         self._p2p: dict = {}
         self._algorithms: dict = {}
         self._flow_cache = FlowGroupCache(self.fabric)
@@ -305,7 +306,9 @@ class Executor:
                                                 f"{nd.group} has {group.size} ranks")
         inst = self._exchange(nd.group, key)
         co = self.topology.collectives
-        dsts = np.asarray(group.ranks, dtype=np.int64)
+        dsts = self._group_ranks.get(nd.group)
+        if dsts is None:  # one array per group (a world group of 131,072 ranks costs ms to convert)
+            dsts = self._group_ranks[nd.group] = np.asarray(group.ranks, dtype=np.int64)
         yield self.env.process(inst.bulk_member(e, self.ent_ranks[e], self.fabric, self.net, dsts, nd.send_bytes,
                                                 launch_s=co.launch_s, tag=nd.name))
         yield self.env.process(inst.ready(e, co.sync_s))

@@ -39,6 +39,7 @@ from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, FusedNode, Graph
 from ..spec import DLRMSpec
 from .dense import elementwise_work, gemm_work
 from .placement import place_tables, rank_classes
+from .planner import RankUnits
 
 #: sharding types whose shards pool for every bag and send their result straight to the bag owners
 _A2A_KINDS = ("table_wise", "row_wise", "column_wise")
@@ -162,7 +163,8 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         per_rank = plan.per_rank
     else:
         per_rank = place_tables(spec, n, topology.device.memory_bytes)
-    cls_of_rank, sigs = rank_classes(per_rank, g)
+    vec = isinstance(per_rank, RankUnits)  # a planned placement: per-rank summaries without per-rank lists
+    cls_of_rank, sigs = per_rank.rank_classes(g) if vec else rank_classes(per_rank, g)
     full = sim_mode == "full" or (sim_mode == "auto" and len(sigs) > 1 and n <= FULL_SIM_MAX_RANKS)
     graph = Graph(nodes, g, name=spec.name)
     graph.add_group(world(n))
@@ -180,10 +182,14 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     layout = Layout(nodes, g)
     # per rank: bytes sent to every rank by its All-to-All shards (table/row/column-wise: b x its columns each),
     # and its table-row-wise shards (stage 1: N*b*D to each local peer; stage 2: b*D to its rail on every node)
-    uni_cols = np.array([sum(u.dim or D for u in us if u.kind in _A2A_KINDS) for us in per_rank], dtype=float)
-    twrw = np.array([sum(1 for u in us if u.kind == "table_row_wise") for us in per_rank], dtype=float)
+    if vec:
+        uni_cols, twrw = per_rank.columns(_A2A_KINDS, D), per_rank.count("table_row_wise")
+        dp_tables = per_rank.tables_of("data_parallel")
+    else:
+        uni_cols = np.array([sum(u.dim or D for u in us if u.kind in _A2A_KINDS) for us in per_rank], dtype=float)
+        twrw = np.array([sum(1 for u in us if u.kind == "table_row_wise") for us in per_rank], dtype=float)
+        dp_tables = sorted({u.table for us in per_rank for u in us if u.kind == "data_parallel"})
     ub_all = uni_cols * b * eb
-    dp_tables = sorted({u.table for us in per_rank for u in us if u.kind == "data_parallel"})
     has_twrw = bool(twrw.any())
     local_of = np.arange(n) % g
     node_of = np.arange(n) // g

@@ -54,6 +54,7 @@ tables then run as a plain kernel and two bulk All-to-Alls).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,7 +115,7 @@ class Plan:
     n_ranks: int
     gpus_per_node: int
     tables: list[TablePlan]
-    per_rank: list[list[Unit]]
+    per_rank: list[list[Unit]] | RankUnits
     estimated_critical_s: float
     candidate: str = "greedy"
     candidates: dict = field(default_factory=dict)
@@ -132,22 +133,135 @@ class Plan:
 
     def memory_bytes(self, spec) -> np.ndarray:
         """Embedding storage per rank (bytes)."""
+        if isinstance(self.per_rank, RankUnits):
+            return self.per_rank.memory_bytes(spec)
         return _memory_per_rank(self.per_rank, spec)
+
+
+class RankUnits(Sequence):
+    """The units every rank holds, stored once per placed table (O(tables), not O(ranks x tables) objects).
+
+    Entry ``i`` is one table's option and its holder ranks (shard ``s`` on ``holders[s]``); ``self[r]`` builds
+    rank ``r``'s list of :class:`~simfuse.workloads.placement.Unit` in placement order, the order the per-rank
+    lists of the straightforward construction have.  The per-rank summaries the DLRM builder needs
+    (:meth:`rank_classes`, :meth:`columns`, :meth:`count`, :meth:`tables_of`, :meth:`memory_bytes`) are computed
+    per entry with numpy and equal those of the materialised lists (``tests/workloads/test_planner_vectorised.py``
+    checks it against the per-rank construction)."""
+
+    def __init__(self, n_ranks: int):
+        self.n = n_ranks
+        self.entries: list[tuple[Unit, np.ndarray]] = []  # (unit of shard 0, holders)
+        self._pos: list[dict | None] = []                  # rank -> shard index (None: holders are 0..n-1)
+
+    def add(self, table: int, opt, holders) -> None:
+        h = np.asarray(holders, dtype=np.int64).reshape(-1)
+        self.entries.append((Unit(table, opt.rows, opt.pooling, 0, opt.shards, opt.kind, opt.dim), h))
+        every = len(h) == self.n and bool((h == np.arange(self.n)).all())
+        self._pos.append(None if every else {int(r): i for i, r in enumerate(h.tolist())})
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, r):
+        if isinstance(r, slice):
+            return [self[i] for i in range(*r.indices(self.n))]
+        r = int(r)
+        if r < 0:
+            r += self.n
+        if not 0 <= r < self.n:
+            raise IndexError(r)
+        out = []
+        for (u, _h), pos in zip(self.entries, self._pos, strict=True):
+            i = r if pos is None else pos.get(r)
+            if i is not None:
+                out.append(Unit(u.table, u.rows, u.pooling, i, u.shards, u.kind, u.dim))
+        return out
+
+    def _per_rank_sum(self, value) -> np.ndarray:
+        """``sum(value(u) for u in self[r])`` for every rank, accumulated in placement order (exact)."""
+        acc = np.zeros(self.n)
+        for u, h in self.entries:
+            v = value(u)
+            if v:
+                acc[h] += v
+        return acc
+
+    def columns(self, kinds, dim: int) -> np.ndarray:
+        """Columns each rank holds in units of ``kinds`` (``u.dim or dim`` summed)."""
+        return self._per_rank_sum(lambda u: (u.dim or dim) if u.kind in kinds else 0)
+
+    def count(self, kind: str) -> np.ndarray:
+        """Units of ``kind`` on each rank."""
+        return self._per_rank_sum(lambda u: 1 if u.kind == kind else 0)
+
+    def tables_of(self, kind: str) -> list[int]:
+        """Sorted tables with a unit of ``kind`` on some rank."""
+        return sorted({u.table for u, h in self.entries if u.kind == kind and len(h)})
+
+    def memory_bytes(self, spec) -> np.ndarray:
+        """Embedding storage per rank (bytes), as :func:`_memory_per_rank` on the lists."""
+        eb = DTYPE_BYTES[spec.embedding_dtype]
+        return self._per_rank_sum(lambda u: u.rows * (u.dim or spec.dim) * eb * (1.0 + spec.optimizer_state_factor))
+
+    def rank_classes(self, gpus_per_node: int | None = None) -> tuple[np.ndarray, list]:
+        """:func:`~simfuse.workloads.placement.rank_classes` of the per-rank lists, without building them.  A
+        rank's signature is the multiset of its units' ``(kind, round(pooling, 9), dim)``; entries held by every
+        rank add the same to all, so two ranks' signatures are equal iff their counts over the other entries'
+        signatures are: only the holders of those entries (a few ranks per table) get a signature of their own,
+        every other rank has the empty one.  A node's composition is likewise the sorted tuple of its ranks'
+        signature ids, computed for the nodes that hold such a rank.  Classes are numbered by first appearance;
+        the key of each class is built from its first rank's lists (and its node's)."""
+        from .placement import rank_classes
+
+        n = self.n
+        atoms: dict = {}
+        special: dict[int, list[int]] = {}  # rank -> atoms of its entries held by a subset of the ranks
+        for (u, h), pos in zip(self.entries, self._pos, strict=True):
+            if pos is None:
+                continue
+            a = atoms.setdefault((u.kind, round(u.pooling, 9), u.dim), len(atoms))
+            for r in h.tolist():
+                special.setdefault(r, []).append(a)
+        sig_id: dict = {(): 0}
+        sig = np.zeros(n, dtype=np.int64)
+        for r, al in special.items():
+            sig[r] = sig_id.setdefault(tuple(sorted(al)), len(sig_id))
+        if gpus_per_node:
+            comp = np.zeros(n // gpus_per_node, dtype=np.int64)
+            comp_id: dict = {(0,) * gpus_per_node: 0}
+            for node in sorted({r // gpus_per_node for r in special}):
+                row = tuple(sorted(sig[node * gpus_per_node:(node + 1) * gpus_per_node].tolist()))
+                comp[node] = comp_id.setdefault(row, len(comp_id))
+            comp = np.repeat(comp, gpus_per_node)
+        else:
+            comp = np.zeros(n, dtype=np.int64)
+        _, first, inv = np.unique(sig * (int(comp.max()) + 1) + comp, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        renum = np.empty(len(order), dtype=np.int64)
+        renum[order] = np.arange(len(order))
+        cls = renum[inv.reshape(-1)]
+        keys = []
+        for r in first[order].tolist():  # the key of each class, from its first rank's lists (and its node's)
+            if gpus_per_node:
+                lo = r // gpus_per_node * gpus_per_node
+                sub, _k = rank_classes([self[i] for i in range(lo, lo + gpus_per_node)], gpus_per_node)
+                keys.append(_k[int(sub[r - lo])])
+            else:
+                keys.append(rank_classes([self[r]])[1][0])
+        return cls, keys
 
 
 def format_ranks(ranks, n_ranks: int) -> str:
     """``0-7;16`` (ranges of consecutive ranks); ``all`` when every rank in order."""
-    rs = list(ranks)
-    if rs == list(range(n_ranks)) and n_ranks > 1:
+    rs = np.asarray(list(ranks), dtype=np.int64)
+    if n_ranks > 1 and len(rs) == n_ranks and bool((rs == np.arange(n_ranks)).all()):
         return "all"
-    parts, i = [], 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        parts.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ";".join(parts)
+    if not len(rs):
+        return ""
+    breaks = np.flatnonzero(np.diff(rs) != 1)  # a run of consecutive ranks ends at each break
+    starts, ends = np.r_[0, breaks + 1].tolist(), np.r_[breaks, len(rs) - 1].tolist()
+    vals = rs.tolist()
+    return ";".join(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}" for i, j in zip(starts, ends, strict=True))
 
 
 def parse_ranks(text, n_ranks: int, source: str, fld: str) -> tuple[int, ...]:
@@ -349,11 +463,6 @@ def _option_total(ctx: _Ctx, opt: _Option) -> float:
     return (opt.shards if opt.kind not in ("data_parallel",) else 0) * hold + ctx.n * uni
 
 
-def _units(opt: _Option, t: int, holders) -> list[tuple[int, Unit]]:
-    return [(int(r), Unit(t, opt.rows, opt.pooling, i, opt.shards, opt.kind, opt.dim))
-            for i, r in enumerate(holders)]
-
-
 def _too_big(ctx: _Ctx, t: int):
     return SpecError(ctx.spec.source, f"embedding.rows[{t}]",
                      f"table of {ctx.spec.tables[t].rows} rows fits no sharding in the GPUs' embedding memory "
@@ -363,7 +472,7 @@ def _too_big(ctx: _Ctx, t: int):
 def _partition(ctx: _Ctx, allowed: tuple[str, ...], name: str) -> Plan:
     T = len(ctx.spec.tables)
     L = _Loads(ctx)
-    per_rank: list[list[Unit]] = [[] for _ in range(ctx.n)]
+    per_rank = RankUnits(ctx.n)
     tw = {t: enumerate_options(ctx, t, ("table_wise",))[0] for t in range(T)}
     order = sorted(range(T), key=lambda t: (-_option_cost_alone(ctx, tw[t]), t))
     options = {t: enumerate_options(ctx, t, allowed) for t in range(T)}
@@ -389,9 +498,8 @@ def _partition(ctx: _Ctx, allowed: tuple[str, ...], name: str) -> Plan:
             raise _too_big(ctx, t)
         _, opt, holders = best
         _apply(opt, holders, L)
-        for r, u in _units(opt, t, holders):
-            per_rank[r].append(u)
-        tables.append(TablePlan(t, opt.kind, tuple(int(r) for r in holders), opt.rows, opt.dim, opt.storage,
+        per_rank.add(t, opt, holders)
+        tables.append(TablePlan(t, opt.kind, tuple(np.asarray(holders).tolist()), opt.rows, opt.dim, opt.storage,
                                 _option_cost_alone(ctx, opt)))
     tables.sort(key=lambda tp: tp.table)
     return Plan(ctx.mode, ctx.n, ctx.g, tables, per_rank, float(L.costs().max()), name)

@@ -142,6 +142,7 @@ class Executor:
         self._instances: dict = {}
         self._parts: dict = {}
         self._group_ranks: dict = {}
+        self._algos: dict = {}
         self._p2p: dict = {}
         self._algorithms: dict = {}
         self._flow_cache = FlowGroupCache(self.fabric)
@@ -271,9 +272,13 @@ class Executor:
         if group.size == 1:
             return  # nothing to exchange: a collective on one rank costs nothing
         symmetric = self.fabric.symmetric
-        name = nd.algorithm or self.tuner.choose(nd.op, group, nd.size_bytes, symmetric_only=symmetric)
-        algo = make_group_algorithm(nd.op, name, group, self.graph.gpus_per_node, nd.size_bytes,
-                                    self.topology.collectives.channels)
+        akey = (nd.op, nd.algorithm, nd.group, float(nd.size_bytes))
+        hit = self._algos.get(akey)
+        if hit is None:  # once per (op, group, size) for all simulated ranks (algorithms hold no run state)
+            name = nd.algorithm or self.tuner.choose(nd.op, group, nd.size_bytes, symmetric_only=symmetric)
+            hit = self._algos[akey] = (name, make_group_algorithm(nd.op, name, group, self.graph.gpus_per_node,
+                                                                  nd.size_bytes, self.topology.collectives.channels))
+        name, algo = hit
         self._algorithms[nd.name] = name
         if symmetric and not algo.symmetric:
             raise SpecError("<graph>", nd.name, f"{nd.op}:{name} is not symmetric on group {nd.group}; "

@@ -271,9 +271,16 @@ def test_bench_planner_smoke(root, tmp_path):
     spec = importlib.util.spec_from_file_location("bench_planner", root / "experiments/bench_planner.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    df = mod.main(["--nodes", "1", "--batch-per-gpu", "64", "--out", str(tmp_path / "b.csv")])
+    out = tmp_path / "b.csv"
+    df = mod.main(["--points", "planner:1,run:1:none", "--batch-per-gpu", "64", "--out", str(out)])
     assert set(df["what"]) == {"planner_baseline", "planner_fused", "planner_both", "run_both_modes"}
-    assert {"machine", "date"} <= set(df.columns) and math.isfinite(df["wall_s"].sum())
+    assert {"machine", "date", "commit", "peak_rss_gib", "process_wall_s", "meets_target"} <= set(df.columns)
+    assert math.isfinite(df["wall_s"].sum()) and (df["peak_rss_gib"] > 0).all()
+    run = df[df["what"] == "run_both_modes"].iloc[0]
+    assert run["uncertainty"] == "none" and run["gpus"] == 8 and run["global_batch"] == 64 * 8
+    assert len(mod.main(["--points", "planner:1", "--batch-per-gpu", "64", "--out", str(out)])) == len(df) + 3
+    with pytest.raises(SpecError):
+        mod.main(["--points", "run:1", "--out", str(out)])
 
 
 def test_sweep_carries_scaling_modes(root, tmp_path):

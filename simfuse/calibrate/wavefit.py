@@ -7,8 +7,8 @@ and warps) runs ``floor(G / S)`` full waves and one partial wave of ``G mod S`` 
 
 ``phi_j`` are per-program work terms that follow how the kernels spend time (:data:`TERMS`): embedding -- per
 program, per bag (offsets, store, flag), per gathered row (a dependent index load and a row load: latency),
-per byte; GEMV -- per program, per K element of the program's slice (the k-steps), per byte; GEMM -- per program
-(tile prologue/epilogue), per K element (k-steps), per FLOP, per byte.  ``sigma_j(n)`` says how term ``j``
+per byte (requested, or at the HBM access granularity: ``per_dram_byte``, CV picks); GEMV -- per program, per K
+element of the program's slice (the k-steps), per byte; GEMM -- per program (tile prologue/epilogue), per K element (k-steps), per FLOP, per byte.  ``sigma_j(n)`` says how term ``j``
 speeds up when only ``n < S`` programs are resident (the last, partial wave, or a grid smaller than a wave):
 
 * ``fixed`` -- not at all (latency: a program's dependent loads take as long however many run);
@@ -25,7 +25,8 @@ non-negative least squares on relative residuals.  Terms are chosen by cross-val
 of every family is cut into **regions** (the extreme value of each axis: the smallest and largest embedding
 dim, pooling, bag count; GEMV n and k; GEMM m, n, k), each 4x beyond the next grid value.  Leave-region-out:
 for each region, the candidates are scored by leave-region-out over the *other* regions (inner loop), the best
-one is fitted on everything outside the region and predicts the region (outer loop).  The outer residuals are
+one is fitted on everything outside the region and predicts the region (outer loop); a training set with no axis of
+3 or more values left (the fp32 GEMM grid) scores its candidates by leave-one-shape-out instead.  The outer residuals are
 what :func:`cross_validate` reports -- predictions 4x outside the shapes the fit saw, along one axis -- and
 what the prediction intervals are drawn from.
 """

@@ -456,8 +456,8 @@ def build_profile(inp: Inputs, compute_units: int | None = None) -> dict:
 
 
 #: A wave model whose nested leave-region-out median error exceeds this is not written into the profile: it does not
-#: extrapolate, so pricing other shapes with it would be worse than the roofline (on the H200 campaign: only the fp32
-#: GEMM, Triton's IEEE fp32 dot at ~4 TFLOP/s -- not the kernel an fp32 model would run -- with 79%).
+#: extrapolate, so pricing other shapes with it would be worse than the roofline (on the H200 campaign every family
+#: passes since the inner loop falls back to leave-one-shape-out; before, the fp32 GEMM had 79%).
 WAVE_MAX_CV_MEDIAN = 0.5
 
 

@@ -170,7 +170,11 @@ def _validate_campaign(args: argparse.Namespace) -> int:
               f"max {fam['max_abs'] * 100:.1f}% ({flag}); in-sample median {fam['fit_median_abs'] * 100:.1f}%; "
               f"interval p10/p90 x{fam['p10']:.3f}/x{fam['p90']:.3f}{'; ' + fam['base'] if fam.get('base') else ''}")
         for name, r in fam["regions"].items():
-            print(f"      {name}: {r['points']} points, median {r['median_abs'] * 100:.1f}%, max {r['max_abs'] * 100:.1f}%")
+            beyond = r.get("programs_per_sm", 0) > r.get("train_programs_per_sm", 1 << 30)
+            note = (f" (up to {r['programs_per_sm']} programs per SM, the rest at most {r['train_programs_per_sm']}: "
+                    "SM sharing no training point showed)" if beyond else "")
+            print(f"      {name}: {r['points']} points, median {r['median_abs'] * 100:.1f}%, "
+                  f"max {r['max_abs'] * 100:.1f}%{note}")
     if args.out:
         print(f"  wrote {args.out}/campaign_cv.json, campaign_cv.csv")
     return 0

@@ -7,8 +7,8 @@ and warps) runs ``floor(G / S)`` full waves and one partial wave of ``G mod S`` 
 
 ``phi_j`` are per-program work terms that follow how the kernels spend time (:data:`TERMS`): embedding -- per
 program, per bag (offsets, store, flag), per gathered row (a dependent index load and a row load: latency),
-per byte; GEMV -- per program, per K element of the program's slice (the k-steps), per byte; GEMM -- per program
-(tile prologue/epilogue), per K element (k-steps), per FLOP, per byte.  ``sigma_j(n)`` says how term ``j``
+per byte (requested, or at the HBM access granularity: ``per_dram_byte``, CV picks); GEMV -- per program, per K
+element of the program's slice (the k-steps), per byte; GEMM -- per program (tile prologue/epilogue), per K element (k-steps), per FLOP, per byte.  ``sigma_j(n)`` says how term ``j``
 speeds up when only ``n < S`` programs are resident (the last, partial wave, or a grid smaller than a wave):
 
 * ``fixed`` -- not at all (latency: a program's dependent loads take as long however many run);
@@ -25,7 +25,8 @@ non-negative least squares on relative residuals.  Terms are chosen by cross-val
 of every family is cut into **regions** (the extreme value of each axis: the smallest and largest embedding
 dim, pooling, bag count; GEMV n and k; GEMM m, n, k), each 4x beyond the next grid value.  Leave-region-out:
 for each region, the candidates are scored by leave-region-out over the *other* regions (inner loop), the best
-one is fitted on everything outside the region and predicts the region (outer loop).  The outer residuals are
+one is fitted on everything outside the region and predicts the region (outer loop); a training set with no axis of
+3 or more values left (the fp32 GEMM grid) scores its candidates by leave-one-shape-out instead.  The outer residuals are
 what :func:`cross_validate` reports -- predictions 4x outside the shapes the fit saw, along one axis -- and
 what the prediction intervals are drawn from.
 """
@@ -46,10 +47,14 @@ import numpy as np
 from ..costs.calibrated import CUS, WaveFit, _g, features, load, waves
 from .fit import nnls_relative
 
-#: Per family: term -> the occupancy scalings cross-validation may choose from (None = leave the term out).
+_DEV = ("dev2", "dev4", "dev8", "dev16", "cu")
+#: Per family: slot -> the options cross-validation may choose from: None = leave the slot out, a sigma kind = the
+#: slot's own term with that occupancy scaling, (term, kind) = another term in that slot (alternatives that are
+#: never used together, e.g. requested bytes or bytes at the HBM access granularity).
 TERMS: dict[str, dict[str, tuple]] = {
     "embedding_all_to_all": {"per_program": ("fixed",), "per_bag": (None, "cu"),
-                             "per_row": (None, "fixed", "cu"), "per_byte": (None, "dev2", "dev4", "dev8", "dev16", "cu")},
+                             "per_row": (None, "fixed", "cu"),
+                             "per_byte": (None, *_DEV, *(("per_dram_byte", k) for k in _DEV))},
     "gemv_all_reduce": {"per_program": ("fixed",), "per_k": (None, "fixed", "cu"),
                         "per_byte": (None, "dev2", "dev4", "dev8", "dev16", "cu")},
     "gemm_all_to_all": {"per_program": ("fixed",), "per_k": (None, "fixed", "cu"), "per_flop": (None, "cu"),
@@ -141,7 +146,8 @@ def campaign_points(rows: Iterable[dict]) -> list[Point]:
             axes = {"m": num("m"), "n": num("n"), "k": num("k")}
         slots = occupancy_slots(num("n_regs"), num("shared_bytes"), int(num("num_warps")))
         pts.append(Point(k, r["variant"], r["dtype"], int(num("grid")), slots,
-                         features(k, num("flops_per_wg"), num("bytes_per_wg"), shape), axes, num("median_s")))
+                         features(k, num("flops_per_wg"), num("bytes_per_wg"), shape, r["dtype"]), axes,
+                         num("median_s")))
     return pts
 
 
@@ -151,7 +157,8 @@ def _candidates(kernel: str) -> list[dict[str, str]]:
     names = list(terms)
     out = []
     for combo in itertools.product(*(terms[t] for t in names)):
-        out.append({t: k for t, k in zip(names, combo, strict=True) if k is not None})
+        out.append(dict(o if isinstance(o, tuple) else (t, o)
+                        for t, o in zip(names, combo, strict=True) if o is not None))
     return out
 
 
@@ -186,6 +193,20 @@ def regions(pts: list[Point]) -> dict[str, list[int]]:
         for name, v in ((f"{ax}={vals[0]:g} (lowest)", vals[0]), (f"{ax}={vals[-1]:g} (highest)", vals[-1])):
             out[name] = [i for i, p in enumerate(pts) if p.axes[ax] == v]
     return out
+
+
+def programs_per_sm(pts: list[Point]) -> int:
+    """Most programs any of ``pts`` runs on one SM at once (its first wave: ``ceil(min(grid, slots) / CUs)``).  A
+    region above its training set's value needs SM sharing that no training point showed: the fit cannot have
+    learnt it (on the H200 campaign: GEMV n = 16,384, the only GEMV grid over one program per SM)."""
+    return max((math.ceil(min(p.grid, p.slots) / CUS - 1e-9) for p in pts), default=0)
+
+
+def inner_regions(pts: list[Point]) -> dict[str, list[int]]:
+    """Regions for choosing terms on a training set: :func:`regions` when the training set still has an axis with 3
+    or more values, else leave-one-shape-out (a family sampled on 2 values per axis, like the fp32 GEMM, would
+    otherwise have nothing to choose its terms by and fall back to a constant per program)."""
+    return regions(pts) or {f"point {i}": [i] for i in range(len(pts))}
 
 
 def _lro_errors(pts: list[Point], spec: dict[str, str], regs: dict[str, list[int]]) -> np.ndarray:
@@ -229,14 +250,14 @@ def cross_validate(pts: list[Point]) -> dict:
         s = set(idx)
         train = [p for i, p in enumerate(pts) if i not in s]
         test = [pts[i] for i in idx]
-        inner = regions(train)
-        spec = select_spec(train, inner) if inner else {"per_program": "fixed"}
+        spec = select_spec(train, inner_regions(train))
         coef = _fit(train, spec)
         pred = _predict(test, spec, coef)
         rel = pred / np.array([p.time_s for p in test]) - 1.0
         all_rel.extend(rel.tolist())
         out_regs[name] = {"points": len(test), "median_abs": _g(float(np.median(np.abs(rel)))),
-                          "max_abs": _g(float(np.max(np.abs(rel)))), "spec": spec}
+                          "max_abs": _g(float(np.max(np.abs(rel)))), "spec": spec,
+                          "programs_per_sm": programs_per_sm(test), "train_programs_per_sm": programs_per_sm(train)}
     a = np.abs(np.array(all_rel)) if all_rel else np.array([float("nan")])
     return {"regions": out_regs, "errors": all_rel, "median_abs": _g(float(np.median(a))),
             "max_abs": _g(float(np.max(a))), "points": len(all_rel)}
@@ -245,8 +266,7 @@ def cross_validate(pts: list[Point]) -> dict:
 def fit_group(pts: list[Point]) -> WaveFit:
     """The profile's model of one (kernel, variant, dtype): spec chosen by leave-region-out over all regions,
     fitted to all points; prediction-interval quantiles from the nested leave-region-out residuals."""
-    regs = regions(pts)
-    spec = select_spec(pts, regs) if regs else {"per_program": "fixed"}
+    spec = select_spec(pts, inner_regions(pts))
     coef = _fit(pts, spec)
     cv = cross_validate(pts)
     q = _quantiles(cv["errors"])

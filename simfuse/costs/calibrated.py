@@ -108,8 +108,16 @@ def traced_ranges(points: list[dict]) -> dict[tuple[str, str], tuple[float, floa
 #: SMs of the device the wave models were measured on (H200); a fit stores its own.
 CUS = 132
 
-def features(kernel: str, flops: float, nbytes: float, shape: dict) -> dict[str, float]:
-    """Per-program work terms of one program of ``kernel`` (FLOP, requested bytes, operator shape)."""
+#: HBM access granularity of the embedding gather's ``per_dram_byte`` term: a gathered row costs its bytes rounded up
+#: to this.  Chosen by the H200 campaign's leave-region-out CV among the L2 sector (32 B), 64 B and the 128 B line
+#: (docs/calibration.md): only rows under 64 B (fp32 dim 8, 16-bit dim 16) pay more than their bytes.
+DRAM_ATOM_BYTES = 64
+#: Element bytes of an embedding row by dtype (the simulator's embedding works are "fp32" or "fp16").
+_EMB_ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str | None = None) -> dict[str, float]:
+    """Per-program work terms of one program of ``kernel`` (FLOP, requested bytes, operator shape, dtype)."""
     f = {"per_program": 1.0, "per_byte": float(nbytes)}
     if kernel == "embedding_all_to_all":
         d = float(shape.get("dim") or 1)
@@ -118,7 +126,11 @@ def features(kernel: str, flops: float, nbytes: float, shape: dict) -> dict[str,
             p = float(shape["lookups"]) / float(shape["bags"])
         p = p or 1.0
         rows = flops / d
-        f.update(per_row=rows, per_bag=rows / p)
+        row_b = d * _EMB_ELEM_BYTES.get(dtype or "fp32", 4)
+        # HBM bytes: gathered rows at the access granularity, their int64 indices, the pooled rows written
+        f.update(per_row=rows, per_bag=rows / p,
+                 per_dram_byte=rows * (math.ceil(row_b / DRAM_ATOM_BYTES - 1e-9) * DRAM_ATOM_BYTES + 8.0)
+                 + rows / p * row_b)
     elif kernel == "gemv_all_reduce":
         tokens = float(shape.get("tokens") or 1)
         rows = float(shape.get("rows_per_wg") or shape.get("block_n") or 1)
@@ -311,7 +323,7 @@ class CalibratedCostModel:
         name = trace_kernel_name(work.name)
         if name == "gemv_all_reduce" and not (shape.get("rows_per_wg") or shape.get("block_n")) and shape.get("n"):
             shape["rows_per_wg"] = float(shape["n"]) / max(1, work.num_workgroups)  # one program per row block
-        return features(name, work.flops_per_wg, work.requested_bytes_per_wg, shape)
+        return features(name, work.flops_per_wg, work.requested_bytes_per_wg, shape, work.dtype)
 
     def residual_quantiles(self, kernel: str, variant: str = "compute", dtype: str | None = None,
                            qs: tuple[float, ...] = (0.1, 0.5, 0.9)) -> dict[str, float]:

@@ -54,15 +54,22 @@ def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
     return dataclasses.replace(spec, global_batch=int(B))
 
 
-def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner) -> dict:
+def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen=None) -> dict:
     """Each mode with its own plan (forced from ``plan_file`` or planned for that mode) and, in fused mode with
-    ``tune_knobs=auto`` and a planned placement, the fastest knobs of :data:`TUNE_GRID`."""
+    ``tune_knobs=auto`` and a planned placement, the fastest knobs of :data:`TUNE_GRID`.  ``chosen``: results of
+    an earlier run whose plan and knobs each mode reuses as they are (no planning, no tuning)."""
     import dataclasses
 
     from .planner import load_plan
 
     out = {}
     for m in modes:
+        if chosen is not None:
+            c = chosen[m]
+            out[m] = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
+                                   record=record, record_usage=record, knobs=c.knobs, tuner=tuner, plan=c.plan)
+            out[m].tuned = getattr(c, "tuned", False)
+            continue
         plan = load_plan(ex.plan_file, spec, system, nodes, g, m) if ex.plan_file else None
         grid = [{}]
         if m == "fused" and ex.tune_knobs == "auto" and spec.placement == "planned":
@@ -108,7 +115,10 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
     the p10, p50 and p90 of its cross-validated residuals (perfectly correlated errors: an analytic bound, wider
     than independent errors would give); ``mc``: ``uncertainty_draws`` runs with cost models drawn from the
     residuals (seeded by ``seed``); baseline and fused share each draw, so the speedup interval keeps their
-    correlation.  Without residuals (roofline, or a perfect fit) the interval collapses onto the point."""
+    correlation.  Without residuals (roofline, or a perfect fit) the interval collapses onto the point.  The
+    runs of an interval keep the configuration the point estimate chose (DLRM: each mode's sharding plan and
+    fused knobs): the interval is that configuration's iteration time under the cost model's uncertainty, not a
+    re-planning per draw (which would mix the planner's choice into the spread and cost a planning per run)."""
     system = as_system(system)
     ex = execution or ExecutionSpec()
     res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
@@ -117,13 +127,14 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
     runs = []
     if method == "bound":
         runs = [_simulate_once(spec, system.at_quantile(q), nodes, mode=mode, gpus_per_node=gpus_per_node,
-                               sim_mode=sim_mode, seed=seed, execution=ex) for q in (0.1, 0.5, 0.9)]
+                               sim_mode=sim_mode, seed=seed, execution=ex, chosen=res) for q in (0.1, 0.5, 0.9)]
     elif method == "mc":
         import numpy as np
 
         rng = np.random.default_rng(ex.seed if seed is None else seed)
         runs = [_simulate_once(spec, system.draw(rng), nodes, mode=mode, gpus_per_node=gpus_per_node,
-                               sim_mode=sim_mode, seed=seed, execution=ex) for _ in range(ex.uncertainty_draws)]
+                               sim_mode=sim_mode, seed=seed, execution=ex, chosen=res)
+                for _ in range(ex.uncertainty_draws)]
     _attach_intervals(res, runs, method)
     return res
 
@@ -152,8 +163,9 @@ def _attach_intervals(res: dict, runs: list[dict], method: str) -> None:
 
 def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_per_node=None,
                    sim_mode: str | None = None, record: bool = False, seed: int | None = None,
-                   execution: ExecutionSpec | None = None) -> dict:
-    """One simulation of every mode asked for, on ``system``'s cost model as it is."""
+                   execution: ExecutionSpec | None = None, chosen: dict | None = None) -> dict:
+    """One simulation of every mode asked for, on ``system``'s cost model as it is (DLRM: with the plans and
+    knobs of ``chosen``'s results when given)."""
     ex = execution or ExecutionSpec()
     mode = ex.mode if mode is None else mode
     sim_mode = ex.sim_mode if sim_mode is None else sim_mode
@@ -169,7 +181,7 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
         from ..collectives.groups import Tuner
 
         tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())  # shared by both modes
-        return _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner)
+        return _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen)
     if isinstance(spec, TransformerDecodeSpec):
         res = simulate_decode(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     elif isinstance(spec, MoESpec):

@@ -237,17 +237,22 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
 
     Entry ``i`` says group ``e_group[i]`` loads link ``e_link[i]`` with ``e_w[i] * rate``.  Every group's rate
     rises together until a link saturates; the groups on it freeze; repeat.  Returns one rate per group.
+    The loop works on the links the entries touch (renumbered) and drops a frozen group's entries, so an
+    iteration costs the entries still rising, not the whole network.
     """
-    n_links = len(capacity)
     rates = np.zeros(n_groups)
+    if not len(e_group):
+        return rates
+    links, e_l = np.unique(e_link, return_inverse=True)
+    n_links = len(links)
+    remaining = capacity[links].astype(float)
     frozen = np.zeros(n_groups, dtype=bool)
-    remaining = capacity.astype(float).copy()
+    g, lk, w = e_group, e_l, e_w
     level = 0.0
-    active_entries = np.ones(len(e_group), dtype=bool)
     for _ in range(n_groups + 1):
-        if not active_entries.any():
+        if not len(g):
             break
-        denom = np.bincount(e_link[active_entries], weights=e_w[active_entries], minlength=n_links)
+        denom = np.bincount(lk, weights=w, minlength=n_links)
         used = denom > 0
         share = np.full(n_links, np.inf)
         share[used] = remaining[used] / denom[used]
@@ -258,10 +263,10 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
         level += inc
         remaining[used] -= inc * denom[used]
         bottleneck = used & (share <= inc * (1 + 1e-9) + 1e-300)
-        hit = active_entries & bottleneck[e_link]
-        newly = e_group[hit]  # repeated group ids assign the same level
+        newly = g[bottleneck[lk]]  # repeated group ids assign the same level
         rates[newly] = level
         frozen[newly] = True
-        active_entries &= ~frozen[e_group]
+        keep = ~frozen[g]
+        g, lk, w = g[keep], lk[keep], w[keep]
         remaining = np.maximum(remaining, 0.0)
     return rates

@@ -452,12 +452,18 @@ class Fabric:
         if self.symmetric:
             a_cls = int(self.class_of_rank[src])
             b_cls = np.full(len(dsts), a_cls) if same_class else self.class_of_rank[dsts]
-            keys = np.stack([cls.astype(float), b_cls.astype(float), sizes], axis=1)
-            uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-            inverse = inverse.reshape(-1)
-            for j, (c, bc, size) in enumerate(uniq):
-                c, bc = int(c), int(bc)
-                members = dsts[inverse == j]
+            # one integer key per flow, ordered as (route class, receiver class, size): groups come out in
+            # that order, each with its destinations in their given order
+            size_vals, size_idx = np.unique(sizes, return_inverse=True)
+            n_b = int(self.class_of_rank.max()) + 1
+            key = (cls.astype(np.int64) * n_b + b_cls) * len(size_vals) + size_idx.reshape(-1)
+            keys, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+            order = np.argsort(inverse.reshape(-1), kind="stable")
+            bounds = np.cumsum(counts)[:-1]
+            for kj, members in zip(keys.tolist(), np.split(dsts[order], bounds), strict=True):
+                c, rest = divmod(kj, n_b * len(size_vals))
+                bc, si = divmod(rest, len(size_vals))
+                size = size_vals[si]
                 links, is_rx = self._class_links(c, a_cls, bc, via)
                 cnt = len(members)
                 rx_w = cnt * self.class_mult[a_cls] / self.class_mult[bc]

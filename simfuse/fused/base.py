@@ -115,8 +115,9 @@ class FusedOp:
         raise NotImplementedError
 
     # --- shared ---------------------------------------------------------------------------------------
-    def order(self, rank: int, fabric: Fabric, tile_order: str) -> np.ndarray:
-        """Execution order of the workgroups of ``rank``.
+    def order(self, rank: int, fabric: Fabric, tile_order: str, slice_wgs: int = 1) -> np.ndarray:
+        """Execution order of the workgroups of ``rank`` (``slice_wgs``: the knob, for operators whose order
+        interleaves slices, :class:`~simfuse.fused.ops.TwrwEmbeddingPush`; unused here).
 
         ``remote_first``: workgroups bound for other nodes first, then other GPUs of the node, then local ones;
         destinations are visited in *shifted* order (node offset, then local offset from this rank), so at every
@@ -181,7 +182,7 @@ class PushEngine:
         self.on_transfer = on_transfer  # callback(flow group spec, completion event) for every transfer started
         dst, out_bytes = op.wg_destinations(rank)
         self.dst, self.out_bytes = dst, out_bytes
-        self.order = op.order(rank, fabric, knobs.tile_order)
+        self.order = op.order(rank, fabric, knobs.tile_order, knobs.slice_wgs)
         self.slice_of = _slices(self.order, dst, knobs.slice_wgs)
         n_slices = int(self.slice_of.max()) + 1 if len(self.slice_of) else 0
         self.slice_left = np.bincount(self.slice_of, minlength=n_slices)

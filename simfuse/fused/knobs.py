@@ -41,6 +41,11 @@ class FusedKnobs:
         "HBM bytes read per byte put over the NIC (NIC reads the staged output)", minimum=0.0))
     baseline_algorithm: str | None = field(default=None, metadata=_meta(
         "bulk collective algorithm of the baseline (default: the tuner's choice)", optional=True))
+    twrw_push: str = field(default="hierarchical", metadata=_meta(
+        "table-row-wise shards in fused mode (DLRM): hierarchical = the pooling kernel pushes partial sums to the "
+        "node-local reducer, which puts each reduced slice on the rail as it completes (backward: the gradient "
+        "push goes over the rail and the reducer forwards it inside the node); bulk = a plain kernel and two bulk "
+        "exchanges (the behaviour before issue 11)", choices=("hierarchical", "bulk")))
 
     def validate(self, source: str = "<knobs>") -> None:
         _validate(self, source)

@@ -10,6 +10,7 @@ from ..collectives import Layout
 from ..costs import KernelWork
 from ..engine.compute import effective_slots
 from ..errors import SpecError
+from ..network import INTRA, SELF
 from .base import FusedOp, PushEngine, PushOp, dtype_bytes, fused_work, start_puts
 
 
@@ -501,19 +502,46 @@ class PushKernel(FusedOp):
     ``send_bytes[i]`` goes to ``dst_ranks[i]`` over the whole kernel; a wave of ``w`` of the kernel's ``W``
     workgroups pushes ``w / W`` of every destination's bytes as GPU-initiated puts the moment it ends (flag and,
     off the node, proxy latency per put).  Used for gradients produced by a GEMM (DLRM's interaction backward
-    pushing embedding gradients to the table owners)."""
+    pushing embedding gradients to the table owners).
+
+    Relay (the transpose of :class:`TwrwEmbeddingPush`'s two stages): ``relay_bytes[i]`` of ``send_bytes[i]``
+    are forwarded by ``dst_ranks[i]`` to each of its node-local peers as soon as the wave's push has landed there
+    (its store issue, then NVLink stores with their flag latency); ``relay_in_bytes`` is what this rank itself
+    receives for relaying from each of the ``layout.nodes`` ranks of its rail (itself included).  DLRM: the
+    table-row-wise gradients, ``b * D`` per table, go over the rail to the holder node's GPU of the same local
+    index, which passes them to the other row shards.  The relayed data is a second exchange, waited for by a
+    :class:`RelayWait` node sharing ``relay_channel`` (so the consumers of the direct pushes do not wait for the
+    relays); a relaying rank counts as started in it once every push addressed to it has landed and its relays
+    are issued.  Full simulation relays each
+    landed push; the fast paths (one simulated rank per class) relay, by relabelling, what every rail rank sends
+    this rank when this rank's own pushes of that wave to its rail have landed (the wave's end for its own share)."""
 
     name = "push_kernel"
     collective = "all_to_all"
     exchange = True
 
     def __init__(self, work: KernelWork, dst_ranks, send_bytes, tag: str = "push_kernel",
-                 layout: Layout | None = None):
+                 layout: Layout | None = None, relay_bytes=None, relay_in_bytes: float = 0.0,
+                 relay_channel: str = ""):
         self.kernel = work
         self.dst_ranks = np.asarray(dst_ranks, dtype=np.int64)
         self.send_bytes = np.asarray(send_bytes, dtype=float)
         if self.dst_ranks.shape != self.send_bytes.shape:
             raise SpecError("<push_kernel>", "send_bytes", "needs one entry per destination rank")
+        self.relay_bytes = None if relay_bytes is None else np.asarray(relay_bytes, dtype=float)
+        if self.relay_bytes is not None:
+            if self.relay_bytes.shape != self.send_bytes.shape:
+                raise SpecError("<push_kernel>", "relay_bytes", "needs one entry per destination rank")
+            if np.any(self.relay_bytes < 0) or np.any(self.relay_bytes > self.send_bytes * (1 + 1e-12)):
+                raise SpecError("<push_kernel>", "relay_bytes", "must lie between 0 and send_bytes")
+            if layout is None:
+                raise SpecError("<push_kernel>", "layout", "a relaying push needs the layout (node-local peers)")
+        if not relay_in_bytes >= 0:
+            raise SpecError("<push_kernel>", "relay_in_bytes", f"must be >= 0, got {relay_in_bytes!r}")
+        if self.relay_bytes is not None and not relay_channel:
+            raise SpecError("<push_kernel>", "relay_channel", "a relaying push needs the channel of its RelayWait")
+        self.relay_in_bytes = float(relay_in_bytes)
+        self.relay_channel = relay_channel
         self.tag = tag
         self.layout = layout
         self.params = {}
@@ -526,6 +554,11 @@ class PushKernel(FusedOp):
     def collective_size_bytes(self) -> float:
         return float(self.send_bytes.sum())
 
+    def _peers(self, rank: int) -> np.ndarray:
+        g = self.layout.gpus_per_node
+        p = np.arange((rank // g) * g, (rank // g + 1) * g, dtype=np.int64)
+        return p[p != rank]
+
     def member_process(self, ctx, inst, entity: int, rank: int, knobs):
         env = ctx.sim.env
         inst.enter(entity)
@@ -533,17 +566,325 @@ class PushKernel(FusedOp):
         keep = (self.dst_ranks != rank) & (self.send_bytes > 0)
         dsts, sizes = self.dst_ranks[keep], self.send_bytes[keep]
         gi = ctx.topology.gpu_initiated
+        relaying = self.relay_bytes is not None
+        symmetric = ctx.fabric.symmetric
+        relay_tag = f"{self.tag}:relay"
+        if relaying:
+            st = relay_channel(ctx.sim, self.relay_channel, env)
+            issued = st["issued"].setdefault(entity, env.event())
+            relay_of = dict(zip(self.dst_ranks.tolist(), self.relay_bytes.tolist(), strict=True))
+            own_relay = relay_of.get(rank, 0.0)
+
+        def relay(src: int, nbytes: float, after=None):
+            """simpy process: ``src`` forwards ``nbytes`` to each node-local peer (once ``after`` has fired)."""
+            if after:
+                yield simpy.AllOf(env, after)
+            peers = self._peers(src)
+            if len(peers) == 0 or nbytes <= 0:
+                return
+            yield env.timeout(gi.store_issue_s)
+            for grp, done in start_puts(ctx.net, ctx.fabric, gi, src, peers, np.full(len(peers), nbytes), relay_tag):
+                st["flows"].append((grp, done))
+                if st["inst"] is not None:
+                    st["inst"].register(grp, done)
+
+        def spawn(src: int, nbytes: float, after=None):
+            st["procs"].setdefault(src, []).append(env.process(relay(src, nbytes, after)))
+
+        if relaying:  # the relayed part travels as flows of its own, waited for by the RelayWait node
+            rsz = self.relay_bytes[keep]
+            direct = sizes - rsz
+            d_dsts, d_sizes = dsts[direct > 0], direct[direct > 0]
+            r_dsts, r_sizes = dsts[rsz > 0], rsz[rsz > 0]
+        else:
+            d_dsts, d_sizes = dsts, sizes
 
         def on_complete(idx, _t):
-            if len(dsts):
-                for grp, done in start_puts(ctx.net, ctx.fabric, gi, rank, dsts, sizes * (len(idx) / W), self.tag):
-                    inst.register(grp, done)
+            f = len(idx) / W
+            puts = start_puts(ctx.net, ctx.fabric, gi, rank, d_dsts, d_sizes * f, self.tag) if len(d_dsts) else []
+            for grp, done in puts:
+                inst.register(grp, done)
+            if not relaying:
+                return
+            rputs = start_puts(ctx.net, ctx.fabric, gi, rank, r_dsts, r_sizes * f, self.tag) if len(r_dsts) else []
+            for grp, done in rputs:
+                st["flows"].append((grp, done))
+                if st["inst"] is not None:
+                    st["inst"].register(grp, done)
+            g = self.layout.gpus_per_node
+            if symmetric:
+                # relabelling: this rank's pushes to its rail peers stand for theirs to it
+                if self.relay_in_bytes > 0:
+                    spawn(rank, self.relay_in_bytes * f)  # its own share: at the wave's end
+                    rail = [done for grp, done in (rputs or puts)
+                            if grp.route_class not in (SELF, INTRA) and np.any(np.asarray(grp.dsts) % g == rank % g)]
+                    if self.layout.nodes > 1:
+                        spawn(rank, (self.layout.nodes - 1) * self.relay_in_bytes * f, rail)
+                return
+            if own_relay > 0:
+                spawn(rank, own_relay * f)
+            for grp, done in rputs:
+                for d in np.asarray(grp.dsts).tolist():
+                    rb = relay_of.get(int(d), 0.0) * f
+                    st["land"].setdefault(int(d), []).append(done)
+                    done.callbacks.append(lambda _ev, d=int(d), rb=rb: spawn(d, rb))
 
         from ..engine import run_kernel
 
         t = yield env.process(run_kernel(ctx.sim, self.work("fused"), ctx.cost, rank=rank, on_complete=on_complete))
         inst.start(entity)
+        if not relaying:
+            return t
+        issued.succeed()
+
+        def finish():
+            if not symmetric and self.relay_in_bytes > 0:
+                # every simulated rank has issued its pushes; wait for those addressed to this rank, whose landing
+                # callbacks have spawned the relays by then
+                yield simpy.AllOf(env, [st["issued"].setdefault(c, env.event()) for c in inst.entities])
+                yield simpy.AllOf(env, st["land"].get(rank, []))
+            yield simpy.AllOf(env, st["procs"].get(rank, []))
+            st["relayed"].setdefault(entity, env.event()).succeed()
+
+        env.process(finish())
         return t
+
+
+def relay_channel(sim, name: str, env) -> dict:
+    """The state a relaying :class:`PushKernel` shares with its :class:`RelayWait` nodes in one simulation (kept
+    on the simulation object: nothing outlives the run)."""
+    chans = sim.__dict__.setdefault("_relay_channels", {})
+    st = chans.get(name)
+    if st is None:
+        st = chans[name] = {"issued": {}, "land": {}, "procs": {}, "relayed": {}, "flows": [], "inst": None}
+    return st
+
+
+class RelayWait(FusedOp):
+    """The receiving side of a relaying :class:`PushKernel` (same ``channel``): no kernel; the node is done when
+    every relayed flow addressed to this rank has landed (an exchange of its own on the group, so the direct
+    pushes' consumers do not wait for it).  Put it on a communication stream after the push kernel's node."""
+
+    name = "relay_wait"
+    collective = "all_to_all"
+    exchange = True
+
+    def __init__(self, channel: str, relay_in_bytes: float, nodes: int, gpus_per_node: int):
+        self.channel, self.params = channel, {}
+        self.relay_in_bytes = float(relay_in_bytes)
+        self.nodes, self.g = int(nodes), int(gpus_per_node)
+
+    def work(self, variant: str):
+        return None
+
+    def collective_size_bytes(self) -> float:
+        return float(self.nodes * self.relay_in_bytes * (self.g - 1))
+
+    def member_process(self, ctx, inst, entity: int, rank: int, knobs):
+        env = ctx.sim.env
+        st = relay_channel(ctx.sim, self.channel, env)
+        if st["inst"] is None:
+            st["inst"] = inst
+            for grp, done in st["flows"]:
+                inst.register(grp, done)
+        inst.enter(entity)
+        t = env.now
+
+        def started():
+            if self.relay_in_bytes > 0:
+                yield st["relayed"].setdefault(entity, env.event())
+            inst.start(entity)
+
+        env.process(started())
+        yield env.timeout(0)  # a simpy process: no kernel, the stream is free at once
+        return t
+
+
+class TwrwEmbeddingPush(FusedOp):
+    """Table-row-wise embedding pooling with a hierarchical fused push (DLRM, planned sharding).
+
+    A table-row-wise table has ``g`` row shards on the GPUs of one node; each shard pools all ``B`` bags at its
+    share of the lookups (one kernel for the ``tables[r]`` shards of rank ``r``; every GPU of a holder node holds
+    the same number).  Bag ``x`` belongs to rank ``x // b``; its *reducer* is the GPU of the holder node with that
+    rank's local index.  The bulk path reduces inside the node (stage 1: ``N * b * D`` per table to each local
+    peer) and then sends on the rails (stage 2: ``b * D`` per table to each rank of the rail).  Fused:
+
+    * stage 1: each workgroup (``bags`` bags of one table) pushes its partial sums to the bags' reducer over
+      NVLink as its slice completes (:class:`~simfuse.fused.base.PushEngine`: slices of ``slice_wgs``, store
+      issue, flag latency; the reducer's own share stays local);
+    * stage 2: once all ``g`` partials of a workgroup's bags have landed at the reducer, it adds them (``g`` x the
+      slice's bytes at one workgroup's HBM share, the convention of :class:`GemmReduceScatter`), then puts the
+      reduced bags on its rail to their owner (``put_issue_s``, then proxy and flag latency per put); the bags of
+      its own node stay there.  Reductions and puts are issued by the reducer as partials complete, whatever
+      its own kernel is doing (a communication workgroup or proxy, as the two-phase operators assume).
+
+    ``remote_first`` order (interleaved and shifted, symmetric): a reducer's bag range is ordered by owner node
+    offset from the holder node (other nodes first, its own node last), then bag block, then table, and cut in
+    chunks of ``slice_wgs`` workgroups; GPU ``l`` runs chunk ``c`` for reducers ``l, l + 1, ...`` (mod ``g``)
+    before chunk ``c + 1``, so at each step every reducer gets one GPU's chunk (no incast) and all ``g`` partials
+    of a chunk land within ``g`` steps.  ``natural``: the index order (table, bag), the same on every GPU.
+
+    A rank counts as started (its stage 2 complete) when its kernel has ended and its reducer has pushed every
+    reduced slice; a rank's data is ready when every push addressed to it has landed.  Full simulation counts
+    each reducer's partials; the fast paths (one simulated rank per class) count, by relabelling inside the
+    node, a rank's own pushes of a slice position to all ``g`` reducers as the ``g`` partials it receives."""
+
+    name = "embedding_twrw_push"
+    collective = "all_to_all"
+    exchange = True
+
+    def __init__(self, work: KernelWork | None, layout: Layout, tables, rank: int, global_batch: int, bags: int,
+                 dim: int, elem_bytes: int, source: str = "<table_row_wise>"):
+        self.layout, self.source, self.params = layout, source, {}
+        n, g = layout.n, layout.gpus_per_node
+        self.tables = np.asarray(tables, dtype=np.int64)
+        if self.tables.shape != (n,) or np.any(self.tables < 0):
+            raise SpecError(source, "tables", f"needs a shard count >= 0 for each of the {n} ranks")
+        by_node = self.tables.reshape(layout.nodes, g)
+        if np.any(by_node != by_node[:, :1]):
+            raise SpecError(source, "tables", "table-row-wise shards must fill every GPU of their node alike")
+        self.rank = int(rank)
+        self.t = int(self.tables[self.rank])
+        self.B, self.D, self.eb = int(global_batch), int(dim), int(elem_bytes)
+        if self.B % n:
+            raise SpecError(source, "global_batch", f"{self.B} is not divisible by the {n} ranks")
+        self.b = self.B // n
+        self.bags = int(bags)
+        if self.bags < 1 or self.b % self.bags:
+            raise SpecError(source, "bags", f"{bags} bags per workgroup do not divide the {self.b} bags per rank")
+        self.kernel = work if self.t > 0 else None
+        if self.t > 0 and (work is None or work.num_workgroups != self.t * self.B // self.bags):
+            raise SpecError(source, "work", f"the pooling kernel needs {self.t * self.B // self.bags} workgroups "
+                                            f"({self.t} tables x {self.B // self.bags} blocks of {self.bags} bags)")
+        self.kb = self.b // self.bags                       # blocks per owner
+        self.Q = layout.nodes * self.kb * self.t            # workgroups per reducer range
+        self.wg_bytes = float(self.bags * self.D * self.eb)
+
+    @staticmethod
+    def bags_for(b: int, bags_per_wg: int) -> int:
+        """Bags per workgroup: the largest divisor of ``b`` up to ``bags_per_wg`` (a workgroup has one owner)."""
+        return _largest_divisor_at_most(b, bags_per_wg)
+
+    def work(self, variant: str) -> KernelWork | None:
+        import dataclasses
+
+        return None if self.kernel is None else dataclasses.replace(self.kernel, variant=variant)
+
+    def collective_size_bytes(self) -> float:
+        return float(self.t * self.B * self.D * self.eb)
+
+    def _wgs(self, rank: int):
+        """Per workgroup of ``rank``: reducer rank, position in the reducer's range (``q``)."""
+        g, N, t = self.layout.gpus_per_node, self.layout.nodes, int(self.tables[rank])
+        per_table = self.B // self.bags
+        i = np.arange(t * per_table, dtype=np.int64)
+        tau, beta = i // per_table, i % per_table
+        owner = beta // self.kb
+        w = beta % self.kb
+        k = rank // g
+        reducer = k * g + owner % g
+        sp = ((owner // g - k) % N - 1) % N                # owner node offset, other nodes first
+        q = (sp * self.kb + w) * t + tau
+        return reducer, q
+
+    def wg_destinations(self, rank: int):
+        reducer, _q = self._wgs(rank)
+        return reducer, np.full(len(reducer), self.wg_bytes)
+
+    def order(self, rank: int, fabric, tile_order: str, slice_wgs: int = 1) -> np.ndarray:
+        reducer, q = self._wgs(rank)
+        if tile_order == "natural":
+            return np.arange(len(q), dtype=np.int64)
+        g = self.layout.gpus_per_node
+        shift = (reducer % g - rank % g) % g
+        return np.lexsort((q, shift, q // max(1, int(slice_wgs)))).astype(np.int64)
+
+    def owners(self, reducer: int, q: np.ndarray) -> np.ndarray:
+        """The bags' owners of positions ``q`` of ``reducer``'s range."""
+        g, N = self.layout.gpus_per_node, self.layout.nodes
+        sig = (q // (self.kb * self.t) + 1) % N
+        return ((reducer // g + sig) % N) * g + reducer % g
+
+    def member_process(self, ctx, inst, entity: int, rank: int, knobs):
+        """simpy process of one rank: pooling kernel with stage-1 pushes; its reducer's stage 2 runs on after the
+        kernel (the rank is started when it is done).  Returns the kernel's end (s)."""
+        env = ctx.sim.env
+        inst.enter(entity)
+        if self.t == 0:
+            inst.start(entity)
+            return env.now
+        topology, g = ctx.topology, self.layout.gpus_per_node
+        gi, dev = topology.gpu_initiated, topology.device
+        symmetric = ctx.fabric.symmetric
+        reduce_s = g * max(1, int(knobs.slice_wgs)) * self.wg_bytes / (
+            dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units)
+        tag = f"{self.name}:rail"
+        st = inst.__dict__.setdefault("twrw_state", {})
+
+        def reducer_state(r: int):
+            s = st.get(r)
+            if s is None:
+                s = st[r] = {"count": np.zeros(self.Q, dtype=np.int64), "reduced": 0, "procs": [],
+                             "done": env.event()}
+            return s
+
+        def stage2(r: int, q: np.ndarray):
+            yield env.timeout(reduce_s)
+            owners = self.owners(r, q)
+            away = owners != r
+            if away.any():
+                yield env.timeout(gi.put_issue_s)
+                uo, inv = np.unique(owners[away], return_inverse=True)
+                sizes = np.bincount(inv.reshape(-1), minlength=len(uo)) * self.wg_bytes
+                for grp, done in start_puts(ctx.net, ctx.fabric, gi, r, uo, sizes, tag):
+                    inst.register(grp, done)
+
+        def land(reducers: np.ndarray, q: np.ndarray):
+            """Partials of positions ``q`` landed at ``reducers`` (one entry per workgroup)."""
+            for r in np.unique(reducers).tolist():
+                rs = reducer_state(r)
+                qq = q[reducers == r]
+                np.add.at(rs["count"], qq, 1)
+                uq = np.unique(qq)
+                full = uq[rs["count"][uq] == g]
+                if len(full):
+                    rs["reduced"] += len(full)
+                    rs["procs"].append(env.process(stage2(r, full)))
+                    if rs["reduced"] == self.Q:
+                        procs = list(rs["procs"])
+                        env.process(_all_then(env, procs, rs["done"]))
+
+        _, q_of = self._wgs(rank)
+        eng = None
+
+        def on_arrival(dsts, slices, _t, _src):
+            sl = np.asarray(slices, dtype=np.int64)
+            wgs = np.concatenate([eng.wgs_of_slice[s] for s in sl.tolist()])
+            reducers = np.full(len(wgs), rank) if symmetric else eng.dst[wgs]
+            land(reducers, q_of[wgs])
+
+        eng = PushEngine(ctx.sim, ctx.fabric, ctx.net, self, ctx.cost, knobs, topology, rank, on_arrival=on_arrival,
+                         on_transfer=inst.register)
+        by_slice = np.argsort(eng.slice_of, kind="stable")
+        cuts = np.searchsorted(eng.slice_of[by_slice], np.arange(len(eng.slice_left) + 1))
+        eng.wgs_of_slice = [by_slice[cuts[i]:cuts[i + 1]] for i in range(len(cuts) - 1)]
+        occ = knobs.effective_occupancy_loss(topology)
+        res = yield env.process(eng.process(fused_work(self, knobs, ctx.fabric, rank), occ, wait=False))
+        done = reducer_state(rank)["done"]
+
+        def finish():
+            yield done
+            inst.start(entity)
+
+        env.process(finish())
+        return res[0]
+
+
+def _all_then(env, events, done):
+    """simpy process: wait for ``events``, then fire ``done``."""
+    if events:
+        yield simpy.AllOf(env, events)
+    done.succeed()
 
 
 OPS: dict[str, type[FusedOp]] = {

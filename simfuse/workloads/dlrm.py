@@ -34,7 +34,7 @@ from ..collectives import Layout
 from ..collectives.groups import world
 from ..errors import SpecError
 from ..fused.knobs import DTYPE_BYTES, FusedKnobs
-from ..fused.ops import EmbeddingAllToAll, PushKernel
+from ..fused.ops import EmbeddingAllToAll, PushKernel, RelayWait, TwrwEmbeddingPush
 from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, FusedNode, Graph
 from ..spec import DLRMSpec
 from .dense import elementwise_work, gemm_work
@@ -214,6 +214,9 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     buckets, closes = _buckets(top_grads + inter_grads + bot_grads, spec.bucket_bytes)
     closing = {last: k for k, last in closes.items()}
     fuse_bwd = mode == "fused" and spec.fuse_backward
+    # fused mode: table-row-wise shards push hierarchically (TwrwEmbeddingPush; backward: the gradient push's relay)
+    twrw_h = mode == "fused" and has_twrw and knobs.twrw_push == "hierarchical"
+    twrw_bags = TwrwEmbeddingPush.bags_for(b, 4)  # _pool_work's 4 bags per workgroup, whole ones per rank
 
     for r in ranks:
         units = [u for u in per_rank[r] if u.kind in _A2A_KINDS]
@@ -256,7 +259,13 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                 graph.meta["fused_waves"] = max(graph.meta["fused_waves"],
                                                 -(-op.W // system.cost.slots(op.work("fused"))))
         tr_dep = last
-        if has_twrw:  # table-row-wise: pool, reduce inside the node (stage 1); stage 2 joins the All-to-All
+        if twrw_h:  # table-row-wise, fused: the pooling kernel pushes to the node-local reducers, which put on the rail
+            tr_work = _pool_work("embedding_twrw", B, sum(u.pooling for u in tr_units), D, eb, tables=len(tr_units),
+                                 bags_per_wg=twrw_bags) if tr_units else None
+            tr_op = TwrwEmbeddingPush(tr_work, layout, twrw, r, B, twrw_bags, D, eb, spec.source)
+            tr_dep = rg.add(FusedNode(name="embedding_twrw_fused", op=tr_op, group="world", knobs=knobs,
+                                      deps=(last,), wait_phase="a2a_twrw_fwd_exposed"))
+        elif has_twrw:  # table-row-wise: pool, reduce inside the node (stage 1); stage 2 joins the All-to-All
             if tr_units:
                 tr_dep = comp(_pool_work("embedding_twrw", B, sum(u.pooling for u in tr_units), D, eb,
                                          tables=len(tr_units)), "embedding_fwd")
@@ -275,7 +284,9 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                 a2a = rg.add(AllToAllVNode(name="a2a_fwd", group="world", send_bytes=np.zeros(n), stream="comm",
                                            deps=(last,)))
             waits = (a2a,)
-            if has_twrw:
+            if twrw_h:
+                waits += (tr_dep,)
+            elif has_twrw:
                 waits += (rg.add(AllToAllVNode(name="a2a_fwd_rail", group="world", send_bytes=fwd_sizes - ub_all[r],
                                                stream="comm", deps=(tr_dep,))),)
         first = True
@@ -299,7 +310,13 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         bwd_x = None
         for si, (pair, j) in enumerate(seq):
             if fuse_bwd and si == producer:
-                push = PushKernel(pair[0], np.arange(n), ub_all, tag="a2a_bwd_fused", layout=layout)
+                pre_push = last
+                if twrw_h:  # table-row-wise gradients over the rail, relayed inside the holder node
+                    push = PushKernel(pair[0], np.arange(n), bwd_sizes, tag="a2a_bwd_fused", layout=layout,
+                                      relay_bytes=bwd_sizes - ub_all, relay_in_bytes=twrw[r] * b * D * eb,
+                                      relay_channel="a2a_bwd_twrw")
+                else:
+                    push = PushKernel(pair[0], np.arange(n), ub_all, tag="a2a_bwd_fused", layout=layout)
                 bwd_x = last = rg.add(FusedNode(name="interaction_bwd_fused", op=push, group="world", knobs=knobs,
                                                 wait_phase="a2a_bwd_wait"))
                 for w in pair[1:]:
@@ -315,10 +332,14 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             bwd_x = rg.add(AllToAllVNode(name="a2a_bwd", group="world", send_bytes=bwd_sizes, stream="comm",
                                          deps=(last,)))
             tr_x = bwd_x
+        elif twrw_h:  # the relayed table-row-wise gradients: their own exchange, on the communication stream
+            tr_x = rg.add(FusedNode(name="a2a_bwd_twrw", op=RelayWait("a2a_bwd_twrw", twrw[r] * b * D * eb, nodes, g),
+                                    group="world", stream="comm", knobs=knobs, wait_phase="a2a_bwd_twrw_wait",
+                                    deps=(pre_push,)))
         elif has_twrw:
             tr_x = rg.add(AllToAllVNode(name="a2a_bwd_rail", group="world", send_bytes=bwd_sizes - ub_all,
                                         stream="comm", deps=(last,)))
-        if has_twrw:
+        if has_twrw and not (fuse_bwd and twrw_h):
             tr_x = rg.add(AllToAllVNode(name="a2a_bwd_intra", group="world", send_bytes=st1_bwd, stream="comm",
                                         deps=(tr_x,)))
         for t in dp_tables:  # the replicated tables' gradients, all-reduced on the data-parallel stream

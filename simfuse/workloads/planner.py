@@ -46,9 +46,9 @@ number of shards); ties go to the lowest increase of the summed cost, then to th
 
 **Proposer**: three candidates (``greedy`` over every option the mode supports, ``table_wise`` (table-wise, row-wise
 where a table does not fit), ``row_wise`` (every table row-wise)); the one with the lowest estimated critical-rank
-cost is chosen.  ``table_row_wise`` is a baseline-only option: the fused embedding kernel pushes every pooled bag
-straight to its owner and cannot fuse a two-stage reduction (a forced plan may still use it in fused mode; its
-tables then run as a plain kernel and two bulk All-to-Alls).
+cost is chosen.  Every option is open to both modes: in fused mode ``table_row_wise`` runs as the hierarchical
+push (``TwrwEmbeddingPush``: partial sums pushed to node-local reducers over NVLink as workgroups finish, reduced
+slices put on the rail as they complete), so its communication overlaps its pooling as the other fused shards' does.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ from ..fused.knobs import DTYPE_BYTES
 from .placement import Unit
 
 SHARDINGS = ("table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel")
-#: sharding types the fused embedding kernel executes (see the module docstring)
-FUSED_SHARDINGS = ("table_wise", "row_wise", "column_wise", "data_parallel")
+#: sharding types fused mode executes (see the module docstring): all of them since the hierarchical TWRW push
+FUSED_SHARDINGS = SHARDINGS
 #: bytes per lookup index: int64 ids, as the fused operator's ``index_bytes`` default (simfuse/fused/ops.py)
 INDEX_BYTES = 8
 #: bytes per gradient element: fp32 gradients, as the DLRM builder's ``grad_eb``

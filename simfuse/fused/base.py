@@ -21,6 +21,7 @@ mode simulates every rank on physical links.  Both are checked against each othe
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -313,14 +314,24 @@ class RunPushEngine:
         self.run_issue = np.where(cls == SELF, 0.0, np.where(cls == INTRA, gi.store_issue_s, gi.put_issue_s))
         self.hold_all = self.s >= self.W > 0
         self.pending: list[simpy.Event] = []
+        # scalar look-ups per wave without numpy call overhead: run bounds as lists, and per distinct issue cost
+        # (at most three: self, NVLink store, NIC put) the sorted indices of the runs that pay it
+        self._end_l, self._start_l = self.run_end.tolist(), self.run_start.tolist()
+        self._issue_runs = [(float(v), np.flatnonzero(self.run_issue == v).tolist())
+                            for v in sorted(set(self.run_issue.tolist()), reverse=True) if v > 0]
 
     def _span(self, lo: int, hi: int) -> slice:
         """The runs overlapping execution positions ``[lo, hi)``."""
-        return slice(int(np.searchsorted(self.run_end, lo, side="right")),
-                     int(np.searchsorted(self.run_start, hi, side="left")))
+        return slice(bisect.bisect_right(self._end_l, lo), bisect.bisect_left(self._start_l, hi))
 
     def wave_overhead_s(self, lo: int, hi: int) -> float:
         sp = self._span(lo, hi)
+        if self.s == 1:  # every workgroup ends a slice: the costliest issue among the runs the wave touches
+            for v, idx in self._issue_runs:
+                j = bisect.bisect_left(idx, sp.start)
+                if j < len(idx) and idx[j] < sp.stop:
+                    return v
+            return 0.0
         st, en, s = self.run_start[sp], self.run_end[sp], self.s
         x = np.maximum(lo, st) - st                       # first position of the wave inside each run
         first_end = np.minimum(st + -(-(x + 1) // s) * s - 1, en - 1)  # first slice end at or after it

@@ -89,8 +89,8 @@ def test_real_h200_trace_gives_every_recorded_gemm_elementwise_and_embedding_cal
         assert {s.op for s in gemm} == {"aten::mm"}
         got = [tuple(v for _, v in s.shape) for s in gemm]
         assert set(got) == shapes and all(got.count(g) == 5 for g in shapes)
-        assert all(s.work == 2 * math.prod(g) for s, g in zip(gemm, got))
-        assert all(s.x == min(g[1], g[2]) for s, g in zip(gemm, got))
+        assert all(s.work == 2 * math.prod(g) for s, g in zip(gemm, got, strict=True))
+        assert all(s.x == min(g[1], g[2]) for s, g in zip(gemm, got, strict=True))
     ew = [s for s in samples if s.family == "elementwise"]
     assert {(s.op, s.dtype) for s in ew} == {(op, dt) for op in ("aten::add", "aten::mul", "aten::clamp_min")
                                              for dt in ("bf16", "fp32")}

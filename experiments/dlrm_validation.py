@@ -2,12 +2,13 @@
 
 A test of the model, never a fit: no simfuse parameter was set from these logs (the topologies, the calibration
 profile and the model files predate this script and are used unchanged).  The derivation of a step time from a
-log is in experiments/mllog.py; the excerpts used are committed under experiments/results/dlrm_validation/sources/
-(one file per submission folder, each run headed by its repository, commit, path and blob).
+log is in experiments/mllog.py.  The logs are not redistributed: the per-run step times derived from them are
+committed in experiments/results/dlrm_validation/derived_steps.csv, one row per run with its repository, commit,
+path and git blob; ``--extract`` re-derives that CSV from mirrored repositories.
 
 Usage:
     python experiments/dlrm_validation.py [--out experiments/results/dlrm_validation] [--smoke]
-    python experiments/dlrm_validation.py --extract /work/.mirror   # re-cut the fixtures from mirrored repositories
+    python experiments/dlrm_validation.py --extract /work/.mirror   # re-derive derived_steps.csv from mirrored repos
 
 Simulation: baseline (bulk-synchronous) mode, as the submissions run; two placements: ``planned`` (the sharding
 planner, simfuse/workloads/planner.py) and ``table_wise``; the model file whose per-GPU batch matches the
@@ -17,7 +18,11 @@ submission (models/dlrm_dcnv2_mlperf*.yaml) on topologies/h100_nvl8_ib_ndr.yaml 
 from __future__ import annotations
 
 import argparse
+import csv
+import math
+import os
 import re
+import statistics
 import subprocess
 import sys
 from datetime import date
@@ -29,9 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments"))
 
-from mllog import read_runs, step_times, write_excerpt  # noqa: E402
+from mllog import MLLogError, RunSteps, parse_runs, step_times  # noqa: E402
 
-SOURCES = ROOT / "experiments" / "results" / "dlrm_validation" / "sources"
+from simfuse.errors import SpecError  # noqa: E402
+
+DERIVED = ROOT / "experiments" / "results" / "dlrm_validation" / "derived_steps.csv"
+#: columns of derived_steps.csv: the run's submission (round, folder), where its log is (repository, commit, path,
+#: blob), what the log says (platform, global batch, train samples) and what we derived (windows, step_s)
+DERIVED_COLUMNS = ("round", "config", "repository", "commit", "path", "blob", "platform", "global_batch",
+                   "train_samples", "windows", "step_s")
 #: v4.1's 1-node folders (eos_ngc24.04, h200_ngc24.04) are left out: their MLLOG lines are identical to v4.0's (the
 #: same runs, listed again), so they would count twice.
 #: (round, repository, commit of the mirrored snapshot, folder under NVIDIA/results, nodes, model, topology)
@@ -65,47 +76,110 @@ PLACEMENTS = ("planned", "table_wise")
 TARGET = 0.15  # issue 11 item 6: within 15% at each point
 
 
-def fixture(rnd: str, folder: str) -> Path:
-    return SOURCES / f"{rnd}__{folder}.txt"
+def derive_rows(rnd: str, folder: str, repo: str, commit: str, logs: list[tuple[str, str, str]]) -> list[dict]:
+    """One derived_steps.csv row per result log: ``logs`` holds (path in the repository, git blob, log text)."""
+    rows = []
+    for path, blob, text in logs:
+        (run,) = parse_runs(text.splitlines(), f"github:{repo}@{commit}:{path}")
+        r: RunSteps = step_times(run)
+        rows.append({"round": rnd, "config": folder, "repository": repo, "commit": commit, "path": path,
+                     "blob": blob, "platform": r.platform, "global_batch": r.global_batch,
+                     "train_samples": r.train_samples, "windows": len(r.windows), "step_s": r.step_s})
+    return rows
 
 
-def extract(mirror_root: Path) -> None:
-    """Cut the fixtures from mirrored repositories (``<mirror_root>/<owner>+<name>/repo``, bare git)."""
-    SOURCES.mkdir(parents=True, exist_ok=True)
+def write_derived(path: Path, rows: list[dict]) -> None:
+    """derived_steps.csv, written whole or not at all (a temporary file renamed over it); floats in full
+    precision (repr), so that the medians of a later run are those of the logs."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=DERIVED_COLUMNS, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in r.items()})
+    os.replace(tmp, path)
+
+
+def _git(git: Path, *args: str) -> str:
+    r = subprocess.run(["git", "-C", str(git), *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SpecError(str(git), " ".join(args), f"git failed: {r.stderr.strip() or r.returncode}")
+    return r.stdout
+
+
+def extract(mirror_root: Path, out: Path = DERIVED) -> None:
+    """Re-derive derived_steps.csv from mirrored repositories (``<mirror_root>/<owner>+<name>/repo``, bare git)."""
+    rows = []
     for rnd, repo, commit, folder, *_ in SUBMISSIONS:
         git = mirror_root / repo.replace("/", "+") / "repo"
         d = f"NVIDIA/results/{folder}/dlrm_dcnv2"
-        ls = subprocess.run(["git", "-C", str(git), "ls-tree", commit, d + "/"], capture_output=True, text=True,
-                            check=True).stdout
-        runs = []
-        logs = [ln for ln in ls.splitlines() if re.search(r"/result_\d+\.txt$", ln)]
-        for line in sorted(logs, key=lambda s: int(s.rsplit("result_", 1)[1].split(".")[0])):
+        ls = _git(git, "ls-tree", commit, d + "/")
+        logs = []
+        found = [ln for ln in ls.splitlines() if re.search(r"/result_\d+\.txt$", ln)]
+        for line in sorted(found, key=lambda s: int(s.rsplit("result_", 1)[1].split(".")[0])):
             meta, path = line.split("\t")
             blob = meta.split()[2]
-            text = subprocess.run(["git", "-C", str(git), "cat-file", "blob", blob], capture_output=True,
-                                  text=True, check=True).stdout
-            runs.append((f"github:{repo}@{commit}:{path} (blob {blob})", text))
-        write_excerpt(fixture(rnd, folder), runs)
-        print(f"{fixture(rnd, folder).name}: {len(runs)} runs", flush=True)
+            text = _git(git, "cat-file", "blob", blob)
+            logs.append((path, blob, text))
+        if not logs:
+            raise SpecError(str(git), f"{commit}:{d}", "no result_*.txt logs (is it the mirrored repository?)")
+        rows += derive_rows(rnd, folder, repo, commit, logs)
+        print(f"{rnd} {folder}: {len(logs)} runs", flush=True)
+    write_derived(out, rows)
+    print(f"wrote {out} ({len(rows)} runs)")
 
 
-def derived_table(subs) -> pd.DataFrame:
+def read_derived(path: Path = DERIVED) -> list[dict]:
+    """The rows of derived_steps.csv, typed; SpecError naming the file, line and column on bad input."""
+    src = str(path)
+    try:
+        f = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(src, "", f"cannot read: {exc.strerror}") from None
+    with f:
+        rd = csv.DictReader(f)
+        missing = [c for c in DERIVED_COLUMNS if c not in (rd.fieldnames or [])]
+        if missing:
+            raise SpecError(src, "header", f"missing column(s) {', '.join(missing)}")
+        rows = []
+        for n, r in enumerate(rd, 2):
+            row = dict(r)
+            for col, typ in (("global_batch", int), ("train_samples", int), ("windows", int), ("step_s", float)):
+                try:
+                    row[col] = typ(r[col])
+                except (TypeError, ValueError):
+                    raise SpecError(src, f"line {n}, column {col}", f"not a number: {r[col]!r}") from None
+                if not (math.isfinite(row[col]) and row[col] > 0):
+                    raise SpecError(src, f"line {n}, column {col}", f"must be positive, got {r[col]!r}")
+            rows.append(row)
+    return rows
+
+
+def derived_table(subs, derived: Path = DERIVED) -> pd.DataFrame:
+    runs = read_derived(derived)
     rows = []
     for rnd, repo, commit, folder, nodes, model, topo in subs:
-        f = fixture(rnd, folder)
-        rs = [step_times(r) for r in read_runs(f)]
-        B = {r.global_batch for r in rs}
+        rs = [r for r in runs if r["round"] == rnd and r["config"] == folder]
+        if not rs:
+            raise SpecError(str(derived), "round, config", f"no runs of {rnd} {folder}")
+        B = {r["global_batch"] for r in rs}
         if len(B) != 1:
-            raise ValueError(f"{f}: runs disagree on global_batch_size: {sorted(B)}")
-        med = sorted(r.step_s for r in rs)
-        rows.append({"round": rnd, "config": folder, "platform": rs[0].platform, "nodes": nodes, "gpus": nodes * 8,
-                     "global_batch": B.pop(), "runs": len(rs), "windows": sum(len(r.windows) for r in rs),
-                     "derived_step_s": med[len(med) // 2] if len(med) % 2 else 0.5 * (med[len(med) // 2 - 1] +
-                                                                                      med[len(med) // 2]),
-                     "derived_min_s": med[0], "derived_max_s": med[-1], "model": model, "topology": topo,
+            raise SpecError(str(derived), "global_batch", f"runs of {rnd} {folder} disagree: {sorted(B)}")
+        med = sorted(r["step_s"] for r in rs)
+        rows.append({"round": rnd, "config": folder, "platform": rs[0]["platform"], "nodes": nodes, "gpus": nodes * 8,
+                     "global_batch": B.pop(), "runs": len(rs), "windows": sum(r["windows"] for r in rs),
+                     "derived_step_s": statistics.median(med), "derived_min_s": med[0], "derived_max_s": med[-1],
+                     "model": model, "topology": topo,
                      "source": f"github:{repo}@{commit}:NVIDIA/results/{folder}/dlrm_dcnv2/result_*.txt",
-                     "fixture": str(f.relative_to(ROOT))})
+                     "fixture": _rel(derived)})
     return pd.DataFrame(rows)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def simulate(model: str, topo: str, nodes: int, placement: str, global_batch: int | None = None) -> dict:
@@ -128,9 +202,9 @@ def simulate(model: str, topo: str, nodes: int, placement: str, global_batch: in
             "global_batch": r.global_batch}
 
 
-def run(out: Path, smoke: bool = False) -> pd.DataFrame:
+def run(out: Path, smoke: bool = False, derived: Path = DERIVED) -> pd.DataFrame:
     subs = [s for s in SUBMISSIONS if not smoke or s[4] == 1]
-    table = derived_table(subs)
+    table = derived_table(subs, derived)
     sims: dict = {}
     for key in sorted({(r.model, r.topology, r.nodes) for r in table.itertuples()}):
         for pl in PLACEMENTS:
@@ -160,12 +234,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "dlrm_validation"))
     ap.add_argument("--smoke", action="store_true", help="1-node fixtures, tiny simulated batch (CI)")
-    ap.add_argument("--extract", metavar="MIRROR_ROOT", help="re-cut the source fixtures from mirrored repos")
+    ap.add_argument("--derived", default=str(DERIVED),
+                    help="per-run step times (CSV, see DERIVED_COLUMNS); --extract writes it")
+    ap.add_argument("--extract", metavar="MIRROR_ROOT",
+                    help="re-derive the --derived CSV from mirrored repositories (<root>/<owner>+<name>/repo)")
     a = ap.parse_args(argv)
-    if a.extract:
-        extract(Path(a.extract))
-        return 0
-    t = run(Path(a.out), a.smoke)
+    try:
+        if a.extract:
+            extract(Path(a.extract), Path(a.derived))
+            return 0
+        t = run(Path(a.out), a.smoke, Path(a.derived))
+    except (SpecError, MLLogError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     cols = ["round", "config", "gpus", "global_batch", "derived_step_s", "sim_planned_s", "ratio_planned",
             "sim_table_wise_s", "ratio_table_wise"]
     print(t[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))

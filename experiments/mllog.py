@@ -1,8 +1,9 @@
 """A small reader for MLPerf ``:::MLLOG`` result logs and the step-time derivation used by dlrm_validation.py.
 
 A log line is ``[prefix]:::MLLOG {json}`` with the keys ``time_ms``, ``event_type`` and ``key`` (``value`` and
-``metadata`` optional).  Fixture files written by :func:`write_excerpt` hold one or more runs, each introduced by a
-``# source: ...`` comment line; other ``#`` lines and blank lines are comments.
+``metadata`` optional).  A file may hold one or more runs, each introduced by a ``# source: ...`` comment line
+(the synthetic test fixture does); other ``#`` lines and blank lines are comments.  The result logs themselves are
+not redistributed: dlrm_validation.py reads them from a mirrored repository and keeps only the derived numbers.
 
 Step time of one run (keys used: ``global_batch_size``, ``train_samples``, ``eval_stop``, ``eval_start`` and
 ``metadata.epoch_num`` on the eval events):
@@ -26,10 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MARK = ":::MLLOG"
-#: the MLLOG keys the derivation needs; write_excerpt keeps only these lines
-KEYS = ("submission_platform", "global_batch_size", "train_samples", "eval_samples", "run_start", "eval_start",
-        "eval_stop", "run_stop")
-
 
 class MLLogError(ValueError):
     """A malformed MLLOG line or a log that lacks what the derivation needs (message names file and line)."""
@@ -70,25 +67,32 @@ def parse_line(line: str, where: str) -> dict | None:
 
 
 def read_runs(path) -> list[Run]:
-    """Runs of a fixture file (or one raw result log: then a single run named after the file)."""
+    """Runs of a file (several, each after a ``# source:`` line, or one raw result log: a single run named after
+    the file)."""
     path = Path(path)
-    runs: list[Run] = []
     with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            s = line.strip()
-            if s.startswith("# source:"):
-                runs.append(Run(source=s[len("# source:"):].strip()))
-                continue
-            if not s or s.startswith("#"):
-                continue
-            e = parse_line(s, f"{path}:{n}")
-            if e is None:
-                continue
-            if not runs:
-                runs.append(Run(source=str(path)))
-            runs[-1].events.append((n, e))
+        return parse_runs(f, str(path))
+
+
+def parse_runs(lines, name: str) -> list[Run]:
+    """Runs of the text ``lines`` (an iterable of lines, e.g. ``str.splitlines()`` of a blob); errors name
+    ``name`` and the line."""
+    runs: list[Run] = []
+    for n, line in enumerate(lines, 1):
+        s = line.strip()
+        if s.startswith("# source:"):
+            runs.append(Run(source=s[len("# source:"):].strip()))
+            continue
+        if not s or s.startswith("#"):
+            continue
+        e = parse_line(s, f"{name}:{n}")
+        if e is None:
+            continue
+        if not runs:
+            runs.append(Run(source=name))
+        runs[-1].events.append((n, e))
     if not runs or not any(r.events for r in runs):
-        raise MLLogError(f"{path}: no MLLOG events")
+        raise MLLogError(f"{name}: no MLLOG events")
     return runs
 
 
@@ -129,16 +133,3 @@ def step_times(run: Run) -> RunSteps:
         raise MLLogError(f"{run.source}: no eval_stop followed by an eval_start: no training window")
     return RunSteps(run.source, str(run.value("submission_platform")), B, N,
                     statistics.median(w[2] for w in windows), windows)
-
-
-def write_excerpt(out, runs: list[tuple[str, str]]) -> None:
-    """Write a fixture: for each (source line, raw log text) the '# source:' line and only the MLLOG lines whose
-    key is in :data:`KEYS`, unchanged."""
-    lines = []
-    for source, text in runs:
-        lines.append(f"# source: {source}")
-        for n, line in enumerate(text.splitlines(), 1):
-            e = parse_line(line, f"{source}:{n}")
-            if e is not None and e["key"] in KEYS:
-                lines.append(line[line.find(MARK):].rstrip())
-    Path(out).write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -171,7 +171,8 @@ def _common(p) -> None:
     p.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
     p.add_argument("--global-batch", type=int, default=None, help="strong scaling: fixed global batch (DLRM)")
     p.add_argument("--batch-per-gpu", type=int, default=None, help="weak scaling: fixed batch per GPU (DLRM)")
-    p.add_argument("--plan", default=None, help="force this sharding plan (CSV: table, sharding, ranks[, mode])")
+    p.add_argument("--plan", default=None, help="force this sharding plan: CSV (table, sharding, ranks[, mode]) or a TorchRec "
+                        "plan (its printed text or JSON; docs/extending.md)")
     add_set_option(p)
 
 

@@ -577,40 +577,52 @@ def _memory_per_rank(per_rank, spec) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------- forced plans
 def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> Plan:
     """A plan from a CSV (``table``, ``sharding``, ``ranks``; optional ``mode``: rows of the other mode are
-    skipped), e.g. a ``plan.csv`` written by ``simfuse run``.  Every table exactly once; shard ``i`` of a table
-    on the ``i``-th rank listed.  Errors name the file and the field (with the CSV line)."""
+    skipped), e.g. a ``plan.csv`` written by ``simfuse run``, or from a TorchRec plan (its printed text, its JSON
+    form or a ``ShardingPlan`` object: simfuse/workloads/torchrec_plan.py; the format is detected by content).
+    Every table exactly once; shard ``i`` of a table on the ``i``-th rank listed.  Errors name the file and the
+    field (with the CSV line)."""
     import pandas as pd
 
-    src = str(path)
+    from .torchrec_plan import plan_rows
+
     n, g = nodes * gpus_per_node, gpus_per_node
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, ValueError) as exc:
-        raise SpecError(src, "", f"cannot read the plan: {exc}") from None
-    for col in ("table", "sharding", "ranks"):
-        if col not in df.columns:
-            raise SpecError(src, col, "missing column (needs table, sharding, ranks)")
-    if "mode" in df.columns:
-        df = df[df["mode"].str.strip().isin(("", mode))]
+    torchrec = plan_rows(path, spec, n, g)
+    if torchrec is not None:
+        src, rows_ = torchrec
+        df = pd.DataFrame([(t, k, ";".join(map(str, r)), w) for t, k, r, w in rows_],
+                          columns=["table", "sharding", "ranks", "where"])
+    else:
+        src = str(path)
+        try:
+            df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        except (OSError, ValueError) as exc:
+            raise SpecError(src, "", f"cannot read the plan: {exc}") from None
+        for col in ("table", "sharding", "ranks"):
+            if col not in df.columns:
+                raise SpecError(src, col, "missing column (needs table, sharding, ranks)")
+        if "mode" in df.columns:
+            df = df[df["mode"].str.strip().isin(("", mode))]
+        df = df.assign(where=[f"line {i}" for i in df.index + 2])
     ctx = _context(spec, system, n, g, mode)
     T, D = len(spec.tables), spec.dim
     per_rank: list[list[Unit]] = [[] for _ in range(n)]
     tables: dict[int, TablePlan] = {}
-    for line, row in zip(df.index + 2, df.itertuples(index=False), strict=True):
+    for row in df.itertuples(index=False):
+        where = row.where
         name = str(row.table).strip()
         t = _table_index(name, T)
         if t is None:
-            raise SpecError(src, f"table (line {line})", f"unknown table {name[:40]!r}; expected t0..t{T - 1}")
+            raise SpecError(src, f"table ({where})", f"unknown table {name[:40]!r}; expected t0..t{T - 1}")
         if t in tables:
-            raise SpecError(src, f"table (line {line})", f"table t{t} is given twice")
+            raise SpecError(src, f"table ({where})", f"table t{t} is given twice")
         kind = str(row.sharding).strip()
         if kind not in SHARDINGS:
-            raise SpecError(src, f"sharding (line {line})", f"unknown {kind[:40]!r}; expected one of "
+            raise SpecError(src, f"sharding ({where})", f"unknown {kind[:40]!r}; expected one of "
                                                            f"{', '.join(SHARDINGS)}")
-        ranks = parse_ranks(row.ranks, n, src, f"ranks (line {line})")
+        ranks = parse_ranks(row.ranks, n, src, f"ranks ({where})")
         k = len(ranks)
         tab = spec.tables[t]
-        fld = f"ranks (line {line})"
+        fld = f"ranks ({where})"
         if kind == "table_wise" and k != 1:
             raise SpecError(src, fld, f"table_wise needs exactly one rank, got {k}")
         if kind == "data_parallel" and sorted(ranks) != list(range(n)):

@@ -74,7 +74,8 @@ def test_dlrm_validation_smoke(root, tmp_path):
     _run(root, "experiments/dlrm_validation.py", "--smoke", "--out", str(tmp_path))
     df = pd.read_csv(tmp_path / "validation.csv")
     assert set(df["gpus"]) == {8} and len(df) == 4 and df["smoke"].all()
-    v30 = df[df["config"] == "dgxh100_ngc23.04_merlin_hugectr"].iloc[0]  # parsed from the committed fixture
+    v30 = df[df["config"] == "dgxh100_ngc23.04_merlin_hugectr"].iloc[0]  # from the committed derived_steps.csv
     assert v30["global_batch"] == 55296 and v30["runs"] == 10 and abs(v30["derived_step_s"] - 3.81e-3) < 0.02e-3
     assert (df["sim_planned_s"] > 0).all() and (df["sim_table_wise_s"] > 0).all()
     assert df["source"].str.startswith("github:mlcommons/training_results_v").all()
+    assert (df["fixture"] == "experiments/results/dlrm_validation/derived_steps.csv").all()

@@ -700,6 +700,10 @@ class RelayWait(FusedOp):
         return t
 
 
+#: most stage-2 (rail) put batches a reducer issues per kernel (see TwrwEmbeddingPush)
+MAX_STAGE2_PUTS = 64
+
+
 class TwrwEmbeddingPush(FusedOp):
     """Table-row-wise embedding pooling with a hierarchical fused push (DLRM, planned sharding).
 
@@ -819,13 +823,14 @@ class TwrwEmbeddingPush(FusedOp):
         reduce_s = g * max(1, int(knobs.slice_wgs)) * self.wg_bytes / (
             dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units)
         tag = f"{self.name}:rail"
+        batch = -(-self.Q // MAX_STAGE2_PUTS)
         st = inst.__dict__.setdefault("twrw_state", {})
 
         def reducer_state(r: int):
             s = st.get(r)
             if s is None:
                 s = st[r] = {"count": np.zeros(self.Q, dtype=np.int64), "reduced": 0, "procs": [],
-                             "done": env.event()}
+                             "done": env.event(), "ready": [], "n_ready": 0}
             return s
 
         def stage2(r: int, q: np.ndarray):
@@ -849,7 +854,13 @@ class TwrwEmbeddingPush(FusedOp):
                 full = uq[rs["count"][uq] == g]
                 if len(full):
                     rs["reduced"] += len(full)
-                    rs["procs"].append(env.process(stage2(r, full)))
+                    rs["ready"].append(full)
+                    rs["n_ready"] += len(full)
+                    # reduced slices go out in at most MAX_STAGE2_PUTS batches per reducer (as the pushes are
+                    # coalesced to at most MAX_PUSH_WAVES waves): the event count stays bounded at any scale
+                    if rs["n_ready"] >= batch or rs["reduced"] == self.Q:
+                        rs["procs"].append(env.process(stage2(r, np.concatenate(rs["ready"]))))
+                        rs["ready"], rs["n_ready"] = [], 0
                     if rs["reduced"] == self.Q:
                         procs = list(rs["procs"])
                         env.process(_all_then(env, procs, rs["done"]))

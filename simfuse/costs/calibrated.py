@@ -19,6 +19,10 @@ most programs seen resident) replace the device's and ``KernelWork.max_wgs_per_c
 replaces the device's.  Kernels
 not in the profile fall back to :class:`~simfuse.costs.analytic.RooflineCostModel`.  A ``fused`` kernel without
 its own fit uses its ``compute`` fit times the measured fused/compute slowdown (1 if unmeasured).
+
+Order for a plain ``gemm`` kernel: the profile's ``dense:`` fit (:class:`DenseFit`) where it covers the shape,
+then the device's measured small-M curve (``device.gemm_efficiency``, :func:`~simfuse.costs.analytic.
+gemm_curve_time_s`) up to its last row count, then the wave model, the classic fit and the roofline.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .analytic import PER_CU_BW_HEADROOM, RooflineCostModel
+from .analytic import PER_CU_BW_HEADROOM, RooflineCostModel, gemm_curve_time_s, spread_over_waves_s
 from .base import KernelWork
 
 #: Simulator ``KernelWork.name`` -> kernel name in the traces / profile.  Trace names map to themselves.
@@ -402,12 +406,21 @@ class CalibratedCostModel:
             return None
         return fit.kernel_time_s(work)
 
+    def curve_time_s(self, work: KernelWork) -> float | None:
+        """Kernel time of a plain GEMM from the device's small-M curve (``device.gemm_efficiency``) when no
+        ``dense:`` fit of the profile prices it (profile fits win), else None.  Its launch latency is the device's
+        (the one the curve's floor was reduced by): :meth:`launch_latency_s`."""
+        if work.name != "gemm" or self.fallback.device.gemm_efficiency is None or self.dense_time_s(work) is not None:
+            return None
+        return gemm_curve_time_s(self.fallback.device, work, self.fallback.launch_latency_s(work))
+
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
         t = self.dense_time_s(work)
+        if t is None:
+            t = self.curve_time_s(work)
         if t is not None:
             # the engine runs waves of ``n`` workgroups; ``n / W`` of the kernel time each sums to the kernel time
-            w = max(1, int(work.num_workgroups))
-            return t * min(max(1, concurrent_wgs), w) / w
+            return spread_over_waves_s(t, work, concurrent_wgs)
         w = self.wave_lookup(work)
         if w is not None:
             factor = 1.0
@@ -422,6 +435,8 @@ class CalibratedCostModel:
         return factor * fit.time_s(work.requested_bytes_per_wg, work.flops_per_wg, s_b, s_f)
 
     def launch_latency_s(self, work: KernelWork) -> float:
+        if self.curve_time_s(work) is not None:
+            return self.fallback.launch_latency_s(work)
         w = self.wave_lookup(work)
         if w is not None:
             return w.launch_s

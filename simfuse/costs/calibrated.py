@@ -236,12 +236,41 @@ def _g(x: float) -> float:
 
 
 
+#: kinds of the FLOP term of a shape-aware GEMM model (:func:`gemm_flop_term`)
+GEMM_FLOP_TERMS = ("flops", "tile", "wave")
+
+
+def gemm_flop_term(kind: str, m: float, n: float, k: float, batch: float = 1.0, tile: tuple[int, int] = (128, 128),
+                   cus: int = CUS) -> float:
+    """FLOP a GEMM call is charged in a shape-aware dense model (:class:`DenseFit` ``model="terms"``).
+
+    ``flops``: ``2 B M N K``.  ``tile``: every ``tile_m x tile_n`` output tile costs a whole tile (padding of
+    the edge tiles).  ``wave``: tiles run in waves of ``cus`` (one per SM) and every wave costs a whole wave of
+    full tiles (wave quantisation: a GEMM of 8 tiles takes as long as one of 132)."""
+    if kind == "flops":
+        return 2.0 * batch * m * n * k
+    bm, bn = tile
+    tiles = batch * math.ceil(m / bm) * math.ceil(n / bn)
+    if kind == "tile":
+        return tiles * 2.0 * bm * bn * k
+    if kind == "wave":
+        return math.ceil(tiles / cus) * cus * 2.0 * bm * bn * k
+    raise ValueError(f"unknown GEMM FLOP term {kind!r}")
+
+
 @dataclass(frozen=True)
 class DenseFit:
     """Whole-kernel model of one dense family (``gemm``, ``elementwise``) and dtype, fitted from profiler traces
-    (``dense:`` in a profile; :mod:`simfuse.calibrate.dense`): ``time = work / (peak * x / (x + x_half))`` with
-    ``x = min(M, N)`` and ``work = 2 M N K`` FLOP for GEMMs, ``x = work = bytes moved`` otherwise.  Used for
-    ``x >= x_min / EXTRAPOLATION_FACTOR`` (above the traced range the curve is saturated)."""
+    (``dense:`` in a profile; :mod:`simfuse.calibrate.dense`).
+
+    ``model="saturating"``: ``time = work / (peak * x / (x + x_half))`` with ``x = min(M, N)`` and ``work = 2 M N K``
+    FLOP for GEMMs, ``x = work = bytes moved`` otherwise; used for ``x >= x_min / EXTRAPOLATION_FACTOR`` (above the
+    traced range the curve is saturated).
+
+    ``model="terms"`` (GEMMs): ``time = s_per_call + s_per_byte * bytes + s_per_flop * F`` with ``bytes`` the
+    unique bytes of the operands and the output and ``F`` the :func:`gemm_flop_term` of kind ``flop_term`` (tile
+    ``tile_m x tile_n``, ``cus`` SMs); used where each of M, N and K lies within ``EXTRAPOLATION_FACTOR`` of the
+    traced range (``ranges``: (m_min, m_max, n_min, n_max, k_min, k_max))."""
 
     family: str
     dtype: str
@@ -249,6 +278,27 @@ class DenseFit:
     x_half: float
     x_min: float
     x_max: float
+    model: str = "saturating"
+    s_per_call: float = 0.0
+    s_per_byte: float = 0.0
+    s_per_flop: float = 0.0
+    flop_term: str = "flops"
+    tile: tuple[int, int] = (128, 128)
+    cus: int = CUS
+    ranges: tuple[float, float, float, float, float, float] | None = None
+
+    def in_range(self, work: KernelWork, factor: float | None) -> bool:
+        """Whether ``work`` lies within ``factor`` of the traced sizes (None: always)."""
+        shape = work.shape_dict()
+        if self.family == "gemm":
+            m, n, k = (float(shape.get(key) or 0.0) for key in ("m", "n", "k"))
+        if factor is None:
+            return True
+        if self.model == "terms" and self.ranges is not None:
+            lo_hi = zip(self.ranges[0::2], self.ranges[1::2], strict=True)
+            return all(lo / factor <= v <= hi * factor for v, (lo, hi) in zip((m, n, k), lo_hi, strict=True))
+        x = min(m, n) if self.family == "gemm" else float(shape.get("bytes") or work.total_bytes)
+        return x >= self.x_min / factor
 
     def kernel_time_s(self, work: KernelWork) -> float | None:
         """Kernel time (s, launch latency excluded) of ``work``, or None when its shape is not known."""
@@ -257,6 +307,9 @@ class DenseFit:
             m, n, k = (float(shape.get(key) or 0.0) for key in ("m", "n", "k"))
             if not (m and n and k):
                 return None
+            if self.model == "terms":
+                return (self.s_per_call + self.s_per_byte * work.total_bytes
+                        + self.s_per_flop * gemm_flop_term(self.flop_term, m, n, k, 1.0, self.tile, self.cus))
             x, amount = min(m, n), 2.0 * m * n * k
         else:
             amount = float(shape.get("bytes") or work.total_bytes)
@@ -398,11 +451,8 @@ class CalibratedCostModel:
         fit = self.dense_fits.get((work.name, work.dtype))
         if fit is None:
             return None
-        shape = work.shape_dict()
-        x = min(float(shape.get("m") or 0), float(shape.get("n") or 0)) if work.name == "gemm" else \
-            float(shape.get("bytes") or work.total_bytes)
-        if self.extrapolation is not None and x < fit.x_min / self.extrapolation:
-            self.fallback_kernels.add((work.name, "below the traced sizes of the dense fit"))
+        if not fit.in_range(work, self.extrapolation):
+            self.fallback_kernels.add((work.name, "outside the traced sizes of the dense fit"))
             return None
         return fit.kernel_time_s(work)
 
@@ -435,7 +485,8 @@ class CalibratedCostModel:
         return factor * fit.time_s(work.requested_bytes_per_wg, work.flops_per_wg, s_b, s_f)
 
     def launch_latency_s(self, work: KernelWork) -> float:
-        if self.curve_time_s(work) is not None:
+        # whole-kernel models (profiler kernel durations, the small-M curve net of the launch) take the device's
+        if self.dense_time_s(work) is not None or self.curve_time_s(work) is not None:
             return self.fallback.launch_latency_s(work)
         w = self.wave_lookup(work)
         if w is not None:

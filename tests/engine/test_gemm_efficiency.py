@@ -73,23 +73,28 @@ def test_profile_dense_fit_wins_over_the_curve():
 
 
 def test_shipped_h200_describes_its_measurement_better(root):
-    """The shipped H200 system (profile applied) against the table the curve was fitted on: the curve must beat
-    the model without it by a wide margin (the fit's in-sample rms is 16%, without the curve 70%)."""
+    """The shipped H200 device (profile applied: launch latency 2.2 us) against the table the curve was fitted on:
+    the curve alone (roofline model of that device) beats the tiled roofline by far (fit report: 16% rms against
+    70%); the whole shipped cost model (the profile's Kineto GEMM fit where it covers the shape, the curve
+    elsewhere) also beats the same model without the curve."""
     topo = load_topology(root / "topologies" / "h200_nvl8_ib_ndr.yaml")
     assert topo.device.gemm_efficiency is not None
     with open(root / topo.device.gemm_efficiency.source) as fh:
         rows = list(csv.DictReader(fh))
 
-    def rms(system):
+    def rms(cost):
         errs = []
         for r in rows:
             w = gemm_work("g", int(r["m"]), int(r["n"]), int(r["k"]), "bf16")
-            errs.append(simulate_kernel(w, system.cost).time_s / (float(r["median_us"]) * 1e-6) - 1.0)
+            errs.append(simulate_kernel(w, cost).time_s / (float(r["median_us"]) * 1e-6) - 1.0)
         return math.sqrt(sum(e * e for e in errs) / len(errs))
 
-    on = rms(System.from_topology(topo))
-    off = rms(System.from_topology(topo.replace(device=replace(topo.device, gemm_efficiency=None))))
-    assert on < 0.25 and on < off / 2
+    system = System.from_topology(topo)
+    no_curve = replace(system.topology.device, gemm_efficiency=None)
+    curve_alone = rms(RooflineCostModel(system.topology.device))
+    assert curve_alone < 0.25 and curve_alone < rms(RooflineCostModel(no_curve)) / 2
+    off = System.from_topology(topo.replace(device=replace(topo.device, gemm_efficiency=None)))
+    assert rms(system.cost) < rms(off.cost)
 
 
 def test_frozen_regression_topologies_have_no_curve(root):

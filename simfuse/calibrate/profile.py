@@ -15,7 +15,7 @@ from pathlib import Path
 from ..costs.analytic import PER_CU_BW_HEADROOM, RooflineCostModel
 from ..costs.base import CostModel
 from ..costs.calibrated import CalibratedCostModel, KernelFit
-from ..errors import SpecError
+from ..errors import SpecError, short_repr
 from ..spec import TopologySpec
 from ..spec._fields import Fields, load_yaml_mapping
 from .fit import COLLECTIVE_FACTORS
@@ -269,7 +269,7 @@ def _dense_terms(f: Fields, dtype: str):
     kind = f.string("flop_term", choices=GEMM_FLOP_TERMS)
     tile = f.list("tile", max_items=2)
     if len(tile) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096 for v in tile):
-        raise SpecError(f.source, f.name("tile"), f"expected [tile_m, tile_n], integers in 1..4096, got {tile!r}"[:200])
+        raise SpecError(f.source, f.name("tile"), f"expected [tile_m, tile_n], integers in 1..4096, got {short_repr(tile)}")
     cus = f.integer("cus", min_value=1, max_value=100_000)
     coef = [f.number(k, min_value=0.0) for k in ("s_per_call", "s_per_byte", "s_per_flop")]
     ranges = []

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import SpecError
+from ..errors import SpecError, short_repr
 from ..units import gbit_to_bytes_per_s, gbps_to_bytes_per_s
 from ._fields import Fields, check_finite, load_yaml_mapping
 
@@ -278,12 +278,15 @@ def _gemm_efficiency(f: Fields) -> GemmEfficiencySpec:
         where = f"{f.name('points')}[{i}]"
         if not isinstance(p, list) or len(p) != 2 or any(isinstance(v, bool) or not isinstance(v, (int, float))
                                                          for v in p):
-            raise SpecError(f.source, where, f"expected [M rows, efficiency] (two numbers), got {p!r}"[:200])
-        m, eff = float(p[0]), float(p[1])
+            raise SpecError(f.source, where, f"expected [M rows, efficiency] (two numbers), got {short_repr(p)}")
+        try:
+            m, eff = float(p[0]), float(p[1])
+        except OverflowError:  # an integer beyond float range
+            raise SpecError(f.source, where, f"numbers out of range in {short_repr(p)}") from None
         if not (math.isfinite(m) and m >= 1):
-            raise SpecError(f.source, where, f"M (rows) must be a finite number >= 1, got {p[0]!r}")
+            raise SpecError(f.source, where, f"M (rows) must be a finite number >= 1, got {short_repr(p[0])}")
         if not (math.isfinite(eff) and 0 < eff <= 1):
-            raise SpecError(f.source, where, f"efficiency must be in (0, 1] (a fraction of the roofline), got {p[1]!r}")
+            raise SpecError(f.source, where, f"efficiency must be in (0, 1] (a fraction of the roofline), got {short_repr(p[1])}")
         if pts and m <= pts[-1][0]:
             raise SpecError(f.source, where, f"M must increase strictly from point to point ({m:g} after "
                                              f"{pts[-1][0]:g})")

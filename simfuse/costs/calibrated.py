@@ -460,7 +460,9 @@ class CalibratedCostModel:
         """Kernel time of a plain GEMM from the device's small-M curve (``device.gemm_efficiency``) when no
         ``dense:`` fit of the profile prices it (profile fits win), else None.  Its launch latency is the device's
         (the one the curve's floor was reduced by): :meth:`launch_latency_s`."""
-        if work.name != "gemm" or self.fallback.device.gemm_efficiency is None or self.dense_time_s(work) is not None:
+        device = getattr(self.fallback, "device", None)
+        if work.name != "gemm" or device is None or device.gemm_efficiency is None or \
+                self.dense_time_s(work) is not None:
             return None
         return gemm_curve_time_s(self.fallback.device, work, self.fallback.launch_latency_s(work))
 

@@ -82,6 +82,11 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _per(s_per_unit: float, unit: float) -> str:
+    """A rate ``1 / s_per_unit`` in ``unit`` per second for a summary line ('inf' for a dropped term)."""
+    return f"{1.0 / s_per_unit / unit:.4g}" if s_per_unit > 0 else "inf"
+
+
 def _fail(exc: BaseException) -> int:
     print(f"error: {exc}", file=sys.stderr)
     return 2
@@ -118,11 +123,20 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}: {n_k} kernel fit(s), fabric levels: {levels}, "
           f"{len(profile.get('points', []))} calibration point(s)")
     for d in profile.get("dense", {}).get("fits", []):
-        rate = (f"{d['peak_flops_per_s'] / 1e12:.4g} TFLOP/s, m_half {d['m_half']:.4g}" if d["family"] == "gemm"
-                else f"{d['peak_bytes_per_s'] / 1e9:.4g} GB/s, bytes_half {d['bytes_half']:.4g}")
-        print(f"  dense {d['family']}/{d['dtype']}: peak {rate}, rel. residual rms "
+        if d.get("model") == "terms":
+            rate = (f"{d['s_per_call'] * 1e6:.3g} us per call + bytes at {_per(d['s_per_byte'], 1e12)} TB/s + "
+                    f"{d['flop_term']} FLOP ({d['tile'][0]}x{d['tile'][1]} tiles) at {_per(d['s_per_flop'], 1e12)} "
+                    "TFLOP/s")
+        elif d["family"] == "gemm":
+            rate = f"peak {d['peak_flops_per_s'] / 1e12:.4g} TFLOP/s, m_half {d['m_half']:.4g}"
+        else:
+            rate = f"peak {d['peak_bytes_per_s'] / 1e9:.4g} GB/s, bytes_half {d['bytes_half']:.4g}"
+        cv = d.get("cv")
+        cv_text = (f"; leave-shape-out rms {cv['rel_residual_rms']:.3g}, max {cv['rel_residual_max']:.3g} "
+                   f"(nested {cv['nested_rel_residual_rms']:.3g})") if cv else ""
+        print(f"  dense {d['family']}/{d['dtype']}: {rate}, rel. residual rms "
               f"{d['fit']['rel_residual_rms']:.3g}, max {d['fit']['rel_residual_max']:.3g} over "
-              f"{d['fit']['points']} shapes")
+              f"{d['fit']['points']} shapes{cv_text}")
     for reason, n in profile.get("dense", {}).get("skipped", {}).items():
         print(f"  dense: skipped {n} call(s): {reason}", file=sys.stderr)
     for k in profile.get("kernels", []):

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..costs.analytic import PER_CU_BW_HEADROOM, RooflineCostModel
 from ..costs.base import CostModel
 from ..costs.calibrated import CalibratedCostModel, KernelFit
-from ..errors import SpecError
+from ..errors import SpecError, short_repr
 from ..spec import TopologySpec
 from ..spec._fields import Fields, load_yaml_mapping
 from .fit import COLLECTIVE_FACTORS
@@ -226,6 +226,7 @@ def _dense_fits(d: Fields, source: str) -> dict:
     if not d.data:
         return out
     d.string("model", "")
+    d.string("note", "")
     d.list("sources", [])
     d.sub("skipped", required=False)
     for i, item in enumerate(d.list("fits", [])):
@@ -233,14 +234,20 @@ def _dense_fits(d: Fields, source: str) -> dict:
         fam = f.string("family", choices=("gemm", "elementwise", "embedding_bag"))
         dtype = f.string("dtype")
         gemm = fam == "gemm"
-        f.string("x", "min_m_n" if gemm else "bytes", choices=("min_m_n",) if gemm else ("bytes",))
-        peak = f.number("peak_flops_per_s" if gemm else "peak_bytes_per_s", positive=True)
-        half = f.number("m_half" if gemm else "bytes_half", min_value=0.0)
-        lo = f.number("m_min" if gemm else "x_min", positive=True)
-        hi = f.number("m_max" if gemm else "x_max", positive=True)
-        if hi < lo:
-            raise SpecError(source, f.name("m_max" if gemm else "x_max"), "below the minimum")
+        model = f.string("model", "saturating", choices=("saturating", "terms") if gemm else ("saturating",))
+        if model == "terms":
+            fit = _dense_terms(f, dtype)
+        else:
+            f.string("x", "min_m_n" if gemm else "bytes", choices=("min_m_n",) if gemm else ("bytes",))
+            peak = f.number("peak_flops_per_s" if gemm else "peak_bytes_per_s", positive=True)
+            half = f.number("m_half" if gemm else "bytes_half", min_value=0.0)
+            lo = f.number("m_min" if gemm else "x_min", positive=True)
+            hi = f.number("m_max" if gemm else "x_max", positive=True)
+            if hi < lo:
+                raise SpecError(source, f.name("m_max" if gemm else "x_max"), "below the minimum")
+            fit = DenseFit(fam, dtype, peak, half, lo, hi)
         _quality(f, "fit")
+        _dense_cv(f)
         f.list("kernels", [])
         f.list("samples", [])
         f.string("note", "")
@@ -250,9 +257,42 @@ def _dense_fits(d: Fields, source: str) -> dict:
         key = (fam, dtype)
         if key in out:
             raise SpecError(source, f.name("family"), f"duplicate dense fit for {key}")
-        out[key] = DenseFit(fam, dtype, peak, half, lo, hi)
+        out[key] = fit
     d.reject_unknown()
     return out
+
+
+def _dense_terms(f: Fields, dtype: str):
+    """A shape-aware GEMM fit (``model: terms``): per-call, per-byte and per-FLOP coefficients and ranges."""
+    from ..costs.calibrated import GEMM_FLOP_TERMS, DenseFit
+
+    kind = f.string("flop_term", choices=GEMM_FLOP_TERMS)
+    tile = f.list("tile", max_items=2)
+    if len(tile) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096 for v in tile):
+        raise SpecError(f.source, f.name("tile"), f"expected [tile_m, tile_n], integers in 1..4096, got {short_repr(tile)}")
+    cus = f.integer("cus", min_value=1, max_value=100_000)
+    coef = [f.number(k, min_value=0.0) for k in ("s_per_call", "s_per_byte", "s_per_flop")]
+    ranges = []
+    for dim in ("m", "n", "k"):
+        lo, hi = f.number(f"{dim}_min", positive=True), f.number(f"{dim}_max", positive=True)
+        if hi < lo:
+            raise SpecError(f.source, f.name(f"{dim}_max"), "below the minimum")
+        ranges += [lo, hi]
+    return DenseFit("gemm", dtype, 0.0, 0.0, ranges[0], ranges[1], "terms", *coef, kind, (tile[0], tile[1]), cus,
+                    tuple(ranges))
+
+
+def _dense_cv(f: Fields) -> None:
+    q = f.sub("cv", required=False)
+    if q.data:
+        q.string("method", "leave-shape-out", choices=("leave-shape-out",))
+        q.string("selected", "")
+        for k in ("rel_residual_rms", "rel_residual_max", "nested_rel_residual_rms", "nested_rel_residual_max"):
+            q.number(k, min_value=0.0)
+        c = q.sub("candidates", required=False)
+        for k in list(c.data):
+            c.number(k, min_value=0.0)
+        q.reject_unknown()
 
 
 def _quality(f: Fields, key: str) -> None:

@@ -12,6 +12,36 @@ from .base import KernelWork
 PER_CU_BW_HEADROOM = 2.0
 
 
+def gemm_curve_time_s(device: DeviceSpec, work: KernelWork, launch_latency_s: float) -> float | None:
+    """Kernel time (s, launch latency excluded) of a plain GEMM under the device's measured small-M efficiency
+    curve (``device.gemm_efficiency``, :class:`~simfuse.spec.topology.GemmEfficiencySpec`), or None where the
+    curve does not apply (no curve, not a plain ``gemm`` with an ``(m, n, k)`` shape, or more rows than the
+    curve's last point: the tiled model prices those unchanged).
+
+        time = max(floor_s - launch_latency_s, roofline_s / eff(M))
+
+    ``roofline_s`` is the whole GEMM's ``max(2 M N K / (peak x flops_efficiency), unique bytes / (HBM x
+    hbm_efficiency))`` (no tile padding: the curve was measured against the real FLOP and bytes).  The measured
+    floor contains the launch latency, which the engine charges before the kernel; it is subtracted here."""
+    curve = device.gemm_efficiency
+    if curve is None or work.name != "gemm" or work.variant != "compute" or work.dtype != curve.dtype:
+        return None
+    shape = work.shape_dict()
+    m, n, k = (float(shape.get(key) or 0.0) for key in ("m", "n", "k"))
+    if not (m > 0 and n > 0 and k > 0) or m > curve.m_max:
+        return None
+    t_flops = 2.0 * m * n * k / (device.flops(work.dtype) * device.flops_efficiency)
+    t_bytes = work.total_bytes / (device.hbm_bw_bytes_per_s * device.hbm_efficiency)
+    return max(curve.floor_s - launch_latency_s, max(t_flops, t_bytes) / curve.efficiency(m))
+
+
+def spread_over_waves_s(kernel_time_s: float, work: KernelWork, concurrent_wgs: int) -> float:
+    """Per-workgroup time that makes the engine's waves of ``concurrent_wgs`` workgroups add up to the kernel
+    time (``n / W`` of it per wave of ``n``)."""
+    w = max(1, int(work.num_workgroups))
+    return kernel_time_s * min(max(1, concurrent_wgs), w) / w
+
+
 class RooflineCostModel:
     """Roofline per workgroup.
 
@@ -19,7 +49,8 @@ class RooflineCostModel:
     ``peak_flops * flops_efficiency / CUs / wgs_per_cu`` FLOP/s and ``min(HBM_eff / n, headroom * HBM_eff / CUs /
     wgs_per_cu)`` bytes/s; its time is the larger of its FLOP and byte terms (no overlap credit is lost).
     ``hbm_share`` (0..1) is the fraction of HBM bandwidth left to compute (the rest is taken by outgoing
-    communication in fused kernels).
+    communication in fused kernels).  A plain GEMM within the device's measured small-M curve
+    (``device.gemm_efficiency``) is priced by :func:`gemm_curve_time_s` instead.
     """
 
     def __init__(self, device: DeviceSpec, hbm_share: float = 1.0):
@@ -31,6 +62,9 @@ class RooflineCostModel:
         return self.device.compute_units * max(1, per_cu)
 
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
+        curve_t = gemm_curve_time_s(self.device, work, self.launch_latency_s(work))
+        if curve_t is not None:
+            return spread_over_waves_s(curve_t, work, concurrent_wgs)
         dev = self.device
         n = max(1, min(concurrent_wgs, self.slots(work)))
         per_cu = max(1, math.ceil(n / dev.compute_units))

@@ -19,6 +19,10 @@ most programs seen resident) replace the device's and ``KernelWork.max_wgs_per_c
 replaces the device's.  Kernels
 not in the profile fall back to :class:`~simfuse.costs.analytic.RooflineCostModel`.  A ``fused`` kernel without
 its own fit uses its ``compute`` fit times the measured fused/compute slowdown (1 if unmeasured).
+
+Order for a plain ``gemm`` kernel: the profile's ``dense:`` fit (:class:`DenseFit`) where it covers the shape,
+then the device's measured small-M curve (``device.gemm_efficiency``, :func:`~simfuse.costs.analytic.
+gemm_curve_time_s`) up to its last row count, then the wave model, the classic fit and the roofline.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .analytic import PER_CU_BW_HEADROOM, RooflineCostModel
+from .analytic import PER_CU_BW_HEADROOM, RooflineCostModel, gemm_curve_time_s, spread_over_waves_s
 from .base import KernelWork
 
 #: Simulator ``KernelWork.name`` -> kernel name in the traces / profile.  Trace names map to themselves.
@@ -244,12 +248,41 @@ def _g(x: float) -> float:
 
 
 
+#: kinds of the FLOP term of a shape-aware GEMM model (:func:`gemm_flop_term`)
+GEMM_FLOP_TERMS = ("flops", "tile", "wave")
+
+
+def gemm_flop_term(kind: str, m: float, n: float, k: float, batch: float = 1.0, tile: tuple[int, int] = (128, 128),
+                   cus: int = CUS) -> float:
+    """FLOP a GEMM call is charged in a shape-aware dense model (:class:`DenseFit` ``model="terms"``).
+
+    ``flops``: ``2 B M N K``.  ``tile``: every ``tile_m x tile_n`` output tile costs a whole tile (padding of
+    the edge tiles).  ``wave``: tiles run in waves of ``cus`` (one per SM) and every wave costs a whole wave of
+    full tiles (wave quantisation: a GEMM of 8 tiles takes as long as one of 132)."""
+    if kind == "flops":
+        return 2.0 * batch * m * n * k
+    bm, bn = tile
+    tiles = batch * math.ceil(m / bm) * math.ceil(n / bn)
+    if kind == "tile":
+        return tiles * 2.0 * bm * bn * k
+    if kind == "wave":
+        return math.ceil(tiles / cus) * cus * 2.0 * bm * bn * k
+    raise ValueError(f"unknown GEMM FLOP term {kind!r}")
+
+
 @dataclass(frozen=True)
 class DenseFit:
     """Whole-kernel model of one dense family (``gemm``, ``elementwise``) and dtype, fitted from profiler traces
-    (``dense:`` in a profile; :mod:`simfuse.calibrate.dense`): ``time = work / (peak * x / (x + x_half))`` with
-    ``x = min(M, N)`` and ``work = 2 M N K`` FLOP for GEMMs, ``x = work = bytes moved`` otherwise.  Used for
-    ``x >= x_min / EXTRAPOLATION_FACTOR`` (above the traced range the curve is saturated)."""
+    (``dense:`` in a profile; :mod:`simfuse.calibrate.dense`).
+
+    ``model="saturating"``: ``time = work / (peak * x / (x + x_half))`` with ``x = min(M, N)`` and ``work = 2 M N K``
+    FLOP for GEMMs, ``x = work = bytes moved`` otherwise; used for ``x >= x_min / EXTRAPOLATION_FACTOR`` (above the
+    traced range the curve is saturated).
+
+    ``model="terms"`` (GEMMs): ``time = s_per_call + s_per_byte * bytes + s_per_flop * F`` with ``bytes`` the
+    unique bytes of the operands and the output and ``F`` the :func:`gemm_flop_term` of kind ``flop_term`` (tile
+    ``tile_m x tile_n``, ``cus`` SMs); used where each of M, N and K lies within ``EXTRAPOLATION_FACTOR`` of the
+    traced range (``ranges``: (m_min, m_max, n_min, n_max, k_min, k_max))."""
 
     family: str
     dtype: str
@@ -257,6 +290,27 @@ class DenseFit:
     x_half: float
     x_min: float
     x_max: float
+    model: str = "saturating"
+    s_per_call: float = 0.0
+    s_per_byte: float = 0.0
+    s_per_flop: float = 0.0
+    flop_term: str = "flops"
+    tile: tuple[int, int] = (128, 128)
+    cus: int = CUS
+    ranges: tuple[float, float, float, float, float, float] | None = None
+
+    def in_range(self, work: KernelWork, factor: float | None) -> bool:
+        """Whether ``work`` lies within ``factor`` of the traced sizes (None: always)."""
+        shape = work.shape_dict()
+        if self.family == "gemm":
+            m, n, k = (float(shape.get(key) or 0.0) for key in ("m", "n", "k"))
+        if factor is None:
+            return True
+        if self.model == "terms" and self.ranges is not None:
+            lo_hi = zip(self.ranges[0::2], self.ranges[1::2], strict=True)
+            return all(lo / factor <= v <= hi * factor for v, (lo, hi) in zip((m, n, k), lo_hi, strict=True))
+        x = min(m, n) if self.family == "gemm" else float(shape.get("bytes") or work.total_bytes)
+        return x >= self.x_min / factor
 
     def kernel_time_s(self, work: KernelWork) -> float | None:
         """Kernel time (s, launch latency excluded) of ``work``, or None when its shape is not known."""
@@ -265,6 +319,9 @@ class DenseFit:
             m, n, k = (float(shape.get(key) or 0.0) for key in ("m", "n", "k"))
             if not (m and n and k):
                 return None
+            if self.model == "terms":
+                return (self.s_per_call + self.s_per_byte * work.total_bytes
+                        + self.s_per_flop * gemm_flop_term(self.flop_term, m, n, k, 1.0, self.tile, self.cus))
             x, amount = min(m, n), 2.0 * m * n * k
         else:
             amount = float(shape.get("bytes") or work.total_bytes)
@@ -406,20 +463,28 @@ class CalibratedCostModel:
         fit = self.dense_fits.get((work.name, work.dtype))
         if fit is None:
             return None
-        shape = work.shape_dict()
-        x = min(float(shape.get("m") or 0), float(shape.get("n") or 0)) if work.name == "gemm" else \
-            float(shape.get("bytes") or work.total_bytes)
-        if self.extrapolation is not None and x < fit.x_min / self.extrapolation:
-            self.fallback_kernels.add((work.name, "below the traced sizes of the dense fit"))
+        if not fit.in_range(work, self.extrapolation):
+            self.fallback_kernels.add((work.name, "outside the traced sizes of the dense fit"))
             return None
         return fit.kernel_time_s(work)
 
+    def curve_time_s(self, work: KernelWork) -> float | None:
+        """Kernel time of a plain GEMM from the device's small-M curve (``device.gemm_efficiency``) when no
+        ``dense:`` fit of the profile prices it (profile fits win), else None.  Its launch latency is the device's
+        (the one the curve's floor was reduced by): :meth:`launch_latency_s`."""
+        device = getattr(self.fallback, "device", None)
+        if work.name != "gemm" or device is None or device.gemm_efficiency is None or \
+                self.dense_time_s(work) is not None:
+            return None
+        return gemm_curve_time_s(self.fallback.device, work, self.fallback.launch_latency_s(work))
+
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
         t = self.dense_time_s(work)
+        if t is None:
+            t = self.curve_time_s(work)
         if t is not None:
             # the engine runs waves of ``n`` workgroups; ``n / W`` of the kernel time each sums to the kernel time
-            w = max(1, int(work.num_workgroups))
-            return t * min(max(1, concurrent_wgs), w) / w
+            return spread_over_waves_s(t, work, concurrent_wgs)
         w = self.wave_lookup(work)
         if w is not None:
             factor = 1.0
@@ -434,6 +499,9 @@ class CalibratedCostModel:
         return factor * fit.time_s(work.requested_bytes_per_wg, work.flops_per_wg, s_b, s_f)
 
     def launch_latency_s(self, work: KernelWork) -> float:
+        # whole-kernel models (profiler kernel durations, the small-M curve net of the launch) take the device's
+        if self.dense_time_s(work) is not None or self.curve_time_s(work) is not None:
+            return self.fallback.launch_latency_s(work)
         w = self.wave_lookup(work)
         if w is not None:
             return w.launch_s

@@ -3,6 +3,7 @@
 from .topology import (
     CollectiveOverheadSpec,
     DeviceSpec,
+    GemmEfficiencySpec,
     GpuInitiatedSpec,
     ScaleOutSpec,
     ScaleUpSpec,
@@ -12,7 +13,7 @@ from .topology import (
 )
 
 __all__ = [
-    "CollectiveOverheadSpec", "DeviceSpec", "GpuInitiatedSpec", "ScaleOutSpec", "ScaleUpSpec",
+    "CollectiveOverheadSpec", "DeviceSpec", "GemmEfficiencySpec", "GpuInitiatedSpec", "ScaleOutSpec", "ScaleUpSpec",
     "TopologySpec", "load_topology", "topology_from_dict",
 ]
 

@@ -9,10 +9,11 @@ The node count is a run parameter, not part of the file.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import SpecError
+from ..errors import SpecError, short_repr
 from ..units import gbit_to_bytes_per_s, gbps_to_bytes_per_s
 from ._fields import Fields, check_finite, load_yaml_mapping
 
@@ -30,6 +31,41 @@ MAX_LATENCY_US = 1e9    # about 17 minutes
 
 
 @dataclass(frozen=True)
+class GemmEfficiencySpec:
+    """Measured efficiency of library GEMMs (cuBLAS ``torch.matmul``) at small row counts ``M`` (``device.
+    gemm_efficiency`` in the topology file; opt-in, absent = the tiled roofline).
+
+    ``points``: ``(M, eff)`` with ``M`` strictly increasing and ``0 < eff <= 1``: the fraction of the whole-GEMM
+    roofline (``max(2 M N K / (peak x flops_efficiency), unique bytes / (HBM x hbm_efficiency))``) the kernel
+    reaches at ``M`` rows, interpolated linearly in ``log M`` and held constant below the first point.
+    ``floor_s``: the measured per-call time of the smallest GEMMs, **launch latency included**; the cost model
+    subtracts the launch latency it charges itself, so the floor is not counted twice.  GEMMs with more rows than
+    the last point, and GEMMs of another ``dtype`` than the one measured, keep the tiled roofline (or the
+    calibrated model).  ``source``: where the numbers come from."""
+
+    source: str
+    floor_s: float
+    points: tuple[tuple[float, float], ...]
+    dtype: str = "bf16"
+
+    def efficiency(self, m: float) -> float:
+        """``eff`` at ``m`` rows (log-linear between points, constant below the first; beyond the last point the
+        caller does not use the curve)."""
+        pts = self.points
+        if m <= pts[0][0]:
+            return pts[0][1]
+        for (m0, e0), (m1, e1) in zip(pts, pts[1:], strict=False):
+            if m <= m1:
+                w = (math.log(m) - math.log(m0)) / (math.log(m1) - math.log(m0))
+                return e0 + w * (e1 - e0)
+        return pts[-1][1]
+
+    @property
+    def m_max(self) -> float:
+        return self.points[-1][0]
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """One GPU.  ``peak_flops`` maps dtype -> FLOP/s (dense); efficiencies are achievable fractions of peak."""
 
@@ -42,6 +78,8 @@ class DeviceSpec:
     flops_efficiency: float = 0.75
     kernel_launch_latency_s: float = 4e-6
     memory_bytes: float = 141e9
+    #: small-M efficiency of library GEMMs (``device.gemm_efficiency``); None = the tiled roofline everywhere
+    gemm_efficiency: GemmEfficiencySpec | None = None
 
     @property
     def workgroup_slots(self) -> int:
@@ -216,9 +254,45 @@ def _device(f: Fields) -> DeviceSpec:
         kernel_launch_latency_s=f.number("kernel_launch_latency_us", 4.0, min_value=0.0,
                                          max_value=MAX_LATENCY_US) * 1e-6,
         memory_bytes=f.number("memory_gb", 141.0, positive=True, max_value=1e9) * 1e9,
+        gemm_efficiency=_gemm_efficiency(f.sub("gemm_efficiency")) if f.has("gemm_efficiency") else None,
     )
     f.reject_unknown()
     return dev
+
+
+MAX_GEMM_CURVE_POINTS = 1000
+
+
+def _gemm_efficiency(f: Fields) -> GemmEfficiencySpec:
+    """``device.gemm_efficiency: {source: str, dtype: str, floor_us: number, points: [[M rows, efficiency], ...]}``."""
+    source = f.string("source")
+    dtype = f.string("dtype", choices=DTYPES)
+    if not source.strip():
+        raise SpecError(f.source, f.name("source"), "must name where the curve was measured")
+    floor_s = f.number("floor_us", min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6
+    raw = f.list("points", max_items=MAX_GEMM_CURVE_POINTS)
+    if not raw:
+        raise SpecError(f.source, f.name("points"), "give at least one [M, efficiency] point")
+    pts: list[tuple[float, float]] = []
+    for i, p in enumerate(raw):
+        where = f"{f.name('points')}[{i}]"
+        if not isinstance(p, list) or len(p) != 2 or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                                                         for v in p):
+            raise SpecError(f.source, where, f"expected [M rows, efficiency] (two numbers), got {short_repr(p)}")
+        try:
+            m, eff = float(p[0]), float(p[1])
+        except OverflowError:  # an integer beyond float range
+            raise SpecError(f.source, where, f"numbers out of range in {short_repr(p)}") from None
+        if not (math.isfinite(m) and m >= 1):
+            raise SpecError(f.source, where, f"M (rows) must be a finite number >= 1, got {short_repr(p[0])}")
+        if not (math.isfinite(eff) and 0 < eff <= 1):
+            raise SpecError(f.source, where, f"efficiency must be in (0, 1] (a fraction of the roofline), got {short_repr(p[1])}")
+        if pts and m <= pts[-1][0]:
+            raise SpecError(f.source, where, f"M must increase strictly from point to point ({m:g} after "
+                                             f"{pts[-1][0]:g})")
+        pts.append((m, eff))
+    f.reject_unknown()
+    return GemmEfficiencySpec(source, floor_s, tuple(pts), dtype)
 
 
 def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:

@@ -33,7 +33,7 @@ PARSED = {
 }
 REFUSED_READ = {
     "v100_2x1_duplicate_rank0.log": "several independent 1-rank runs",
-    "nccl1_crash_before_results.log": "this run produced no results: it failed: NCCL failure all_reduce.cu:95",
+    "nccl1_crash_before_results.log": "this run produced no results: it failed: NCCL failure all_reduce.cu:71",
     "openmpi_preamble_crash.log": "this run produced no results: it failed: .*Segmentation fault",
 }
 
@@ -66,7 +66,7 @@ def test_refused_with_one_line(name):
 
 def test_details_of_formats():
     srun = read_nccl_tests(DATA / "h100_2x8_all_reduce_srun_label.log")
-    assert srun.hosts == ["node005", "node007"] and srun.rows[0].size_bytes == 8 << 20
+    assert srun.hosts == ["node-a", "node-b"] and srun.rows[0].size_bytes == 8 << 20
     assert srun.rows[0].wrong == "N/A" and srun.devices == ["NVIDIA H100 80GB HBM3"]
     a2a = read_nccl_tests(DATA / "msccl_alltoall_2x8_empty_redop.log", ranks=16, nodes=2)
     assert a2a.rows[0].redop == "none" and a2a.rows[0].dtype == "float"
@@ -105,7 +105,7 @@ def test_json_is_still_json(tmp_path):
     p.write_text('[{"ph": "X", "name": "k", "ts": 1, "dur": 2}]')
     assert detect_format(p) == TORCH_PROFILER
     q = tmp_path / "ompi.log"
-    q.write_text("[ngc1:24548] WARNING: local probe returned unhandled shell\n")
+    q.write_text("[node-a:41017] WARNING: remote shell type not recognised, assuming sh\n")
     with pytest.raises(TraceError, match="unrecognised input"):
         detect_format(q)  # neither JSON nor nccl-tests: no "invalid JSON" message
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime as dt
 import gzip
 import io
@@ -120,10 +121,12 @@ class Campaign:
         fn(self.rec)
 
     # ------------------------------------------------------------------------------------------- embedding
-    def embedding(self, variant, dtype, dim, pooling, bags, cfg):
+    def embedding(self, variant, dtype, dim, pooling, bags, cfg, table_rows=0, alloc=0):
+        """``table_rows`` 0: the v1 default (1-16 Mi rows, about 512 MiB a table: far beyond the L2);
+        ``alloc``: a label for repeated measurements of one shape on freshly allocated tables."""
         world = 4 if variant == "fused" else 1
         eb = DT[dtype].itemsize
-        rows = 1000 if self.smoke else int(min(16 * 2**20, max(2**20, 512 * 2**20 // (dim * eb))))
+        rows = table_rows or (1000 if self.smoke else int(min(16 * 2**20, max(2**20, 512 * 2**20 // (dim * eb)))))
         grp = sk.EmulatedGroup(world, self.dev)
         w = [torch.randn(rows, dim, device=self.dev, generator=self.gen).to(DT[dtype]) for _ in range(world)]
         to = [torch.tensor([0, rows], device=self.dev, dtype=torch.int64) for _ in range(world)]
@@ -146,7 +149,7 @@ class Campaign:
         self.add(jit="embedding_kernel", kernel="embedding_all_to_all", variant=variant, dtype=dtype, world=world,
                  dim=dim, pooling=pooling, bags=bags, m=0, n=0, k=0, tokens=0, grid=grid,
                  bags_per_wg=cfg.bags_per_program, block_m=0, block_n=0, block_k=0, split_k=0,
-                 num_warps=cfg.num_warps, num_stages=0,
+                 num_warps=cfg.num_warps, num_stages=0, table_rows=rows, alloc=alloc,
                  flops_per_wg=cfg.bags_per_program * pooling * dim,
                  bytes_per_wg=cfg.bags_per_program * (pooling * (dim * eb + 8) + dim * eb + 16),
                  median_s=t[0] / world, p10_s=t[1] / world, p90_s=t[2] / world)
@@ -176,7 +179,7 @@ class Campaign:
         self.add(jit="gemv_kernel", kernel="gemv_all_reduce", variant=variant, dtype=dtype, world=world, dim=0,
                  pooling=0, bags=0, m=0, n=n, k=k, tokens=tokens, grid=tiles * cfg.split_k, bags_per_wg=0,
                  block_m=0, block_n=cfg.block_n, block_k=cfg.block_k, split_k=cfg.split_k, num_warps=cfg.num_warps,
-                 num_stages=cfg.num_stages, flops_per_wg=2.0 * tokens * cfg.block_n * kk,
+                 num_stages=cfg.num_stages, table_rows=0, alloc=0, flops_per_wg=2.0 * tokens * cfg.block_n * kk,
                  bytes_per_wg=float(cfg.block_n * kk * eb + tokens * kk * eb + tokens * cfg.block_n * 4),
                  median_s=t[0] / world, p10_s=t[1] / world, p90_s=t[2] / world)
         if tiles * cfg.split_k >= 1024:
@@ -208,7 +211,7 @@ class Campaign:
         self.add(jit="gemm_kernel", kernel="gemm_all_to_all", variant=variant, dtype=dtype, world=world, dim=0,
                  pooling=0, bags=0, m=mr, n=n, k=k, tokens=0, grid=grid, bags_per_wg=0, block_m=cfg.block_m,
                  block_n=cfg.block_n, block_k=cfg.block_k, split_k=0, num_warps=cfg.num_warps,
-                 num_stages=cfg.num_stages, flops_per_wg=2.0 * cfg.block_m * cfg.block_n * k,
+                 num_stages=cfg.num_stages, table_rows=0, alloc=0, flops_per_wg=2.0 * cfg.block_m * cfg.block_n * k,
                  bytes_per_wg=float((cfg.block_m + cfg.block_n) * k * eb + cfg.block_m * cfg.block_n * eb),
                  median_s=t[0] / world, p10_s=t[1] / world, p90_s=t[2] / world)
         if grid >= 400 and k <= 4096:
@@ -261,6 +264,91 @@ def grid_points(smoke):
     return pts
 
 
+def grid_points_v2(smoke):
+    """Second campaign (issue 12 follow-up): the axes v1 held fixed.  Each point ends with a dict of extras
+    (``cfg``: launch-config overrides; ``table_rows``; ``alloc``: repeat on fresh tables).
+
+    * embedding run-to-run spread: 6 shapes x 4 fresh allocations (plus 4 GiB tables), to tell allocation
+      (page placement) effects from timing noise;
+    * embedding table size: 1 Ki to 8 Mi rows (L2-resident to 4 GiB) at fixed per-program work;
+    * embedding launch configs: bags per program 1-16 x warps 2-16 (the simulator's DLRM default is 4 bags);
+    * embedding bf16 at the row widths v1 skipped;
+    * GEMV at 1-8 programs per SM (n 6 Ki-32 Ki, split-k 1-8), where v1 had at most one outside n = 16 Ki;
+    * GEMM at 3-5 waves (v1's grid jumps from 1-2 to 8+ waves there)."""
+    if smoke:
+        return [("emb", "compute", "fp32", 16, 2, 64, {"table_rows": 512, "alloc": a}) for a in (0, 1)] + [
+            ("emb", "compute", "fp32", 8, 3, 64, {"cfg": {"bags_per_program": 2, "num_warps": 2}}),
+            ("gemv", "compute", "fp32", 256, 256, {"cfg": {"split_k": 1}}),
+            ("gemm", "compute", "fp32", 96, 64, 64, {})]
+    pts = []
+    for dt_, d, p, b in (("fp32", 128, 16, 16384), ("fp32", 64, 64, 4096), ("fp32", 512, 4, 65536),
+                         ("fp32", 16, 256, 1024), ("bf16", 128, 16, 16384), ("fp32", 1024, 16, 4096)):
+        for a in range(4):
+            pts.append(("emb", "compute", dt_, d, p, b, {"alloc": a}))
+    for a in range(4):
+        pts.append(("emb", "compute", "fp32", 128, 16, 16384, {"table_rows": 8 * 2**20, "alloc": 10 + a}))
+    for d, p, b in ((128, 16, 16384), (32, 64, 4096), (512, 4, 65536)):
+        for lg in (10, 12, 14, 16, 18, 20, 22, 23):
+            if (2**lg) * d * 4 <= 4 * 2**30:
+                pts.append(("emb", "compute", "fp32", d, p, b, {"table_rows": 2**lg}))
+    for d in (16, 128, 1024):
+        for p in (4, 64):
+            for bpp in (1, 2, 4, 16):
+                for nw in (2, 4, 8, 16):
+                    pts.append(("emb", "compute", "fp32", d, p, 16384,
+                                {"cfg": {"bags_per_program": bpp, "num_warps": nw}}))
+    for d in (32, 64, 256, 512):
+        for p in (4, 64):
+            for b in (4096, 65536):
+                pts.append(("emb", "compute", "bf16", d, p, b, {}))
+    for dt_ in ("bf16", "fp32"):
+        for n in (6144, 8192, 12288, 16384, 24576, 32768):
+            for k in (1024, 4096, 16384):
+                for sk_ in (1, 2, 4, 8):
+                    pts.append(("gemv", "compute", dt_, n, k, {"cfg": {"split_k": sk_}}))
+    for m in (3072, 4096, 5120, 6144):
+        for n in (2048, 4096, 6144):
+            for k in (1024, 2048, 4096):
+                pts.append(("gemm", "compute", "bf16", m, n, k, {}))
+    for m, n in ((4096, 4096), (3072, 6144)):
+        for k in (1024, 4096):
+            pts.append(("gemm", "compute", "fp32", m, n, k, {}))
+    return pts
+
+
+def grid_points_heldout(smoke, seed=2026):
+    """Held-out shapes off every grid (random, log-uniform, fixed seed), several beyond the grids' ranges along
+    one axis; never used for fitting."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if smoke:
+        return [("emb", "compute", "fp32", 24, 3, 96, {}), ("gemv", "compute", "fp32", 320, 192, {}),
+                ("gemm", "compute", "fp32", 80, 48, 96, {})]
+
+    def lu(lo, hi, mult=1):
+        return int(max(lo, round(float(np.exp(rng.uniform(np.log(lo), np.log(hi)))) / mult) * mult))
+
+    pts = []
+    for _ in range(40):
+        dt_ = str(rng.choice(["fp32", "fp32", "bf16", "fp16"]))
+        d, p, b = lu(8, 2048, 8), lu(1, 512), lu(512, 131072, 64)
+        cfg = {"bags_per_program": int(rng.choice([2, 4, 8, 16])), "num_warps": int(rng.choice([4, 8]))}
+        if b * p * d * 4 <= 2**31:
+            pts.append(("emb", "compute", dt_, d, p, b, {"cfg": cfg}))
+    for _ in range(30):
+        dt_ = str(rng.choice(["bf16", "fp32", "fp16"]))
+        pts.append(("gemv", "compute", dt_, lu(256, 65536, 64), lu(256, 32768, 64),
+                    {"cfg": {"split_k": int(rng.choice([1, 2, 4, 8]))}}))
+    for _ in range(30):
+        dt_ = str(rng.choice(["bf16", "bf16", "fp16", "fp32"]))
+        m, n, k = lu(256, 32768, 64), lu(256, 16384, 64), lu(256, 32768, 64)
+        if m * n * k <= (2**40 if dt_ != "fp32" else 2**37):
+            pts.append(("gemm", "compute", dt_, m, n, k, {}))
+    on_grid = {q[:6] for q in grid_points(False)}
+    return [q for q in pts if q[:-1] not in on_grid]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -268,6 +356,8 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=480.0, help="stop measuring new shapes after this")
     ap.add_argument("--only", default="", help="comma list of families (emb,gemv,gemm)")
+    ap.add_argument("--grid", choices=("v1", "v2", "heldout"), default="v1",
+                    help="v1: the designed grid; v2: the axes v1 held fixed; heldout: random off-grid shapes")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -275,7 +365,7 @@ def main():
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"
     date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     import triton
-    log(f"device {name}; {date}; torch {torch.__version__}; triton {triton.__version__}")
+    log(f"device {name}; {date}; torch {torch.__version__}; triton {triton.__version__}; grid {a.grid}")
     C = Campaign(dev, a.smoke, 3 if a.smoke else a.reps, a.budget_s)
     cfgs = {"emb": sk.EmbeddingConfig(bags_per_program=8, num_warps=8, unroll=2),
             "gemv": sk.GemvConfig(block_n=128, block_k=128, split_k=4, num_warps=4, num_stages=3),
@@ -284,7 +374,8 @@ def main():
         cfgs["gemm"] = sk.GemmConfig(block_m=32, block_n=32, block_k=32)
         cfgs["gemv"] = sk.GemvConfig(block_n=64, block_k=64, split_k=2)
     only = set(filter(None, a.only.split(",")))
-    pts = [p for p in grid_points(a.smoke) if not only or p[0] in only]
+    grid_fn = {"v1": grid_points, "v2": grid_points_v2, "heldout": grid_points_heldout}[a.grid]
+    pts = [p for p in grid_fn(a.smoke) if not only or p[0] in only]
     import random
     random.Random(12).shuffle(pts)  # a time-budget cut then thins every family alike
     log(f"{len(pts)} shapes")
@@ -294,13 +385,17 @@ def main():
             C.skipped += 1
             continue
         fam = p[0]
+        extra = p[-1] if isinstance(p[-1], dict) else {}
+        p = p[:-1] if extra or isinstance(p[-1], dict) else p
+        cfg = dataclasses.replace(cfgs[fam], **extra.get("cfg", {}))
         try:
             if fam == "emb":
-                C.embedding(p[1], p[2], p[3], p[4], p[5], cfgs["emb"])
+                C.embedding(p[1], p[2], p[3], p[4], p[5], cfg, table_rows=extra.get("table_rows", 0),
+                            alloc=extra.get("alloc", 0))
             elif fam == "gemv":
-                C.gemv(p[1], p[2], p[3], p[4], cfgs["gemv"])
+                C.gemv(p[1], p[2], p[3], p[4], cfg)
             else:
-                C.gemm(p[1], p[2], p[3], p[4], p[5], cfgs["gemm"])
+                C.gemm(p[1], p[2], p[3], p[4], p[5], cfg)
             r = C.rows[-1]
             if i % 20 == 0:
                 log(f"[{time.time() - t0:6.1f}s] {i}/{len(pts)} {p}: {r['median_s'] * 1e6:.2f} us grid {r['grid']}"

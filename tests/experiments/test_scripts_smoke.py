@@ -79,3 +79,39 @@ def test_dlrm_validation_smoke(root, tmp_path):
     assert (df["sim_planned_s"] > 0).all() and (df["sim_table_wise_s"] > 0).all()
     assert df["source"].str.startswith("github:mlcommons/training_results_v").all()
     assert (df["fixture"] == "experiments/results/dlrm_validation/derived_steps.csv").all()
+
+
+def test_trace_campaign_smoke_grids(root, tmp_path):
+    """The v2 (axes v1 held fixed) and held-out grids run under the interpreter and write one row per shape with
+    the table size and allocation labels."""
+    import gzip
+    import io
+    import os
+
+    import pytest
+
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs the Triton interpreter (TRITON_INTERPRET=1) on a CPU machine")
+    sys.path.insert(0, str(root / "experiments"))
+    try:
+        import trace_campaign as tc
+    finally:
+        sys.path.pop(0)
+    for grid, fn in (("v2", tc.grid_points_v2), ("heldout", tc.grid_points_heldout)):
+        out = tmp_path / grid
+        _run(root, "experiments/trace_campaign.py", "--smoke", "--grid", grid, "--out", str(out))
+        df = pd.read_csv(io.BytesIO(gzip.decompress((out / "campaign.csv.gz").read_bytes())))
+        assert len(df) == len(fn(True))
+        assert {"table_rows", "alloc"} <= set(df.columns)
+        assert (df["median_s"] > 0).all()
+        emb = df[df["kernel"] == "embedding_all_to_all"]
+        assert (emb["table_rows"] > 0).all()
+        if grid == "v2":
+            assert sorted(emb["alloc"].unique().tolist())[:2] == [0, 1]
+            assert set(emb["bags_per_wg"]) >= {2, 8}
+    # the held-out draw is reproducible and off the v1 grid
+    assert tc.grid_points_heldout(False) == tc.grid_points_heldout(False)
+    v1 = {p[:6] for p in tc.grid_points(False)}
+    assert not any(p[:-1] in v1 for p in tc.grid_points_heldout(False))

@@ -23,7 +23,6 @@ import gzip
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 
 import simfuse.kernels as sk  # noqa: E402
+from simfuse.kernels.timing import graph_bench, quantiles  # noqa: E402
 from simfuse.kernels.trace import format_shape  # noqa: E402
 
 LOG = None
@@ -73,56 +73,13 @@ def sweep_configs(label, cfgs, make_config, calls_for, reps):
 
 
 def bench(calls, reps=30, graph=True):
-    """Median/p10/p90 seconds per call over the input sets in ``calls`` (list of closures)."""
+    """Median/p10/p90 seconds per call over the input sets in ``calls`` (list of closures), and the method."""
     def run():
         for c in calls:
             c()
-    run()
-    sync()
-    if not torch.cuda.is_available():
-        ts = []
-        for _ in range(max(2, reps // 10)):
-            t0 = time.perf_counter()
-            run()
-            ts.append((time.perf_counter() - t0) / len(calls))
-        return _stats(ts) + ("host",)
-    g = None
-    if graph:
-        try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                run()
-            torch.cuda.current_stream().wait_stream(s)
-            sync()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                run()
-            g.replay()
-            sync()
-        except Exception as e:  # noqa: BLE001
-            log("   graph capture failed, timing direct launches:", repr(e)[:200])
-            g = None
-            sync()
-    ts = []
-    for _ in range(reps):
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
-        if g is not None:
-            g.replay()
-        else:
-            run()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1) / 1e3 / len(calls))
-    return _stats(ts) + ("graph" if g is not None else "events",)
-
-
-def _stats(ts):
-    ts = sorted(ts)
-    q = lambda p: ts[min(len(ts) - 1, int(p * (len(ts) - 1) + 0.5))]  # noqa: E731
-    return statistics.median(ts), q(0.1), q(0.9)
+    t = graph_bench(run, reps=reps, per_call=len(calls), fallback=True, host_reps=max(2, reps // 10), graph=graph,
+                    on_fallback=lambda e: log("   graph capture failed, timing direct launches:", e))
+    return t.as_tuple() + (t.method,)
 
 
 def relerr(out, ref):
@@ -680,7 +637,7 @@ def _sym_worker(rank, world, init_file, result_file, smoke):
                 fn()
                 torch.cuda.synchronize()
                 ts.append(time.perf_counter() - t0)
-            return _stats(ts)
+            return quantiles(ts)
 
         def rec(op, variant, shape, t, err):
             out.append(dict(op=op, variant=variant, world=world, shape=shape, t=t, err=err))

@@ -24,7 +24,6 @@ import datetime as dt
 import gzip
 import io
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch
 
 import simfuse.kernels as sk
 from simfuse.kernels import _launch
+from simfuse.kernels.timing import graph_bench
 
 LOG = []
 
@@ -53,35 +53,7 @@ def bench(calls, reps):
     def run():
         for c in calls:
             c()
-    run()
-    sync()
-    if not torch.cuda.is_available():
-        t0 = time.perf_counter()
-        run()
-        t = (time.perf_counter() - t0) / len(calls)
-        return t, t, t
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        run()
-    torch.cuda.current_stream().wait_stream(s)
-    sync()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        run()
-    g.replay()
-    sync()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1) / 1e3 / len(calls))
-    ts.sort()
-    q = lambda p: ts[min(len(ts) - 1, int(p * (len(ts) - 1) + 0.5))]  # noqa: E731
-    return statistics.median(ts), q(0.1), q(0.9)
+    return graph_bench(run, reps=reps, per_call=len(calls)).as_tuple()
 
 
 DT = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -94,9 +94,9 @@ def test_uneven_alltoallv_fast_path_equals_full_with_protocols():
     sysm = System.from_topology(topo)
     full, fast = execute(sysm, graph), execute(sysm, fold(graph))
     assert fast.time_s == pytest.approx(full.time_s, rel=1e-12)
-    # and the protocol model costs something here: at least the 4 off-node posts of 1 us more than without it
-    none = execute(System.from_topology(_topo("none", g=g, nics=g)), graph).time_s
-    assert full.time_s > none
+    # each rank posts its 4 off-node peers at 1 us each (serially) before the exchange can end
+    off = min(_BASE_LAT_US["ring"][p] - _BASE_LAT_US["ring"]["Simple"] for p in ("LL", "LL128", "Simple")) * 1e-6
+    assert full.time_s >= 5e-6 + off + 4 * 1e-6 + 2e-6 - 1e-15
 
 
 def test_proxy_posts_serialize_across_late_receivers():

@@ -79,3 +79,25 @@ def test_post_cost_spec_field():
     assert make_topology().gpu_initiated.put_post_s == 0.0
     with pytest.raises(SpecError, match="put_post_us"):
         make_topology(gpu_initiated=_gi(-1.0))
+
+
+@pytest.mark.parametrize("name", ["embedding_all_to_all", "gemm_all_to_all"])
+def test_fused_op_pays_posts_and_fast_path_agrees(name):
+    from simfuse.fused import FusedKnobs, make_op
+    from simfuse.workloads.op import run_op
+
+    small = {"embedding_all_to_all": {"tables_per_gpu": 2, "rows": 10000, "dim": 64, "pooling": 8,
+                                      "global_batch": 1024},
+             "gemm_all_to_all": {"tokens": 256, "hidden": 512, "ffn": 256, "experts_per_gpu": 2, "top_k": 2}}
+    nodes, g = 4, 2
+    knobs = FusedKnobs(hbm_comm_factor=0.0, tile_order="remote_first")
+    times = {}
+    for post_us in (0.0, 5.0):
+        t = make_topology(gpus_per_node=g, nics_per_node=g, gpu_initiated=_gi(post_us))
+        op = make_op(name, small[name], nodes, g)
+        full = run_op(op, t, nodes, knobs=knobs, mode="full")
+        sym = run_op(op, t, nodes, knobs=knobs, mode="symmetric")
+        assert sym.fused_time_s == pytest.approx(full.fused_time_s, rel=0.01)
+        times[post_us] = full.fused_time_s
+    # the off-node puts now cost their posts (each batch's last post lands k x 5 us after the batch starts)
+    assert times[5.0] > times[0.0]

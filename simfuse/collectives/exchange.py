@@ -10,6 +10,18 @@ An exchange instance is created once per (group, sequence number) by the executo
   issued); :meth:`register` files each push under the entities it is addressed to;
 * a rank's data is *ready* when every participant has started and every flow addressed to its entity has
   arrived (:meth:`ready`); the bulk variant adds the completion signalling ``sync_s``.
+
+Protocol costs of the bulk variant (``collectives.protocol_model: nccl``): a bulk exchange runs with the protocol
+the tuner picks for a direct all-to-all of the group with the rank's mean per-peer size
+(:class:`BulkProtocols`), and pays it exactly as :func:`~simfuse.collectives.runner.collective_process` does for
+its all-to-all (the same :class:`~simfuse.collectives.runner.ProtocolGroups`): bytes on the wire x the wire
+factor, each flow's last byte after ``max(fabric latency, NCCL hop latency)``, the base-latency offset from
+Simple's added to the launch gap, and ``collectives.net_overhead_us`` per off-node peer for the proxy's posts.
+The posts of one rank are serial (one proxy): those to an entity's ranks are made once that entity has entered,
+after the posts already queued; the rank is *started* when its last post is done.  With every rank entering
+together (a uniform exchange) this is ``collective_process``'s direct all-to-all: posting overlaps the flows,
+the exchange ends no sooner than the last post.  ``protocol_model: none`` (the default) keeps Simple at no
+extra cost.
 """
 
 from __future__ import annotations
@@ -17,7 +29,41 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from .runner import start_groups
+from .groups import Group, make_group_algorithm
+from .protocols import ProtocolCost
+from .runner import ProtocolGroups, protocol_cost, start_groups
+
+
+class BulkProtocols:
+    """The protocol cost of each bulk exchange of one run (memoised per group and per-peer size).
+
+    A rank's exchange is priced as the tuner's ``direct/<protocol>`` all-to-all on ``group`` at the rank's mean
+    per-peer size (the mean of its positive ``send_bytes`` to other ranks, times the group size: what a uniform
+    all-to-all of that per-peer size sends): NCCL picks a protocol per size, and a uniform all-to-all-v then
+    costs what ``simfuse collective all_to_all --algorithm direct`` costs.  None (no extra cost) when the rank
+    sends nothing to others."""
+
+    def __init__(self, tuner, fabric, symmetric_only: bool = True):
+        self.tuner, self.fabric, self.symmetric_only = tuner, fabric, symmetric_only
+        self._memo: dict = {}
+
+    def cost(self, group: Group, send_bytes: np.ndarray, rank: int) -> ProtocolCost | None:
+        sizes = np.asarray(send_bytes, dtype=float)
+        peer = sizes > 0
+        peer[group.index(rank)] = False
+        if not peer.any():
+            return None
+        per_peer = float(sizes[peer].mean())
+        key = (group.name, group.ranks[0], group.size, per_peer)
+        hit = self._memo.get(key)
+        if hit is None:
+            size = per_peer * group.size
+            name = self.tuner.choose("all_to_all", group, size, symmetric_only=self.symmetric_only,
+                                     algorithm="direct")
+            co = self.fabric.topology.collectives
+            algo = make_group_algorithm("all_to_all", name, group, self.fabric.gpus_per_node, size, co.channels)
+            hit = self._memo[key] = protocol_cost(self.fabric, algo)
+        return hit
 
 
 class ExchangeInstance:
@@ -48,9 +94,16 @@ class ExchangeInstance:
             self.store.setdefault(c, []).append(done_ev)
 
     def bulk_member(self, e: int, rank: int, fabric, net, dsts: np.ndarray, sizes: np.ndarray, *,
-                    launch_s: float, tag: str):
-        """simpy process: launch gap, enter, start the flows to each entity once it has entered; then started."""
+                    launch_s: float, tag: str, cost: ProtocolCost | None = None):
+        """simpy process: launch gap, enter, start the flows to each entity once it has entered; then started.
+
+        ``cost``: the protocol's costs (:class:`BulkProtocols`; None: Simple, nothing extra).  The proxy posts
+        the flows to one entity's ranks once that entity has entered, after the posts already queued; the rank
+        is started when its flows are all in flight and its last post is done."""
         env = self.env
+        pg = ProtocolGroups(fabric.flow_groups, cost, per_peer=True) if cost is not None and cost.active else None
+        if pg is not None:
+            launch_s = cost.launch_gap_s(launch_s)
         if launch_s > 0:
             yield env.timeout(launch_s)
         self.enter(e)
@@ -58,13 +111,20 @@ class ExchangeInstance:
         dsts, sizes = dsts[keep], sizes[keep]
         procs = []
         dst_ent = self.ent_of_rank[dsts]
+        groups_fn = pg or fabric.flow_groups
+        post_end = [env.now]  # when this rank's proxy has posted everything queued so far
+
         for c in sorted({int(x) for x in dst_ent}):
             sel = dst_ent == c
 
             def start(c=c, sel=sel):
                 yield self._entity_event(self.entered, c)
-                self.store.setdefault(c, []).extend(
-                    start_groups(net, fabric.flow_groups(rank, dsts[sel], sizes[sel]), tag=tag))
+                groups = groups_fn(rank, dsts[sel], sizes[sel])
+                self.store.setdefault(c, []).extend(start_groups(net, groups, tag=tag))
+                if pg is not None:
+                    post_end[0] = max(post_end[0], env.now) + pg.issue_s(groups)
+                    if post_end[0] > env.now:
+                        yield env.timeout(post_end[0] - env.now)
             procs.append(env.process(start()))
         if procs:
             yield simpy.AllOf(env, procs)

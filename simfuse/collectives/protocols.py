@@ -121,6 +121,11 @@ class ProtocolCost:
         base = _BASE_LAT_US[self.family]
         return (base[self.protocol] - base.get("Simple", base[self.protocol])) * 1e-6
 
+    def launch_gap_s(self, launch_s: float) -> float:
+        """The launch gap of a collective run with this protocol: ``launch_s`` (the topology's, Simple's) plus
+        :attr:`base_offset_s`, never below 0; a zero gap (overheads left out) stays zero."""
+        return max(0.0, launch_s + self.base_offset_s) if launch_s > 0 else launch_s
+
     def hop_latency_s(self, off_node: bool) -> float:
         """NCCL's per-hop latency (s) of this family and protocol on an NVLink (intra-node) or network hop."""
         if not self.active:

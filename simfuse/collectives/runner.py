@@ -107,7 +107,7 @@ def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: 
     groups_fn = groups_fn or FlowGroupCache(fabric)
     cost = protocol_cost(fabric, algo)
     pg = ProtocolGroups(groups_fn, cost, getattr(algo, "via", ()), per_peer=algo.op == "all_to_all")
-    launch_s = max(0.0, launch_s + cost.base_offset_s) if launch_s > 0 else launch_s
+    launch_s = cost.launch_gap_s(launch_s)
     if launch_s > 0:
         yield env.timeout(launch_s)
     if fabric.symmetric:

@@ -161,14 +161,40 @@ def _slices(order: np.ndarray, dst: np.ndarray, slice_wgs: int) -> np.ndarray:
 
 def start_puts(net: FlowNetwork, fabric: Fabric, gi, src: int, dsts: np.ndarray, sizes_bytes: np.ndarray,
                tag: str) -> list:
-    """GPU-initiated transfers ``src -> dsts[i]`` of ``sizes_bytes[i]``: each flow group pays the flag latency
-    and, off the node, the NIC doorbell/proxy latency (``gi``: the topology's ``gpu_initiated``).  Returns
-    ``[(flow group, completion event), ...]``."""
+    """GPU-initiated transfers ``src -> dsts[i]`` of ``sizes_bytes[i]`` (one batch: the puts one GPU issues
+    at one moment); ``gi``: the topology's ``gpu_initiated``.  Returns ``[(flow group, completion event), ...]``.
+
+    * Every flow group pays the flag latency and, off the node, the NIC doorbell/proxy latency.
+    * Off-node puts of one batch serialize their post cost ``gi.put_post_s`` on the issuing GPU's NIC queue: the
+      ``k``-th of them (in shifted destination order, ``(dst - src) mod n``, a relabelling of every other rank's
+      order, so the fast path stays exact) lands no sooner than ``k x put_post_s`` plus its latency after the
+      batch starts.  The bytes flow from the batch's start (posting overlaps the transfers, as the proxy's
+      posts do in :func:`simfuse.collectives.runner.collective_process`): a put lands at ``max(drain + latency,
+      k x put_post_s + latency)``; N tiny off-node puts take at least ``N x put_post_s``.  On the fast path a
+      group of puts completes with its last member's post.  Batches are not serialized against each other
+      (a wave's batch posts while the next wave computes), and NVLink stores (inside the node) post nothing.
+    """
+    dsts = np.asarray(dsts, dtype=np.int64)
+    groups = fabric.flow_groups(src, dsts, sizes_bytes)
+    post_s = getattr(gi, "put_post_s", 0.0)
+    pos_dst = pos_rank = None
+    if post_s > 0:
+        cls = fabric.route_class(src, dsts)
+        off = dsts[(cls != SELF) & (cls != INTRA)]
+        if len(off):
+            order = np.argsort((off - src) % fabric.n_ranks, kind="stable")
+            pos_dst = np.sort(off)                              # the off-node destinations, sorted by id
+            pos_rank = np.empty(len(off), dtype=np.int64)      # their 1-based post position
+            pos_rank[np.searchsorted(pos_dst, off[order])] = np.arange(1, len(off) + 1)
     out = []
-    for grp in fabric.flow_groups(src, dsts, sizes_bytes):
-        extra = gi.flag_latency_s + (gi.nic_proxy_latency_s if grp.route_class not in (SELF, INTRA) else 0.0)
-        out.append((grp, net.transfer(grp.links, grp.size_bytes, grp.latency_s + extra, count=grp.count,
-                                      weights=grp.weights, tag=tag)))
+    for grp in groups:
+        remote = grp.route_class not in (SELF, INTRA)
+        lat = grp.latency_s + gi.flag_latency_s + (gi.nic_proxy_latency_s if remote else 0.0)
+        ev = net.transfer(grp.links, grp.size_bytes, lat, count=grp.count, weights=grp.weights, tag=tag)
+        if remote and pos_dst is not None:
+            k = int(pos_rank[np.searchsorted(pos_dst, np.asarray(grp.dsts, dtype=np.int64))].max())
+            ev = simpy.AllOf(net.env, [ev, net.env.timeout(k * post_s + lat)])
+        out.append((grp, ev))
     return out
 
 

@@ -19,7 +19,8 @@ Timing assumptions per node kind (the executor is the only place that turns node
   signalling; full simulation runs the whole group once, the fast paths run the representative's schedule on
   class links; a group of one rank costs nothing;
 * ``AllToAllVNode``: launch gap, then each flow starts once its receiver has launched too; done when every
-  flow addressed to this rank has arrived, plus the completion signalling;
+  flow addressed to this rank has arrived, plus the completion signalling; with the protocol the tuner picks
+  for a direct all-to-all of that per-peer size (:class:`~simfuse.collectives.exchange.BulkProtocols`);
 * ``FusedNode``: the fused operator's kernel (pushes as workgroups finish); the stream is released when the
   kernel ends, the node is done when the data addressed to this rank has arrived;
 * ``SendNode``/``RecvNode``: the send starts when both sides have posted; both are done when it arrives;
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from ..collectives.exchange import ExchangeInstance
+from ..collectives.exchange import BulkProtocols, ExchangeInstance
 from ..collectives.groups import Tuner, make_group_algorithm
 from ..collectives.runner import FlowGroupCache, collective_process, start_groups
 from ..engine import Simulation, run_kernel
@@ -146,6 +147,7 @@ class Executor:
         self._p2p: dict = {}
         self._algorithms: dict = {}
         self._flow_cache = FlowGroupCache(self.fabric)
+        self._bulk_protocols = BulkProtocols(self.tuner, self.fabric, symmetric_only=self.fabric.symmetric)
         env = self.env
         results, all_done = [], []
         for e, rank in enumerate(self.ent_ranks):
@@ -314,8 +316,10 @@ class Executor:
         dsts = self._group_ranks.get(nd.group)
         if dsts is None:  # one array per group (a world group of 131,072 ranks costs ms to convert)
             dsts = self._group_ranks[nd.group] = np.asarray(group.ranks, dtype=np.int64)
-        yield self.env.process(inst.bulk_member(e, self.ent_ranks[e], self.fabric, self.net, dsts, nd.send_bytes,
-                                                launch_s=co.launch_s, tag=nd.name))
+        rank = self.ent_ranks[e]
+        cost = self._bulk_protocols.cost(group, nd.send_bytes, rank)
+        yield self.env.process(inst.bulk_member(e, rank, self.fabric, self.net, dsts, nd.send_bytes,
+                                                launch_s=co.launch_s, tag=nd.name, cost=cost))
         yield self.env.process(inst.ready(e, co.sync_s))
 
     def _fused(self, e, er, nd: FusedNode, key, released, t0):

@@ -170,6 +170,9 @@ class GpuInitiatedSpec:
     ``nic_proxy_latency_s``: doorbell/proxy latency before an inter-node put reaches the wire.
     ``flag_latency_s``: time from the data's arrival to the receiver observing the flag (fence + flag write).
     ``occupancy_loss``: fraction of workgroup slots lost to communication state in fused kernels.
+    ``put_post_s``: time the issuing GPU's NIC queue is busy posting one off-node put (work-queue entry +
+    doorbell, or the host proxy's post); the off-node puts of one batch serialize on it
+    (:func:`simfuse.fused.base.start_puts`).  Default 0 (the behaviour of files that do not name it).
     """
 
     put_issue_s: float = 0.5e-6
@@ -177,6 +180,7 @@ class GpuInitiatedSpec:
     nic_proxy_latency_s: float = 2.0e-6
     flag_latency_s: float = 1.0e-6
     occupancy_loss: float = 0.0
+    put_post_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -357,6 +361,7 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
         nic_proxy_latency_s=gi.number("nic_proxy_latency_us", 2.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         flag_latency_s=gi.number("flag_latency_us", 1.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         occupancy_loss=gi.number("occupancy_loss", 0.0, min_value=0.0, max_value=0.9),
+        put_post_s=gi.number("put_post_us", 0.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
     )
     gi.reject_unknown()
 

@@ -1,0 +1,110 @@
+"""The bulk uneven all-to-all (``AllToAllVNode`` through ``ExchangeInstance.bulk_member``) pays the NCCL protocol
+model exactly as ``collective_process``'s all-to-all: a uniform all-to-all-v equals ``run_collective``'s direct
+all-to-all (tuner's protocol) in full simulation and on the fast path; closed forms for the proxy's per-peer posts
+and the protocol's hop latency; ``protocol_model: none`` keeps the old cost."""
+
+import numpy as np
+import pytest
+
+from simfuse.collectives import run_collective
+from simfuse.collectives.groups import Tuner, world
+from simfuse.collectives.protocols import _BASE_LAT_US, _HW_LAT_NET_US, ProtocolCost
+from simfuse.graph import AllToAllVNode, Graph
+from simfuse.graph.executor import execute
+from simfuse.graph.symmetry import fold
+from simfuse.system import System
+
+from ..conftest import make_topology
+
+KiB = 2**10
+
+
+def _topo(model="nccl", g=4, nics=4, overhead_us=1.0, launch_us=5.0, sync_us=2.0, **kw):
+    return make_topology(gpus_per_node=g, nics_per_node=nics, launch_us=launch_us, sync_us=sync_us,
+                         collectives_extra={"protocol_model": model, "net_overhead_us": overhead_us}, **kw)
+
+
+def _uniform_graph(nodes, g, per_peer_bytes):
+    n = nodes * g
+    graph = Graph(nodes, g)
+    graph.add_group(world(n))
+    for r in range(n):
+        graph.program(r).add(AllToAllVNode(name="a2av", group="world", send_bytes=np.full(n, per_peer_bytes)))
+    return graph
+
+
+@pytest.mark.parametrize("nodes,g", [(2, 4), (3, 2), (1, 4), (4, 1)])
+@pytest.mark.parametrize("per_peer", [256.0, 8 * KiB, 4 * 2**20])
+def test_uniform_alltoallv_equals_collective_direct(nodes, g, per_peer):
+    topo = _topo(g=g, nics=g)
+    n = nodes * g
+    graph = _uniform_graph(nodes, g, per_peer)
+    sysm = System.from_topology(topo)
+    full = execute(sysm, graph)
+    fast = execute(sysm, fold(graph))
+    assert fast.sim_mode == "symmetric"
+    ref = run_collective(topo, nodes, "all_to_all", per_peer * n, algorithm="direct", gpus_per_node=g)
+    assert full.time_s == pytest.approx(ref.time_s, rel=1e-12)
+    assert fast.time_s == pytest.approx(ref.time_s, rel=1e-12)
+    # the reference under test is the protocol-priced one: LL for small sizes, Simple for MiB here
+    assert ref.protocol == Tuner(topo, nodes, g).choose("all_to_all", world(n), per_peer * n,
+                                                        algorithm="direct").split("/")[1]
+
+
+def test_many_peers_pay_the_proxy_posts_closed_form():
+    # 16 nodes x 1 GPU, 64-byte messages: the proxy posts 15 off-node peers at 1 us each, which dominates the
+    # wire time (15 x 64 B x 2 (LL) / 50 GB/s ~ 0.04 us) and the hop latency (max(3 us fabric, 2.7 us LL ring));
+    # LL starts 1.8 us earlier than Simple (baseLatencies ring LL 6.6 vs Simple 8.4)
+    nodes, per_peer = 16, 64.0
+    topo = _topo(g=1, nics=1)
+    t = execute(System.from_topology(topo), fold(_uniform_graph(nodes, 1, per_peer))).time_s
+    off = (_BASE_LAT_US["ring"]["LL"] - _BASE_LAT_US["ring"]["Simple"]) * 1e-6
+    expect = 5e-6 + off + (nodes - 1) * 1e-6 + 2e-6
+    assert t == pytest.approx(expect, rel=1e-9)
+    # without the protocol model: the old cost, launch + fabric latency + wire time + sync, no posts
+    t0 = execute(System.from_topology(_topo("none", g=1, nics=1)), fold(_uniform_graph(nodes, 1, per_peer))).time_s
+    wire = (nodes - 1) * per_peer / 50e9
+    assert t0 == pytest.approx(5e-6 + 3e-6 + wire + 2e-6, rel=1e-9)
+
+
+def test_hop_latency_and_wire_factor_closed_form():
+    # 2 nodes x 1 GPU, one peer, no proxy cost: a big message (Simple, NCCL net hop 14 us > fabric 3 us) and a
+    # small one (LL: bytes x2, hop max(3 us, 2.7 us) = 3 us)
+    topo = _topo(g=1, nics=1, overhead_us=0.0, nic_lat_us=3.0)
+    sysm = System.from_topology(topo)
+    big, small = 64 * 2**20, 512.0
+    t_big = execute(sysm, fold(_uniform_graph(2, 1, big))).time_s
+    assert t_big == pytest.approx(5e-6 + big / 50e9 + _HW_LAT_NET_US["ring"]["Simple"] * 1e-6 + 2e-6, rel=1e-9)
+    t_small = execute(sysm, fold(_uniform_graph(2, 1, small))).time_s
+    off = (_BASE_LAT_US["ring"]["LL"] - _BASE_LAT_US["ring"]["Simple"]) * 1e-6
+    assert t_small == pytest.approx(5e-6 + off + 2 * small / 50e9 + 3e-6 + 2e-6, rel=1e-9)
+
+
+def test_uneven_alltoallv_fast_path_equals_full_with_protocols():
+    # a relabelling-invariant uneven pattern (size by relative node/local offset): fast path == full simulation
+    nodes, g = 3, 2
+    n = nodes * g
+    topo = _topo(g=g, nics=g)
+    graph = Graph(nodes, g)
+    graph.add_group(world(n))
+    for r in range(n):
+        node, local = divmod(r, g)
+        sizes = np.array([2 * KiB * (1 + ((d // g - node) % nodes) * g + (d % g - local) % g) for d in range(n)])
+        graph.program(r).add(AllToAllVNode(name="v", group="world", send_bytes=sizes))
+    sysm = System.from_topology(topo)
+    full, fast = execute(sysm, graph), execute(sysm, fold(graph))
+    assert fast.time_s == pytest.approx(full.time_s, rel=1e-12)
+    # each rank posts its 4 off-node peers at 1 us each (serially) before the exchange can end
+    off = min(_BASE_LAT_US["ring"][p] - _BASE_LAT_US["ring"]["Simple"] for p in ("LL", "LL128", "Simple")) * 1e-6
+    assert full.time_s >= 5e-6 + off + 4 * 1e-6 + 2e-6 - 1e-15
+
+
+def test_proxy_posts_serialize_across_late_receivers():
+    # rank 0 of 3 (3 nodes x 1 GPU) sends to ranks 1 and 2; every rank enters together, so rank 0's posts take
+    # 2 x 10 us and its exchange ends no sooner than 5 us launch - 1.8 us (LL) + 20 us + 2 us sync
+    topo = _topo(g=1, nics=1, overhead_us=10.0)
+    graph = _uniform_graph(3, 1, 128.0)
+    t = execute(System.from_topology(topo), graph).time_s
+    off = (_BASE_LAT_US["ring"]["LL"] - _BASE_LAT_US["ring"]["Simple"]) * 1e-6
+    assert t == pytest.approx(5e-6 + off + 2 * 10e-6 + 2e-6, rel=1e-9)
+    assert ProtocolCost("ring", "LL").net_overhead_s == 1e-6  # the default the topology overrides here

@@ -67,17 +67,19 @@ TERMS: dict[str, dict[str, tuple]] = {
 #: :data:`TERMS`, keyed ``feature@sigma`` in the max group.  Embedding gather (a row load depends on its index
 #: load, each program pools 8 bags, 2 lookups a step):
 #:
-#: * ``per_row@fixed`` -- the latency chain: dependent index -> row loads, as long however many programs run;
+#: * ``per_row@fixed`` or ``per_step@fixed`` -- the latency chain: dependent index -> row loads (per lookup, or
+#:   per step of ``unroll`` lookups of the program's bags), as long however many programs run;
 #: * ``per_row@dev16`` -- the device's random-access rate (rows per second, shared by the resident programs);
 #: * ``per_dram_byte@fixed`` -- one program's memory-level parallelism: its warps keep a bounded number of bytes
 #:   in flight, so a program streams at most so many bytes per second, however idle HBM is (1 program per SM);
-#: * ``per_dram_byte@devH`` / ``per_byte@devH`` -- its share of HBM bandwidth at the access granularity.
+#: * ``per_dram_byte@dev16`` / ``per_byte@dev16`` -- its share of HBM bandwidth (bytes at the access granularity
+#:   or requested).
 MAX_FORMS: dict[str, tuple[dict[str, tuple], dict[str, tuple], tuple[float, ...]]] = {
     "embedding_all_to_all": ({"per_program": ("fixed",), "per_bag": (None, "cu")},
-                             {"per_row@fixed": ("fixed",), "per_row@dev16": (None, "dev16"),
+                             {"latency": (("per_row@fixed", "fixed"), ("per_step@fixed", "fixed")),
+                              "per_row@dev16": (None, "dev16"),
                               "per_dram_byte@fixed": (None, "fixed"),
-                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_dram_byte@dev2", "dev2"),
-                                      ("per_byte@dev16", "dev16"))},
+                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_byte@dev16", "dev16"))},
                              (2.0, 4.0)),
 }
 
@@ -310,7 +312,7 @@ def _fit_softmax(pts: list[Point], spec: Spec, y: np.ndarray) -> np.ndarray:
             break
     coef = np.exp(theta)
     coef[~live] = 0.0
-    coef[theta <= _LOG_COEF_FLOOR + 1e-9] = 0.0
+    coef[theta <= _LOG_COEF_FLOOR + 20.0] = 0.0  # at the floor: a term the fit has dropped
     return coef
 
 

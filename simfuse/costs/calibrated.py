@@ -116,6 +116,10 @@ CUS = 132
 #: to this.  Chosen by the H200 campaign's leave-region-out CV among the L2 sector (32 B), 64 B and the 128 B line
 #: (docs/calibration.md): only rows under 64 B (fp32 dim 8, 16-bit dim 16) pay more than their bytes.
 DRAM_ATOM_BYTES = 64
+#: Lookups per dependent-load step of the embedding kernel (``EmbeddingConfig.unroll``; the campaign and the
+#: kernel default use 2) unless the shape says ``unroll``; bags gathered together per step (the kernel's ``SUB``).
+EMB_UNROLL = 2
+EMB_SUB_BAGS = 16
 #: Element bytes of an embedding row by dtype (the simulator's embedding works are "fp32" or "fp16").
 _EMB_ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -132,7 +136,11 @@ def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str |
         rows = flops / d
         row_b = d * _EMB_ELEM_BYTES.get(dtype or "fp32", 4)
         # HBM bytes: gathered rows at the access granularity, their int64 indices, the pooled rows written
-        f.update(per_row=rows, per_bag=rows / p,
+        bags = rows / p
+        unroll = float(shape.get("unroll") or EMB_UNROLL)
+        # dependent load steps: each step gathers ``unroll`` lookups of up to 16 bags (the kernel's sub-block)
+        steps = math.ceil(p / unroll - 1e-9) * math.ceil(bags / EMB_SUB_BAGS - 1e-9)
+        f.update(per_row=rows, per_bag=bags, per_step=float(steps),
                  per_dram_byte=rows * (math.ceil(row_b / DRAM_ATOM_BYTES - 1e-9) * DRAM_ATOM_BYTES + 8.0)
                  + rows / p * row_b)
     elif kernel == "gemv_all_reduce":

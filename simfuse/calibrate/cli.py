@@ -183,6 +183,8 @@ def _validate_campaign(args: argparse.Namespace) -> int:
         print(f"  {fam['family']}: {fam['points']} held-out predictions, median {fam['median_abs'] * 100:.1f}%, "
               f"max {fam['max_abs'] * 100:.1f}% ({flag}); in-sample median {fam['fit_median_abs'] * 100:.1f}%; "
               f"interval p10/p90 x{fam['p10']:.3f}/x{fam['p90']:.3f}{'; ' + fam['base'] if fam.get('base') else ''}")
+        if fam.get("model"):
+            print(f"      model: {fam['model']}")
         for name, r in fam["regions"].items():
             beyond = r.get("programs_per_sm", 0) > r.get("train_programs_per_sm", 1 << 30)
             note = (f" (up to {r['programs_per_sm']} programs per SM, the rest at most {r['train_programs_per_sm']}: "

@@ -325,9 +325,19 @@ def run_validation(topology_path: str | Path, measurements: str | Path | None = 
 CAMPAIGN_TARGET = {"median_abs": 0.04, "max_abs": 0.12}
 
 
+def model_form(w) -> str:
+    """A wave model's form in words: its summed terms, then the soft maximum of the others (``term:sigma``)."""
+    add = [f"{t}:{k}" for t, (k, c) in w.terms.items() if t not in w.max_terms and c > 0]
+    mx = [f"{t}:{k}" for t, (k, c) in w.terms.items() if t in w.max_terms and c > 0]
+    return " + ".join(add + ([f"softmax{w.max_order:g}({', '.join(mx)})"] if mx else [])) or "launch only"
+
+
 def campaign_validation(paths, out_dir: str | Path | None = None) -> dict:
     """Refit the wave models on the campaign file(s) and report their nested leave-region-out errors per family
-    (kernel/variant/dtype) and per region; with ``out_dir`` write ``campaign_cv.json`` and ``campaign_cv.csv``."""
+    (kernel/variant/dtype) and per region; with ``out_dir`` write ``campaign_cv.json`` and ``campaign_cv.csv``.
+
+    ``paths``: any number of campaign files (the same grid repeated, or new shapes measured later): their rows
+    are pooled, repeats of a shape merged by the median (:func:`simfuse.calibrate.wavefit.merge_repeats`)."""
     import math
 
     from .wavefit import fit_campaign, read_campaign
@@ -346,7 +356,8 @@ def campaign_validation(paths, out_dir: str | Path | None = None) -> dict:
                      and cv["max_abs"] <= CAMPAIGN_TARGET["max_abs"],
                      "p10": math.exp(q.get("p10", 0.0)), "p50": math.exp(q.get("p50", 0.0)),
                      "p90": math.exp(q.get("p90", 0.0)), "base": cv.get("base", ""),
-                     "terms": {t: k for t, (k, _) in w.terms.items()}, "regions": cv["regions"]})
+                     "terms": {t: k for t, (k, _) in w.terms.items()}, "model": model_form(w),
+                     "regions": cv["regions"]})
     summary = {"target": CAMPAIGN_TARGET, "families": fams, "rows": len(rows)}
     if out_dir is not None:
         d = Path(out_dir)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..costs.calibrated import CUS, WaveFit, _g, features, load, waves
+from ..costs.calibrated import CUS, WaveFit, _g, features, load, term_feature, waves
 from .fit import nnls_relative
 
 _DEV = ("dev2", "dev4", "dev8", "dev16", "cu")
@@ -60,6 +60,58 @@ TERMS: dict[str, dict[str, tuple]] = {
     "gemm_all_to_all": {"per_program": ("fixed",), "per_k": (None, "fixed", "cu"), "per_flop": (None, "cu"),
                         "per_byte": (None, "dev2", "dev4", "dev8", "cu")},
 }
+
+#: Soft-max model forms per family (the linear ones of :data:`TERMS` stay candidates too; cross-validation chooses).
+#: A program's time is its ``add`` terms summed plus the soft maximum of order ``k`` (``orders``) of its ``max``
+#: terms: it runs at the slowest of its limits.  Per family: (add slots, max slots, orders), slots as in
+#: :data:`TERMS`, keyed ``feature@sigma`` in the max group.  Embedding gather (a row load depends on its index
+#: load, each program pools 8 bags, 2 lookups a step):
+#:
+#: * ``per_row@fixed`` or ``per_step@fixed`` -- the latency chain: dependent index -> row loads (per lookup, or
+#:   per step of ``unroll`` lookups of the program's bags), as long however many programs run;
+#: * ``per_row@dev16`` -- the device's random-access rate (rows per second, shared by the resident programs);
+#: * ``per_dram_byte@fixed`` -- one program's memory-level parallelism: its warps keep a bounded number of bytes
+#:   in flight, so a program streams at most so many bytes per second, however idle HBM is (1 program per SM);
+#: * ``per_dram_byte@dev16`` / ``per_byte@dev16`` -- its share of HBM bandwidth (bytes at the access granularity
+#:   or requested).
+MAX_FORMS: dict[str, tuple[dict[str, tuple], dict[str, tuple], tuple[float, ...]]] = {
+    "embedding_all_to_all": ({"per_program": ("fixed",), "per_bag": (None, "cu")},
+                             {"latency": (("per_row@fixed", "fixed"), ("per_step@fixed", "fixed")),
+                              "per_row@dev16": (None, "dev16"),
+                              "per_dram_byte@fixed": (None, "fixed"),
+                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_byte@dev16", "dev16"))},
+                             (2.0, 4.0)),
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One candidate model: ``terms`` (key -> sigma kind; a key's work term is :func:`term_feature` of it), which
+    of them are combined by the soft maximum, and its order (``max_terms`` empty: the linear model)."""
+
+    terms: tuple[tuple[str, str], ...]
+    max_terms: frozenset = frozenset()
+    max_order: float = 1.0
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    def items(self):
+        return iter(self.terms)
+
+    @property
+    def linear(self) -> bool:
+        return not self.max_terms
+
+    def describe(self) -> str:
+        add = [f"{t}:{k}" for t, k in self.terms if t not in self.max_terms]
+        mx = [f"{t}:{k}" for t, k in self.terms if t in self.max_terms]
+        return " + ".join(add + ([f"softmax{self.max_order:g}({', '.join(mx)})"] if mx else []))
+
+
+def _as_spec(spec) -> Spec:
+    return spec if isinstance(spec, Spec) else Spec(tuple(dict(spec).items()))
+
 
 #: Regions per family: name -> (campaign column, which end of its range).
 REGION_AXES = {
@@ -152,32 +204,132 @@ def campaign_points(rows: Iterable[dict]) -> list[Point]:
 
 
 # ------------------------------------------------------------------------------------------------ fitting
-def _candidates(kernel: str) -> list[dict[str, str]]:
-    terms = TERMS[kernel]
-    names = list(terms)
+def _slot_products(slots: dict[str, tuple]) -> list[list[tuple[str, str]]]:
+    names = list(slots)
     out = []
-    for combo in itertools.product(*(terms[t] for t in names)):
-        out.append(dict(o if isinstance(o, tuple) else (t, o)
-                        for t, o in zip(names, combo, strict=True) if o is not None))
+    for combo in itertools.product(*(slots[t] for t in names)):
+        out.append([o if isinstance(o, tuple) else (t, o) for t, o in zip(names, combo, strict=True) if o is not None])
     return out
 
 
-def _design(pts: list[Point], spec: dict[str, str]) -> np.ndarray:
-    cols = [np.ones(len(pts))]
-    for t, kind in spec.items():
-        cols.append(np.array([sum(m * p.feats.get(t, 0.0) * load(kind, n, p.slots) for n, m in waves(p.grid, p.slots))
-                              for p in pts]))
-    return np.column_stack(cols)
+def _candidates(kernel: str) -> list[Spec]:
+    """The linear term sets of :data:`TERMS`, then the soft-max forms of :data:`MAX_FORMS`."""
+    out = [Spec(tuple(c)) for c in _slot_products(TERMS[kernel])]
+    if kernel in MAX_FORMS:
+        add_slots, max_slots, orders = MAX_FORMS[kernel]
+        for add in _slot_products(add_slots):
+            for mx in _slot_products(max_slots):
+                for k in orders:
+                    out.append(Spec(tuple(add) + tuple(mx), frozenset(t for t, _ in mx), float(k)))
+    return out
 
 
-def _fit(pts: list[Point], spec: dict[str, str]) -> np.ndarray:
-    x = _design(pts, spec)
+def _tensor(pts: list[Point], spec: Spec) -> tuple[np.ndarray, np.ndarray]:
+    """``F[p, w, j]``: term ``j``'s work times its load in wave ``w`` of point ``p`` (a full and a partial wave at
+    most); ``M[p, w]``: how many such waves."""
+    f = np.zeros((len(pts), 2, len(spec)))
+    m = np.zeros((len(pts), 2))
+    for i, p in enumerate(pts):
+        for w, (n, mult) in enumerate(waves(p.grid, p.slots)):
+            m[i, w] = mult
+            for j, (t, kind) in enumerate(spec.items()):
+                f[i, w, j] = p.feats.get(term_feature(t), 0.0) * load(kind, n, p.slots)
+    return f, m
+
+
+def _design(pts: list[Point], spec) -> np.ndarray:
+    f, m = _tensor(pts, _as_spec(spec))
+    return np.column_stack([np.ones(len(pts))] + [(m * f[:, :, j]).sum(-1) for j in range(f.shape[2])])
+
+
+def _softmax_model(coef: np.ndarray, f: np.ndarray, m: np.ndarray, spec: Spec) -> tuple[np.ndarray, np.ndarray]:
+    """Launch times and their derivatives by ``log c`` (the fit's parameters) of the soft-max form."""
+    k = spec.max_order
+    mx = np.array([t in spec.max_terms for t, _ in spec.items()])
+    u = f * coef[1:]  # (points, waves, terms)
+    add = u[:, :, ~mx].sum(-1)
+    um = u[:, :, mx]
+    top = um.max(-1, keepdims=True)
+    safe = np.where(top > 0, top, 1.0)
+    smax = top[..., 0] * ((um / safe) ** k).sum(-1) ** (1.0 / k)
+    t = coef[0] + (m * (add + smax)).sum(-1)
+    share = np.where(smax[..., None] > 0, (um / np.where(smax > 0, smax, 1.0)[..., None]) ** (k - 1.0), 0.0)
+    jac = np.zeros((len(t), len(coef)))
+    jac[:, 0] = coef[0]
+    jac[:, 1:][:, ~mx] = (m[..., None] * u[:, :, ~mx]).sum(1)
+    jac[:, 1:][:, mx] = (m[..., None] * um * share).sum(1)
+    return t, jac
+
+
+#: Parameters of a soft-max fit live in log space between these bounds (a term at the floor is dropped).
+_LOG_COEF_FLOOR, _LOG_COEF_CEIL = -120.0, 5.0
+
+
+def _fit_softmax(pts: list[Point], spec: Spec, y: np.ndarray) -> np.ndarray:
+    """Least squares of log(predicted / measured) by Levenberg-Marquardt over the logs of the (positive)
+    coefficients, from the linear fit of the same terms summed (numpy only, deterministic)."""
+    f, m = _tensor(pts, spec)
+    x = np.column_stack([np.ones(len(pts))] + [(m * f[:, :, j]).sum(-1) for j in range(f.shape[2])])
+    cols = list(range(x.shape[1]))
+    if len(cols) > 6:  # the exact NNLS takes 6 columns at most: start from launch, additive terms, first/last max term
+        mx = [j + 1 for j, (t, _) in enumerate(spec.items()) if t in spec.max_terms]
+        cols = [c for c in cols if c not in mx] + [mx[0], mx[-1]]
+    c0 = np.zeros(x.shape[1])
+    c0[cols] = nnls_relative(x[:, cols], y)
+    # a term the linear fit dropped starts where it alone would explain 1% of the median launch
+    alone = np.median(y) / np.maximum(np.median(np.where(x > 0, x, np.nan), axis=0), 1e-300)
+    alone = np.nan_to_num(alone, nan=1.0)
+    c0 = np.where(c0 > 0, c0, 1e-2 * alone)
+    theta = np.clip(np.log(c0), _LOG_COEF_FLOOR, _LOG_COEF_CEIL)
+    live = np.array([True] + [bool(np.any(f[:, :, j] > 0)) for j in range(f.shape[2])])
+    t, jac = _softmax_model(np.exp(theta), f, m, spec)
+    r = np.log(t / y)
+    cost = float(r @ r)
+    lam = 1e-3
+    for _ in range(100):
+        jr = (jac / t[:, None])[:, live]
+        h = jr.T @ jr
+        g = jr.T @ r
+        done = True
+        for _ in range(12):
+            step = np.zeros_like(theta)
+            try:
+                step[live] = np.linalg.solve(h + lam * np.diag(np.diag(h) + 1e-12), -g)
+            except np.linalg.LinAlgError:
+                lam *= 10.0
+                continue
+            th2 = np.clip(theta + step, _LOG_COEF_FLOOR, _LOG_COEF_CEIL)
+            t2, jac2 = _softmax_model(np.exp(th2), f, m, spec)
+            r2 = np.log(t2 / y)
+            c2 = float(r2 @ r2)
+            if c2 < cost:
+                done = cost - c2 < 1e-12 * max(cost, 1e-30) or float(np.max(np.abs(th2 - theta))) < 1e-7
+                theta, t, jac, r, cost = th2, t2, jac2, r2, c2
+                lam = max(lam / 3.0, 1e-12)
+                break
+            lam *= 4.0
+        if done:
+            break
+    coef = np.exp(theta)
+    coef[~live] = 0.0
+    coef[theta <= _LOG_COEF_FLOOR + 20.0] = 0.0  # at the floor: a term the fit has dropped
+    return coef
+
+
+def _fit(pts: list[Point], spec) -> np.ndarray:
+    spec = _as_spec(spec)
     y = np.array([p.time_s for p in pts])
-    return nnls_relative(x, y)
+    if spec.linear:
+        return nnls_relative(_design(pts, spec), y)
+    return _fit_softmax(pts, spec, y)
 
 
-def _predict(pts: list[Point], spec: dict[str, str], coef: np.ndarray) -> np.ndarray:
-    return _design(pts, spec) @ coef
+def _predict(pts: list[Point], spec, coef: np.ndarray) -> np.ndarray:
+    spec = _as_spec(spec)
+    if spec.linear:
+        return _design(pts, spec) @ coef
+    f, m = _tensor(pts, spec)
+    return _softmax_model(np.asarray(coef, dtype=float), f, m, spec)[0]
 
 
 def regions(pts: list[Point]) -> dict[str, list[int]]:
@@ -230,7 +382,7 @@ def _score(errs: np.ndarray) -> float:
     return float(np.sqrt(np.mean(errs**2)) + 0.5 * np.max(np.abs(errs)))
 
 
-def select_spec(pts: list[Point], regs: dict[str, list[int]]) -> dict[str, str]:
+def select_spec(pts: list[Point], regs: dict[str, list[int]]) -> Spec:
     best = None
     for spec in _candidates(pts[0].kernel):
         sc = _score(_lro_errors(pts, spec, regs))
@@ -256,7 +408,7 @@ def cross_validate(pts: list[Point]) -> dict:
         rel = pred / np.array([p.time_s for p in test]) - 1.0
         all_rel.extend(rel.tolist())
         out_regs[name] = {"points": len(test), "median_abs": _g(float(np.median(np.abs(rel)))),
-                          "max_abs": _g(float(np.max(np.abs(rel)))), "spec": spec,
+                          "max_abs": _g(float(np.max(np.abs(rel)))), "spec": spec, "model": spec.describe(),
                           "programs_per_sm": programs_per_sm(test), "train_programs_per_sm": programs_per_sm(train)}
     a = np.abs(np.array(all_rel)) if all_rel else np.array([float("nan")])
     return {"regions": out_regs, "errors": all_rel, "median_abs": _g(float(np.median(a))),
@@ -272,6 +424,7 @@ def fit_group(pts: list[Point]) -> WaveFit:
     q = _quantiles(cv["errors"])
     slots = pts[0].slots
     terms = {t: (kind, float(c)) for (t, kind), c in zip(spec.items(), coef[1:], strict=True)}
+    max_terms = tuple(t for t, _ in spec.items() if t in spec.max_terms)
     pred = _predict(pts, spec, coef)
     rel = pred / np.array([p.time_s for p in pts]) - 1.0
     cvs = {"median_abs": cv["median_abs"], "max_abs": cv["max_abs"], "points": cv["points"],
@@ -281,7 +434,8 @@ def fit_group(pts: list[Point]) -> WaveFit:
     by_dim = {int(p.axes["dim"]): p.slots for p in pts if "dim" in p.axes}
     slots = max(by_dim.values()) if by_dim else slots
     return WaveFit(pts[0].kernel, pts[0].variant, pts[0].dtype, slots, float(coef[0]), terms,
-                   residual_log_quantiles=q, cv=cvs, residual_logs=_logs(cv["errors"]), slots_by_dim=by_dim)
+                   residual_log_quantiles=q, cv=cvs, residual_logs=_logs(cv["errors"]), slots_by_dim=by_dim,
+                   max_terms=max_terms, max_order=spec.max_order if max_terms else 1.0)
 
 
 def group_points(pts: list[Point]) -> dict[tuple[str, str, str], list[Point]]:
@@ -340,7 +494,8 @@ def fit_campaign(rows: Iterable[dict]) -> list[WaveFit]:
                        "base": f"{a:.4g} s + {sc:.4g} x compute"}
                 own = WaveFit(key[0], key[1], key[2], base.slots, float(a + sc * base.launch_s),
                               {t: (k, c * sc) for t, (k, c) in base.terms.items()}, base.cus,
-                              _quantiles(cv["errors"]), cvs, _logs(cv["errors"]), dict(base.slots_by_dim))
+                              _quantiles(cv["errors"]), cvs, _logs(cv["errors"]), dict(base.slots_by_dim),
+                              base.max_terms, base.max_order)
         own.cv.pop("_errors", None)
         fits[key] = own
     return [fits[k] for k in sorted(fits)]

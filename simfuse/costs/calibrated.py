@@ -116,6 +116,10 @@ CUS = 132
 #: to this.  Chosen by the H200 campaign's leave-region-out CV among the L2 sector (32 B), 64 B and the 128 B line
 #: (docs/calibration.md): only rows under 64 B (fp32 dim 8, 16-bit dim 16) pay more than their bytes.
 DRAM_ATOM_BYTES = 64
+#: Lookups per dependent-load step of the embedding kernel (``EmbeddingConfig.unroll``; the campaign and the
+#: kernel default use 2) unless the shape says ``unroll``; bags gathered together per step (the kernel's ``SUB``).
+EMB_UNROLL = 2
+EMB_SUB_BAGS = 16
 #: Element bytes of an embedding row by dtype (the simulator's embedding works are "fp32" or "fp16").
 _EMB_ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -132,7 +136,11 @@ def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str |
         rows = flops / d
         row_b = d * _EMB_ELEM_BYTES.get(dtype or "fp32", 4)
         # HBM bytes: gathered rows at the access granularity, their int64 indices, the pooled rows written
-        f.update(per_row=rows, per_bag=rows / p,
+        bags = rows / p
+        unroll = float(shape.get("unroll") or EMB_UNROLL)
+        # dependent load steps: each step gathers ``unroll`` lookups of up to 16 bags (the kernel's sub-block)
+        steps = math.ceil(p / unroll - 1e-9) * math.ceil(bags / EMB_SUB_BAGS - 1e-9)
+        f.update(per_row=rows, per_bag=bags, per_step=float(steps),
                  per_dram_byte=rows * (math.ceil(row_b / DRAM_ATOM_BYTES - 1e-9) * DRAM_ATOM_BYTES + 8.0)
                  + rows / p * row_b)
     elif kernel == "gemv_all_reduce":
@@ -173,9 +181,30 @@ def waves(grid: int, slots: int) -> list[tuple[int, int]]:
     return out
 
 
+def term_feature(key: str) -> str:
+    """The work term (:func:`features` key) a wave-model term prices: its key up to an ``@`` (``per_row@dev16``
+    is the per-row work with a second, throughput scaling; plain keys price themselves)."""
+    return key.split("@", 1)[0]
+
+
+def soft_max(values, order: float) -> float:
+    """``(sum v^k)^(1/k)`` of non-negative ``values``: the sum at ``k = 1``, tending to the max as ``k`` grows (a
+    program runs at the slowest of its limits -- latency chain, per-program memory parallelism, HBM share --
+    with a smooth knee where two are close)."""
+    vals = [float(v) for v in values if v > 0.0]
+    if not vals:
+        return 0.0
+    top = max(vals)
+    return top * sum((v / top) ** order for v in vals) ** (1.0 / order)
+
+
 @dataclass(frozen=True)
 class WaveFit:
-    """Fitted wave model of one (kernel, variant, dtype).  ``terms``: term -> (sigma kind, seconds per unit)."""
+    """Fitted wave model of one (kernel, variant, dtype).  ``terms``: term -> (sigma kind, seconds per unit).
+
+    A program's time is the sum of its terms (``max_terms`` empty: the linear model of profiles before issue 12),
+    or the sum of the terms outside ``max_terms`` plus the soft maximum of order ``max_order`` (:func:`soft_max`)
+    of those in it: ``sum_add c_j phi_j L_j(n) + (sum_max (c_j phi_j L_j(n))^k)^(1/k)``."""
 
     kernel: str
     variant: str
@@ -191,6 +220,17 @@ class WaveFit:
     residual_logs: tuple[float, ...] = ()
     #: embedding: slots per row width (registers grow with the dim: 1056 programs up to dim 128, 264 at 1024)
     slots_by_dim: dict[int, int] = field(default_factory=dict)
+    #: terms combined by a soft maximum instead of summed (empty: every term summed)
+    max_terms: tuple[str, ...] = ()
+    #: order ``k`` of that soft maximum (1 = sum; larger = closer to the plain max)
+    max_order: float = 1.0
+
+    def __post_init__(self):
+        unknown = [t for t in self.max_terms if t not in self.terms]
+        if unknown:
+            raise ValueError(f"max_terms {unknown} are not in terms {sorted(self.terms)}")
+        if not (math.isfinite(self.max_order) and self.max_order >= 1.0):
+            raise ValueError(f"max_order {self.max_order!r} must be a finite number >= 1")
 
     def slots_for(self, shape: dict | None = None) -> int:
         """Resident programs for a launch of this shape: the measured dim nearest (in log) to ``shape['dim']``."""
@@ -202,30 +242,44 @@ class WaveFit:
 
     def program_time_s(self, feats: dict[str, float], n: float, slots: int | None = None) -> float:
         s = slots or self.slots
-        return sum(c * feats.get(t, 0.0) * load(kind, n, s, self.cus) for t, (kind, c) in self.terms.items())
+
+        def u(t: str) -> float:
+            kind, c = self.terms[t]
+            return c * feats.get(term_feature(t), 0.0) * load(kind, n, s, self.cus)
+
+        add = sum(u(t) for t in self.terms if t not in self.max_terms)
+        return add + soft_max([u(t) for t in self.max_terms], self.max_order) if self.max_terms else add
 
     def launch_time_s(self, grid: int, feats: dict[str, float], slots: int | None = None) -> float:
         s = slots or self.slots
         return self.launch_s + sum(k * self.program_time_s(feats, n, s) for n, k in waves(grid, s))
 
     def to_dict(self) -> dict:
-        return {"kernel": self.kernel, "variant": self.variant, "dtype": self.dtype, "slots": int(self.slots),
-                "cus": int(self.cus), "launch_s": _g(self.launch_s),
-                "terms": {t: {"sigma": k, "s_per_unit": _g(c)} for t, (k, c) in self.terms.items()},
-                "residual_log_quantiles": {k: _g(v) for k, v in self.residual_log_quantiles.items()},
-                "residual_logs": [_g(x) for x in self.residual_logs],
-                "slots_by_dim": {int(k): int(v) for k, v in sorted(self.slots_by_dim.items())}, "cv": self.cv}
+        d = {"kernel": self.kernel, "variant": self.variant, "dtype": self.dtype, "slots": int(self.slots),
+             "cus": int(self.cus), "launch_s": _g(self.launch_s),
+             "terms": {t: {"sigma": k, "s_per_unit": _g(c)} for t, (k, c) in self.terms.items()}}
+        if self.max_terms:  # written only for the soft-max form: linear profiles keep their old layout
+            d.update(max_terms=list(self.max_terms), max_order=_g(self.max_order))
+        d.update({"residual_log_quantiles": {k: _g(v) for k, v in self.residual_log_quantiles.items()},
+                  "residual_logs": [_g(x) for x in self.residual_logs],
+                  "slots_by_dim": {int(k): int(v) for k, v in sorted(self.slots_by_dim.items())}, "cv": self.cv})
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> WaveFit:
+        mt = d.get("max_terms") or ()
+        if isinstance(mt, str) or not isinstance(mt, (list, tuple)):
+            raise ValueError(f"max_terms must be a list of term names, got {mt!r}")
         return cls(str(d["kernel"]), str(d["variant"]), str(d["dtype"]), int(d["slots"]), float(d["launch_s"]),
                    {t: (str(v["sigma"]), float(v["s_per_unit"])) for t, v in (d.get("terms") or {}).items()},
                    int(d.get("cus", CUS)), {k: float(v) for k, v in (d.get("residual_log_quantiles") or {}).items()},
                    dict(d.get("cv") or {}), tuple(sorted(float(x) for x in d.get("residual_logs") or ())),
-                   {int(k): int(v) for k, v in (d.get("slots_by_dim") or {}).items()})
+                   {int(k): int(v) for k, v in (d.get("slots_by_dim") or {}).items()},
+                   tuple(str(t) for t in mt), float(d.get("max_order", 1.0)))
 
     def scaled(self, factor: float) -> WaveFit:
-        """The same model with every time (launch and program) multiplied by ``factor``."""
+        """The same model with every time (launch and program) multiplied by ``factor`` (the soft maximum is
+        homogeneous of degree 1: scaling its terms scales it)."""
         from dataclasses import replace
 
         return replace(self, launch_s=self.launch_s * factor,

@@ -870,6 +870,15 @@ class _TwrwStage1:
 
 #: most stage-2 (rail) put batches a reducer issues per kernel (see TwrwEmbeddingPush)
 MAX_STAGE2_PUTS = 64
+#: most stage-1 push points (macro-waves, :func:`~simfuse.engine.compute.run_kernel_waves`) of a
+#: TwrwEmbeddingPush kernel: the resolution of stage 2, which already leaves in MAX_STAGE2_PUTS batches of
+#: ``Q / MAX_STAGE2_PUTS`` reduced positions (a macro-wave of 1/64 of the kernel completes about one batch).  Each
+#: push point starts NVLink flows, and every flow start and end re-solves the flow network with the long rail puts
+#: in flight: at 1,024 nodes x 1,056 bags per GPU (MLPerf DLRM-DCNv2, planned) 256 points took 14.9 s for both
+#: modes, 64 took 6.0 s (2-core VM), and the fused iteration moved by +0.2% (0.061472 -> 0.061598 s; +0.11% at
+#: 64 nodes, +0.17% at 128; unchanged at 16 nodes, whose kernels have fewer waves).  Kernels of at most this many
+#: waves push once per wave (exact).
+MAX_TWRW_PUSH_WAVES = MAX_STAGE2_PUTS
 
 
 class TwrwEmbeddingPush(FusedOp):
@@ -990,8 +999,8 @@ class TwrwEmbeddingPush(FusedOp):
         """simpy process of one rank: pooling kernel with stage-1 pushes; its reducer's stage 2 runs on after the
         kernel (the rank is started when it is done).  Returns the kernel's end (s).
 
-        Closed form (:class:`_TwrwStage1`): each wave (macro-wave beyond
-        :data:`~simfuse.fused.base.MAX_PUSH_WAVES` waves, as :class:`~simfuse.fused.base.RunPushEngine`) completes
+        Closed form (:class:`_TwrwStage1`): each wave (macro-wave beyond :data:`MAX_TWRW_PUSH_WAVES` waves, as
+        :class:`~simfuse.fused.base.RunPushEngine` beyond :data:`~simfuse.fused.base.MAX_PUSH_WAVES`) completes
         a contiguous range of every reducer's slices; they leave as one flow per reducer, and the reducer counts
         arrivals on slice ranges (:class:`_Coverage`) instead of per workgroup.  ``tests/fused/test_twrw_closed_form.py``
         checks it against the per-workgroup model (:class:`~simfuse.fused.base.PushEngine`)."""
@@ -1084,7 +1093,8 @@ class TwrwEmbeddingPush(FusedOp):
         kernel_end = yield env.process(run_kernel_waves(
             ctx.sim, fused_work(self, knobs, ctx.fabric, rank), ctx.cost, rank=rank, on_wave=on_wave,
             wave_overhead_s=sched.wave_overhead_s, occupancy_loss=occ,
-            persistent_grid=knobs.persistent_grid or None, max_events=_base.MAX_PUSH_WAVES))
+            persistent_grid=knobs.persistent_grid or None,
+            max_events=min(_base.MAX_PUSH_WAVES, MAX_TWRW_PUSH_WAVES)))
         done = reducer_state(rank)["done"]
 
         def finish():

@@ -257,13 +257,14 @@ def test_dlrm_iteration_equals_the_per_workgroup_model(tmp_path_factory, monkeyp
 
 @pytest.mark.parametrize("sim_mode", ["full", "classes"])
 def test_many_waves_equal_the_per_workgroup_model(tmp_path, monkeypatch, sim_mode):
-    """Kernels of more waves than MAX_PUSH_WAVES allows, with the coarsening off (one push point per wave, as
-    the per-workgroup model): still the same iteration."""
+    """Kernels of more waves than MAX_PUSH_WAVES / MAX_TWRW_PUSH_WAVES allow, with the coarsening off (one push
+    point per wave, as the per-workgroup model): still the same iteration."""
     g, nodes = 4, 2
     system = System.from_topology(make_topology(gpus_per_node=g, nics_per_node=g))
     spec = _spec([(5000, 20), (6000, 3), (7000, 9)], 32768)  # 4,096 bags per rank: 32 waves per table shard
     plan = _twrw_plan(tmp_path, spec, system, nodes, g, 2)
     monkeypatch.setattr(base, "MAX_PUSH_WAVES", 4)
+    monkeypatch.setattr(ops, "MAX_TWRW_PUSH_WAVES", 10**9)
     coarse = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode="fused", sim_mode=sim_mode,
                            plan=plan).iteration_time_s
     monkeypatch.setattr(base, "MAX_PUSH_WAVES", 10**9)

@@ -803,6 +803,11 @@ class _TwrwStage1:
         else:
             self.K = -(-self.W // s)
         self.hold_all = self.s >= self.W > 0
+        # a window of this many positions holds the last workgroup of a slice to every reducer: slices are at
+        # most s long and cycle through the g reducers (remote_first), or g consecutive blocks of kb have g
+        # different reducers (natural)
+        self.span = g * s if self.shape == "remote_first" else g * kb if self.shape == "natural" else s
+        self.max_issue = max(self.issue)
 
     def F(self, kappa: int) -> int:
         """Positions of a reducer's range covered by its slices ``< kappa``."""
@@ -835,6 +840,8 @@ class _TwrwStage1:
 
     def wave_overhead_s(self, lo: int, hi: int) -> float:
         """The costliest issue among the slices whose last workgroup runs in positions ``[lo, hi)``."""
+        if hi - lo >= self.span:  # the window holds a slice end of every reducer (called once per wave: cheap)
+            return self.max_issue
         a, b = self.kappas(lo), self.kappas(hi)
         best = 0.0
         for h in range(self.g):

@@ -150,7 +150,7 @@ def test_schedule_closed_form_matches_the_workgroup_arrays(g, N, t, kb, s, natur
     # the wave overhead: the costliest issue among the slices ending in [lo, hi)
     issue = np.array(sched.issue)[[int(np.flatnonzero(sched.reducers == d)[0]) for d in sl_dst]]
     for lo in range(0, W, 3):
-        for hi in (lo + 1, min(W, lo + 5)):
+        for hi in sorted({lo + 1, min(W, lo + 5), min(W, lo + g * s), min(W, lo + g * kb), W}):
             ends = (last >= lo) & (last < hi)
             assert sched.wave_overhead_s(lo, hi) == (issue[ends].max() if ends.any() else 0.0)
 

@@ -413,7 +413,9 @@ class RunPushEngine:
 def fused_work(op: FusedOp, knobs: FusedKnobs, fabric: Fabric, rank: int = 0) -> KernelWork:
     """The fused kernel's work: the compute work (variant ``fused``) plus HBM bytes that NIC puts read back."""
     base = op.work("fused")
-    if getattr(op, "wg_runs", None) is not None:
+    if getattr(op, "bytes_by_destination", None) is not None:  # per-destination totals (order-free)
+        dst, out = op.bytes_by_destination(rank)
+    elif getattr(op, "wg_runs", None) is not None:
         dst, cnt, per = op.wg_runs(rank, fabric, knobs.tile_order)
         out = cnt * per
     else:

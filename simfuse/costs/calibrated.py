@@ -127,8 +127,9 @@ _EMB_ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 #: the device reports 60 MiB).
 L2_BYTES = 60 * 2**20
 #: Capacity a uniform random gather effectively hits in: the L2 is two partitions, each caching for the SMs next to
-#: it (NVIDIA A100/H100 whitepapers, "L2 cache"), so a table read from every SM may be held twice.  Chosen between
-#: ``L2_BYTES`` and half of it by the H200 campaigns' nested leave-region-out CV (docs/calibration.md).
+#: it (NVIDIA A100/H100 whitepapers, "L2 cache"), so a table read from every SM may be held twice.  A close call, not
+#: decided by the nested CV: plain leave-region-out of the soft-max forms on the H200 campaigns preferred 60 MiB by
+#: 0.1-0.5 points of median, half of it matches the v2 sweep's 128 MiB table better (docs/calibration.md).
 L2_EFFECTIVE_BYTES = L2_BYTES // 2
 #: Latency of a dependent row load that hits in L2, relative to one from HBM: a gather step of a table with hit
 #: fraction ``h`` costs ``r + (1 - r)(1 - h)`` of a step of a large table (``per_step_l2``).  Chosen by the H200

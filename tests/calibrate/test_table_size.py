@@ -14,8 +14,15 @@ import pytest
 from simfuse.calibrate import wavefit as wf
 from simfuse.calibrate.validate import campaign_validation
 from simfuse.costs.base import KernelWork
-from simfuse.costs.calibrated import (DRAM_ATOM_BYTES, L2_EFFECTIVE_BYTES, L2_LATENCY_RATIO, CalibratedCostModel,
-                                      WaveFit, features, l2_hit_fraction)
+from simfuse.costs.calibrated import (
+    DRAM_ATOM_BYTES,
+    L2_EFFECTIVE_BYTES,
+    L2_LATENCY_RATIO,
+    CalibratedCostModel,
+    WaveFit,
+    features,
+    l2_hit_fraction,
+)
 
 
 def _emb_row(dim, pooling, bags, dtype="fp32", table_rows=None, alloc=None, median_s=1e-5, n_spills=0, bpp=8,

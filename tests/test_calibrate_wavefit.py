@@ -208,7 +208,8 @@ def test_dram_bytes_round_rows_up_to_the_access_granularity():
     assert f16["per_dram_byte"] == pytest.approx(32 * (64 + 8) + 8 * 32)
 
 
-def test_embedding_campaign_from_known_terms_is_recovered_and_unused_terms_dropped():
+def test_embedding_campaign_from_known_terms_is_recovered_and_unused_terms_dropped(monkeypatch):
+    monkeypatch.setattr(wf, "SOFTMAX_ONLY", frozenset())  # a linear truth: the linear candidates must compete
     (fit,) = wf.fit_campaign(_emb_rows())
     assert fit.cv["median_abs"] < 1e-6
     for name, r in fit.cv["regions"].items():

@@ -73,6 +73,9 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--campaign", metavar="CSV", action="append", default=None,
                    help="kernel timing campaign(s) (experiments/trace_campaign.py; repeats are merged): refit the "
                         "wave models and report leave-region-out errors per family and per region")
+    p.add_argument("--heldout-campaign", metavar="CSV", default=None,
+                   help="with --campaign: a campaign never fitted on; each of its shapes is predicted by the models "
+                        "fitted on the --campaign files (median/max error per family, worst points)")
     p.add_argument("--measurements", metavar="CSV", default=None,
                    help="held-out kernel measurements (kernel,variant,backend,world_size,dtype,shape,grid,...)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
@@ -169,7 +172,7 @@ def _validate_campaign(args: argparse.Namespace) -> int:
     from .validate import campaign_validation
 
     try:
-        summary = campaign_validation(args.campaign, args.out)
+        summary = campaign_validation(args.campaign, args.out, heldout=getattr(args, "heldout_campaign", None))
     except (SimfuseError, OSError, KeyError, ValueError) as exc:
         return _fail(exc)
     if args.format == "json":
@@ -191,8 +194,28 @@ def _validate_campaign(args: argparse.Namespace) -> int:
                     "SM sharing no training point showed)" if beyond else "")
             print(f"      {name}: {r['points']} points, median {r['median_abs'] * 100:.1f}%, "
                   f"max {r['max_abs'] * 100:.1f}%{note}")
+    h = summary.get("heldout")
+    if h:
+        print(f"held-out campaign {h['source']} (never fitted on): {h['all']['points']} shapes, median "
+              f"{h['all']['median_abs_pct']:.1f}%, max {h['all']['max_abs_pct']:.1f}%")
+        for fam, s in h["families"].items():
+            fc = s["fitted_configs"]
+            extra = (f" (fitted configurations: {fc['points']}, median {fc['median_abs_pct']:.1f}%, max "
+                     f"{fc['max_abs_pct']:.1f}%)" if fc["points"] != s["points"] and fc["points"] else "")
+            print(f"  {fam}: {s['points']} shapes, median {s['median_abs_pct']:.1f}%, max "
+                  f"{s['max_abs_pct']:.1f}%{extra}")
+        print("  worst:")
+        for r in h["worst"]:
+            shape = (f"dim {r['dim']:g} pooling {r['pooling']:g} bags {r['bags']:g} rows {r['table_rows']:g} "
+                     f"bags/wg {r['bags_per_wg']:g} warps {r['num_warps']:g} spills {r['n_spills']:g}"
+                     if r["family"].startswith("embedding") else
+                     f"m {r['m']:g} n {r['n']:g} k {r['k']:g} split_k {r['split_k']:g}")
+            print(f"    {r['family']} {shape} grid {r['grid']} slots {r['slots']}: measured "
+                  f"{r['measured_s'] * 1e6:.2f} us, predicted {r['predicted_s'] * 1e6:.2f} us "
+                  f"({r['pct_error']:+.1f}%)")
     if args.out:
-        print(f"  wrote {args.out}/campaign_cv.json, campaign_cv.csv")
+        print(f"  wrote {args.out}/campaign_cv.json, campaign_cv.csv" +
+              (", heldout_validation.csv, heldout_summary.json" if h else ""))
     return 0
 
 

@@ -332,12 +332,16 @@ def model_form(w) -> str:
     return " + ".join(add + ([f"softmax{w.max_order:g}({', '.join(mx)})"] if mx else [])) or "launch only"
 
 
-def campaign_validation(paths, out_dir: str | Path | None = None) -> dict:
+def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, families=None) -> dict:
     """Refit the wave models on the campaign file(s) and report their nested leave-region-out errors per family
     (kernel/variant/dtype) and per region; with ``out_dir`` write ``campaign_cv.json`` and ``campaign_cv.csv``.
 
     ``paths``: any number of campaign files (the same grid repeated, or new shapes measured later): their rows
-    are pooled, repeats of a shape merged by the median (:func:`simfuse.calibrate.wavefit.merge_repeats`)."""
+    are pooled, repeats of a shape merged by the median (:func:`simfuse.calibrate.wavefit.merge_repeats`).
+    ``heldout``: a campaign file never fitted on: every row of it is predicted by the models fitted on ``paths``
+    (:func:`heldout_predictions`); the summary gets a ``heldout`` section and ``out_dir`` also
+    ``heldout_validation.csv`` and ``heldout_summary.json``.  ``families``: only these ``kernel/variant/dtype``
+    (None: all)."""
     import math
 
     from .wavefit import fit_campaign, read_campaign
@@ -345,8 +349,12 @@ def campaign_validation(paths, out_dir: str | Path | None = None) -> dict:
     rows: list[dict] = []
     for p in paths:
         rows.extend(read_campaign(p))
+    if families is not None:
+        keep = set(families)
+        rows = [r for r in rows if f"{r.get('kernel')}/{r.get('variant')}/{r.get('dtype')}" in keep]
+    fits = fit_campaign(rows)
     fams = []
-    for w in fit_campaign(rows):
+    for w in fits:
         cv = w.cv
         q = w.residual_log_quantiles
         fams.append({"family": f"{w.kernel}/{w.variant}/{w.dtype}", "points": cv["points"],
@@ -359,6 +367,10 @@ def campaign_validation(paths, out_dir: str | Path | None = None) -> dict:
                      "terms": {t: k for t, (k, _) in w.terms.items()}, "model": model_form(w),
                      "regions": cv["regions"]})
     summary = {"target": CAMPAIGN_TARGET, "families": fams, "rows": len(rows)}
+    table = None
+    if heldout is not None:
+        table = heldout_predictions(fits, read_campaign(heldout))
+        summary["heldout"] = heldout_summary(table, str(heldout))
     if out_dir is not None:
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
@@ -370,4 +382,63 @@ def campaign_validation(paths, out_dir: str | Path | None = None) -> dict:
             lines.extend(f"{f['family']},{name},{r['points']},{r['median_abs']},{r['max_abs']}"
                          for name, r in f["regions"].items())
         _atomic_write(d / "campaign_cv.csv", lambda tmp: Path(tmp).write_text("\n".join(lines) + "\n"))
+        if table is not None:
+            _atomic_write(d / "heldout_validation.csv",
+                          lambda tmp: table.to_csv(tmp, index=False, float_format="%.6g"))
+            _atomic_write(d / "heldout_summary.json", lambda tmp: Path(tmp).write_text(
+                json.dumps(summary["heldout"], indent=2) + "\n", encoding="utf-8"))
     return summary
+
+
+HELDOUT_COLUMNS = ("family", "kernel", "variant", "dtype", "dim", "pooling", "bags", "table_rows", "bags_per_wg",
+                   "m", "n", "k", "split_k", "num_warps", "grid", "slots", "n_spills", "fitted_config",
+                   "measured_s", "predicted_s", "pct_error")
+
+
+def heldout_predictions(fits, rows: list[dict]) -> pd.DataFrame:
+    """One row per held-out campaign shape (repeats merged): the measured time and the prediction of its family's
+    wave model (a fused shape without a fused model: the compute one), with the shape's own occupancy (slots from
+    its compiled kernel's registers, shared memory and warps, as the fit used).  ``fitted_config`` is False for an
+    embedding configuration that spills beyond what is fitted (``wavefit.MAX_FIT_SPILLS``): predicted all the
+    same.  A shape whose family has no model is an error naming it."""
+    from .wavefit import campaign_points, merge_repeats, spills_too_much
+
+    by = {(w.kernel, w.variant, w.dtype): w for w in fits}
+    merged = merge_repeats(rows)
+    pts = campaign_points(merged, keep_spilling=True)
+    out = []
+    for r, p in zip(merged, pts, strict=True):
+        w = by.get((p.kernel, p.variant, p.dtype)) or by.get((p.kernel, "compute", p.dtype))
+        if w is None:
+            raise SpecError("heldout campaign", f"{p.kernel}/{p.variant}/{p.dtype}",
+                            f"no wave model fitted for this family; fitted: "
+                            f"{', '.join(sorted('/'.join(k) for k in by)) or 'none'}")
+        pred = w.launch_time_s(p.grid, p.feats, p.slots)
+        out.append({"family": f"{p.kernel}/{p.variant}/{p.dtype}", "kernel": p.kernel, "variant": p.variant,
+                    "dtype": p.dtype, **{c: float(r.get(c) or 0) for c in ("dim", "pooling", "bags", "table_rows",
+                                                                        "bags_per_wg", "m", "n", "k", "split_k",
+                                                                        "num_warps", "n_spills")},
+                    "grid": p.grid, "slots": p.slots, "fitted_config": not spills_too_much(r),
+                    "measured_s": p.time_s, "predicted_s": pred, "pct_error": 100.0 * (pred / p.time_s - 1.0)})
+    return pd.DataFrame(out, columns=list(HELDOUT_COLUMNS))
+
+
+def heldout_summary(df: pd.DataFrame, source: str, worst: int = 10) -> dict:
+    """Median / max absolute % error per family (all held-out shapes, and the fitted configurations only) and the
+    ``worst`` points overall."""
+    def stats(g: pd.DataFrame) -> dict:
+        e = g["pct_error"].abs().to_numpy()
+        return {"points": int(e.size), "median_abs_pct": float(np.median(e)) if e.size else None,
+                "max_abs_pct": float(np.max(e)) if e.size else None}
+
+    fams = {}
+    for fam, g in df.groupby("family", sort=True):
+        fams[fam] = {**stats(g), "fitted_configs": stats(g[g["fitted_config"]])}
+    kinds = {k: stats(g) for k, g in df.groupby("kernel", sort=True)}
+    order = df["pct_error"].abs().sort_values(ascending=False).index[:worst]
+    cols = [c for c in HELDOUT_COLUMNS if c not in ("kernel", "variant", "dtype")]
+    return {"source": source, "target_pct": {"median_abs": 100 * CAMPAIGN_TARGET["median_abs"],
+                                             "max_abs": 100 * CAMPAIGN_TARGET["max_abs"]},
+            "all": stats(df), "by_kernel": kinds, "families": fams,
+            "worst": [{c: (v.item() if hasattr(v, "item") else v) for c, v in df.loc[i, cols].items()}
+                      for i in order]}

@@ -76,13 +76,16 @@ TERMS: dict[str, dict[str, tuple]] = {
 #:   or requested).
 MAX_FORMS: dict[str, tuple[dict[str, tuple], dict[str, tuple], tuple[float, ...]]] = {
     "embedding_all_to_all": ({"per_program": ("fixed",), "per_bag": (None, "cu")},
-                             {"latency": (("per_row@fixed", "fixed"), ("per_step@fixed", "fixed")),
-                              "per_row@dev16": (None, "dev16"),
-                              "per_dram_byte@fixed": (None, "fixed"),
-                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_byte@dev16", "dev16"))},
+                             {"latency": (("per_step@fixed", "fixed"), ("per_step_l2@fixed", "fixed")),
+                              "mlp": (None, ("per_dram_byte@fixed", "fixed"), ("per_warp_byte@fixed", "fixed")),
+                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_hbm_byte@dev16", "dev16")),
+                              "l2": (None, ("per_l2_byte@dev16", "dev16"))},
                              (2.0, 4.0)),
 }
-
+#: Families whose linear candidates (:data:`TERMS`) are not tried: the soft-max forms won every region of every
+#: embedding family on the v1 campaign (docs/calibration.md), and leaving the 66 linear term sets out keeps the
+#: nested cross-validation over 12 regions affordable.
+SOFTMAX_ONLY = frozenset({"embedding_all_to_all"})
 
 @dataclass(frozen=True)
 class Spec:
@@ -115,8 +118,8 @@ def _as_spec(spec) -> Spec:
 
 #: Regions per family: name -> (campaign column, which end of its range).
 REGION_AXES = {
-    "embedding_all_to_all": ("dim", "pooling", "bags"),
-    "gemv_all_reduce": ("n", "k"),
+    "embedding_all_to_all": ("dim", "pooling", "bags", "table_rows", "bags_per_wg", "num_warps"),
+    "gemv_all_reduce": ("n", "k", "split_k", "programs_per_sm"),
     "gemm_all_to_all": ("m", "n", "k"),
 }
 
@@ -161,14 +164,36 @@ def is_campaign(text_head: str) -> bool:
 
 
 SHAPE_KEY = ("kernel", "variant", "dtype", "world", "dim", "pooling", "bags", "m", "n", "k", "tokens", "bags_per_wg",
-             "block_m", "block_n", "block_k", "split_k", "num_warps", "num_stages")
+             "block_m", "block_n", "block_k", "split_k", "num_warps", "num_stages", "table_rows")
+
+_ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def table_rows(row: dict) -> int:
+    """Rows per embedding table of a campaign row: its ``table_rows`` column, or for campaigns before v2 (no such
+    column) the rule those used (``experiments/trace_campaign.py`` ``Campaign.embedding``): about 512 MiB a table,
+    ``clip(512 MiB / (dim x element bytes), 1 Mi, 16 Mi)`` rows; 0 for other kernels."""
+    if row.get("kernel") != "embedding_all_to_all":
+        return 0
+    given = str(row.get("table_rows") or "").strip()
+    if given and float(given) > 0:
+        return int(float(given))
+    dim = int(float(row.get("dim") or 0))
+    eb = _ELEM_BYTES.get(str(row.get("dtype")), 4)
+    return int(min(16 * 2**20, max(2**20, 512 * 2**20 // max(1, dim * eb))))
+
+
+def with_table_rows(rows: Iterable[dict]) -> list[dict]:
+    """Campaign rows with ``table_rows`` filled in (:func:`table_rows`), so that repeats of one shape from v1 and v2
+    campaigns (and fresh-allocation repeats, ``alloc``) merge, and different table sizes do not."""
+    return [dict(r, table_rows=table_rows(r)) for r in rows]
 
 
 def merge_repeats(rows: Iterable[dict]) -> list[dict]:
     """Rows of several campaign runs -> one row per shape with the median of the runs' medians (repeats agree
     within 1-2% for GEMM/GEMV but only within ~7% median, 30% p90 for the short embedding launches)."""
     by: dict[tuple, list[dict]] = {}
-    for r in rows:
+    for r in with_table_rows(rows):
         by.setdefault(tuple(str(r.get(c, "")) for c in SHAPE_KEY), []).append(r)
     out = []
     for group in by.values():
@@ -179,16 +204,33 @@ def merge_repeats(rows: Iterable[dict]) -> list[dict]:
     return out
 
 
-def campaign_points(rows: Iterable[dict]) -> list[Point]:
+#: Embedding configurations whose compiled kernel spills more registers than this are not fitted: the model has no
+#: local-memory term (the v2 campaign's 16 bags x 2-4 warps at dim 1,024 spill 66-1,482 registers and run 1.1-10x
+#: slower than the same bags at 8 warps; the v1 grid's dim-1,024 kernels spill 6-8 and are fitted).
+MAX_FIT_SPILLS = 32
+
+
+def spills_too_much(row: dict) -> bool:
+    """Whether a campaign row is an embedding configuration that spills beyond :data:`MAX_FIT_SPILLS`."""
+    return row.get("kernel") == "embedding_all_to_all" and float(row.get("n_spills") or 0) > MAX_FIT_SPILLS
+
+
+def campaign_points(rows: Iterable[dict], keep_spilling: bool = False) -> list[Point]:
+    """Campaign rows -> fit points (repeats merged); spilling embedding configurations (:func:`spills_too_much`)
+    are left out unless ``keep_spilling``."""
     pts = []
     for r in merge_repeats(rows):
         k = r["kernel"]
+        if not keep_spilling and spills_too_much(r):
+            continue
 
         def num(c, r=r):
             return float(r.get(c) or 0)
         if k == "embedding_all_to_all":
-            shape = {"dim": num("dim"), "pooling": num("pooling")}
-            axes = {"dim": num("dim"), "pooling": num("pooling"), "bags": num("bags")}
+            shape = {"dim": num("dim"), "pooling": num("pooling"), "rows": num("table_rows"),
+                     "num_warps": num("num_warps")}
+            axes = {"dim": num("dim"), "pooling": num("pooling"), "bags": num("bags"), "table_rows": num("table_rows"),
+                    "bags_per_wg": num("bags_per_wg"), "num_warps": num("num_warps")}
         elif k == "gemv_all_reduce":
             kk = num("flops_per_wg") / (2.0 * max(1.0, num("tokens")) * num("block_n"))
             shape = {"tokens": num("tokens"), "rows_per_wg": num("block_n"), "k_per_wg": kk}
@@ -197,6 +239,8 @@ def campaign_points(rows: Iterable[dict]) -> list[Point]:
             shape = {"k": num("k")}
             axes = {"m": num("m"), "n": num("n"), "k": num("k")}
         slots = occupancy_slots(num("n_regs"), num("shared_bytes"), int(num("num_warps")))
+        if k == "gemv_all_reduce":
+            axes.update(split_k=num("split_k"), programs_per_sm=float(math.ceil(min(num("grid"), slots) / CUS - 1e-9)))
         pts.append(Point(k, r["variant"], r["dtype"], int(num("grid")), slots,
                          features(k, num("flops_per_wg"), num("bytes_per_wg"), shape, r["dtype"]), axes,
                          num("median_s")))
@@ -214,7 +258,7 @@ def _slot_products(slots: dict[str, tuple]) -> list[list[tuple[str, str]]]:
 
 def _candidates(kernel: str) -> list[Spec]:
     """The linear term sets of :data:`TERMS`, then the soft-max forms of :data:`MAX_FORMS`."""
-    out = [Spec(tuple(c)) for c in _slot_products(TERMS[kernel])]
+    out = [] if kernel in SOFTMAX_ONLY else [Spec(tuple(c)) for c in _slot_products(TERMS[kernel])]
     if kernel in MAX_FORMS:
         add_slots, max_slots, orders = MAX_FORMS[kernel]
         for add in _slot_products(add_slots):

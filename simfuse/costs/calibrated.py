@@ -122,6 +122,32 @@ EMB_UNROLL = 2
 EMB_SUB_BAGS = 16
 #: Element bytes of an embedding row by dtype (the simulator's embedding works are "fp32" or "fp16").
 _EMB_ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+#: L2 cache of the H200 the wave models were measured on: 60 MiB (``torch.cuda.get_device_properties``, recorded in
+#: /work/shared/facts.md "The lent H200 (measured 2026-12-02)"; NVIDIA's H100/H200 SXM product pages say 50 MB --
+#: the device reports 60 MiB).
+L2_BYTES = 60 * 2**20
+#: Capacity a uniform random gather effectively hits in: the L2 is two partitions, each caching for the SMs next to
+#: it (NVIDIA A100/H100 whitepapers, "L2 cache"), so a table read from every SM may be held twice.  A close call, not
+#: decided by the nested CV: plain leave-region-out of the soft-max forms on the H200 campaigns preferred 60 MiB by
+#: 0.1-0.5 points of median, half of it matches the v2 sweep's 128 MiB table better (docs/calibration.md).
+L2_EFFECTIVE_BYTES = L2_BYTES // 2
+#: Latency of a dependent row load that hits in L2, relative to one from HBM: a gather step of a table with hit
+#: fraction ``h`` costs ``r + (1 - r)(1 - h)`` of a step of a large table (``per_step_l2``).  Chosen by the H200
+#: campaigns' nested leave-region-out CV (docs/calibration.md); the v2 table-size sweep (fp32 dim 32, pooling 64,
+#: 512 programs: latency-bound) gives 7.7 us of gather at 1-64 Ki rows against 16.5 us at 8 Mi rows, i.e. 0.47.
+L2_LATENCY_RATIO = 0.5
+#: Warps per embedding program when the shape does not say (``EmbeddingConfig.num_warps`` of the campaigns).
+EMB_NUM_WARPS = 8
+
+
+def l2_hit_fraction(table_rows: float, row_bytes: float, l2_bytes: float | None = None) -> float:
+    """Expected L2 hit fraction of a uniform random row gather from a table of ``table_rows`` rows of
+    ``row_bytes``: ``min(1, l2_bytes / table_bytes)`` (an LRU cache of that size holding a random subset of the
+    rows); 0 when the table size is unknown (``table_rows`` 0 or missing: a table far larger than the L2, the
+    behaviour of profiles before table sizes were modelled)."""
+    tb = float(table_rows or 0.0) * float(row_bytes)
+    cap = L2_EFFECTIVE_BYTES if l2_bytes is None else l2_bytes
+    return 0.0 if tb <= 0 else min(1.0, float(cap) / tb)
 
 
 def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str | None = None) -> dict[str, float]:
@@ -140,9 +166,15 @@ def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str |
         unroll = float(shape.get("unroll") or EMB_UNROLL)
         # dependent load steps: each step gathers ``unroll`` lookups of up to 16 bags (the kernel's sub-block)
         steps = math.ceil(p / unroll - 1e-9) * math.ceil(bags / EMB_SUB_BAGS - 1e-9)
-        f.update(per_row=rows, per_bag=bags, per_step=float(steps),
-                 per_dram_byte=rows * (math.ceil(row_b / DRAM_ATOM_BYTES - 1e-9) * DRAM_ATOM_BYTES + 8.0)
-                 + rows / p * row_b)
+        gathered = rows * math.ceil(row_b / DRAM_ATOM_BYTES - 1e-9) * DRAM_ATOM_BYTES
+        dram = gathered + rows * 8.0 + rows / p * row_b
+        # table size (rows per table, ``shape["rows"]``): the gathered rows that hit in L2 do not reach HBM
+        h = l2_hit_fraction(shape.get("rows") or 0.0, row_b)
+        warps = float(shape.get("num_warps") or EMB_NUM_WARPS)
+        f.update(per_row=rows, per_bag=bags, per_step=float(steps), per_dram_byte=dram,
+                 per_l2_byte=dram, per_hbm_byte=dram - h * gathered,
+                 per_step_l2=float(steps) * (L2_LATENCY_RATIO + (1.0 - L2_LATENCY_RATIO) * (1.0 - h)),
+                 per_warp_byte=dram / warps, l2_hit=h)
     elif kernel == "gemv_all_reduce":
         tokens = float(shape.get("tokens") or 1)
         rows = float(shape.get("rows_per_wg") or shape.get("block_n") or 1)

@@ -73,7 +73,7 @@ class EmbeddingAllToAll(PushOp):
         bags, P, D, eb = self.bags, self.P, self.D, self.eb
         bytes_wg = bags * P * (D * eb + self.idx_b) + bags * D * eb
         return KernelWork("embedding_bag", self.W, bags * P * D, bytes_wg, "fp32" if eb == 4 else "fp16",
-                          variant, (("bags", self.B), ("dim", D), ("pooling", P), ("tables", self.T)))
+                          variant, (("bags", self.B), ("dim", D), ("pooling", P), ("tables", self.T), ("rows", self.rows)))
 
     def wg_destinations(self, rank: int):
         i = np.arange(self.W, dtype=np.int64)

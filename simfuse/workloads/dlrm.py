@@ -45,15 +45,18 @@ from .planner import RankUnits
 _A2A_KINDS = ("table_wise", "row_wise", "column_wise")
 
 
-def _pool_work(label: str, bags: int, lookups: float, dim: int, eb: int, tables: int = 1, bags_per_wg: int = 4):
-    """An embedding-bag pooling kernel: ``bags`` bags of ``lookups`` rows (summed over ``tables``), int64 ids."""
+def _pool_work(label: str, bags: int, lookups: float, dim: int, eb: int, tables: int = 1, bags_per_wg: int = 4,
+               rows: int | None = None):
+    """An embedding-bag pooling kernel: ``bags`` bags of ``lookups`` rows (summed over ``tables``), int64 ids;
+    ``rows``: rows per table when known (the calibrated model's L2-hit term; None: a table far beyond the L2)."""
     from ..costs import KernelWork
 
     wgs = max(1, tables * math.ceil(bags / bags_per_wg))
     total = bags * lookups * (dim * eb + 8) + tables * bags * dim * eb
     return KernelWork("embedding_bag", wgs, bags * lookups * dim / wgs * tables, total / wgs,
                       "fp32" if eb == 4 else "fp16", "compute", (("bags", bags), ("dim", dim),
-                                                                ("pooling", lookups / tables), ("tables", tables)))
+                                                                ("pooling", lookups / tables), ("tables", tables))
+                      + ((("rows", rows),) if rows else ()))
 
 
 #: ``sim_mode="auto"`` simulates every rank when placement is uneven and there are at most this many ranks.
@@ -248,7 +251,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             last = comp(w, "bottom_mlp_fwd")
         for t in dp_tables:  # data-parallel tables: local pooling of the own b bags
             tab = spec.tables[t]
-            last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb), "embedding_dp_fwd")
+            last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb, rows=tab.rows), "embedding_dp_fwd")
         if U > 0:
             dim_eq = math.gcd(*[u.dim or D for u in units])
             op = EmbeddingAllToAll({"tables_per_gpu": cols // dim_eq, "rows": max(u.rows for u in units),

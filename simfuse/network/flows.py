@@ -5,9 +5,18 @@ list of ``(link, weight)`` entries: the group adds ``weight * rate`` to that lin
 rate of one of its flows.  In full simulation every group has ``count = 1`` and weights 1; under symmetry a
 group of ``count`` flows from the representative rank crosses class links with weight ``count``.
 
-Rates are recomputed (progressive filling, vectorised with numpy) only when a group starts or finishes; all
-starts and finishes at the same simulated instant are coalesced into one recomputation.  A flow's last byte
-arrives ``latency_s`` after it leaves (so an uncongested transfer takes ``latency_s + size_bytes / bw``).
+Rates are recomputed (progressive filling) only when a group starts or finishes; all starts and finishes at the
+same simulated instant are coalesced into one recomputation.  A flow's last byte arrives ``latency_s`` after it
+leaves (so an uncongested transfer takes ``latency_s + size_bytes / bw``).
+
+Speed (issue 11).  The rate problems of a simulation are small (tens of bundles and links, under ten fill levels
+at 1,024 DLRM nodes) and many (tens of thousands), so numpy's per-call overhead dominated a vectorised solver.
+:func:`progressive_fill` is plain Python over per-link entry lists: a fill level costs the links still rising,
+and a link's denominator is re-summed only when a group on it freezes.  It performs the same floating-point
+operations in the same order as the vectorised solver it replaced (per-link sums in entry order, the same
+increments, thresholds and clamps), so rates, and every time derived from them, are bit-identical; large
+problems (many entries) go to :func:`_fill_numpy`, the vectorised form of the same operations.
+``tests/network/test_flow_network.py`` checks both against a plainly written reference.
 """
 
 from __future__ import annotations
@@ -18,6 +27,12 @@ import numpy as np
 import simpy
 
 _EPS_BYTES = 1e-6  # bytes; a group with less remaining is complete (guards float round-off)
+_INF = float("inf")
+#: above this many (group, link) entries a rate problem is solved vectorised (:func:`_fill_numpy`): numpy's
+#: per-call overhead (~1 us a call, ~15 calls a fill level) beats Python's per-element cost beyond a few hundred
+#: entries (measured on the 2-core dev VM: equal at about 400 entries x 10 levels)
+NUMPY_MIN_ENTRIES = 512
+_MAX_LAYOUTS = 4096  # rate-problem layouts kept per network (a few KiB each); cleared when full
 
 
 class FlowNetwork:
@@ -28,7 +43,9 @@ class FlowNetwork:
     the bytes each link carried.
 
     Implementation: flows with the same path and per-flow weights (a *bundle*) always get the same max-min
-    rate, so rates are solved per bundle (few) and applied to the groups (many) with numpy.
+    rate, so rates are solved per bundle (few) and applied to the groups (many) with numpy.  The flow count of
+    every active bundle is kept up to date as groups start and finish (integer-valued floats: exact in any
+    order), so a recomputation starts from the active bundles, not from the groups.
     """
 
     def __init__(self, sim, capacities_bytes_per_s: Sequence[float], names: Sequence[str] | None = None,
@@ -38,6 +55,7 @@ class FlowNetwork:
         self.capacity = np.asarray(capacities_bytes_per_s, dtype=float)
         if np.any(self.capacity <= 0) or not np.all(np.isfinite(self.capacity)):
             raise ValueError("link capacities must be positive and finite")
+        self._cap = self.capacity.tolist()
         self.names = list(names) if names is not None else [f"link{i}" for i in range(len(self.capacity))]
         self.n_links = len(self.capacity)
         self.record_usage = record_usage
@@ -46,32 +64,26 @@ class FlowNetwork:
         self.delivered_bytes = 0.0  # sum over completed flows of size (count * size)
         self.injected_bytes = 0.0
         self.completed_groups = 0
-        # bundles: distinct (links, per-flow weights)
+        # bundles: distinct (links, per-flow weights); bundle b crosses _b_links[b] with unit weights _b_w[b]
         self._bundle_ids: dict = {}
-        # bundle b's (link, unit weight) entries are _flat_links/_flat_w[_b_start[b] : _b_start[b] + _b_len[b]]
-        # (growable arrays, so that building the rate problem is vectorised over bundles)
-        self._nb = 0
-        self._b_start = np.zeros(16, dtype=np.int64)
-        self._b_len = np.zeros(16, dtype=np.int64)
-        self._flat_links = np.zeros(64, dtype=np.int64)
-        self._flat_w = np.zeros(64)
-        self._flat_n = 0
-        # active groups as parallel numpy arrays
-        self._rem = np.zeros(0)
-        self._rate = np.zeros(0)
-        self._size = np.zeros(0)
-        self._lat = np.zeros(0)
-        self._cnt = np.zeros(0)
+        self._b_links: list[tuple] = []
+        self._b_w: list[tuple] = []
+        self._bcount: dict[int, float] = {}  # active bundle -> flows in it (sum of its groups' counts)
+        self._layouts: dict = {}  # active bundles (sorted ids) -> their rate problem's layout
+        # active groups, in start order, as numpy rows: remaining bytes, size, latency, count; their bundle ids
+        # and completion events (an object array: filtered with the same mask as the numbers)
+        self._g = np.zeros((4, 0))
         self._bid = np.zeros(0, dtype=np.int64)
-        # completion events of the active groups (an object array: filtered with the same mask as the numbers)
         self._done = np.empty(0, dtype=object)
-        # groups started since the last recomputation: (remaining, size, latency, count, bundle, event); merged
-        # into the arrays once per recomputation instead of growing every array at every start
+        self._rate = np.zeros(0)
+        # groups started since the last recomputation: (size, latency, count, bundle, event); merged into the
+        # arrays once per recomputation instead of growing every array at every start
         self._new: list[tuple] = []
         self._last_t = 0.0
         self._version = 0
         self._pending = False
         self._loads = np.zeros(self.n_links)
+        self._loaded = False  # any link with a non-zero load
 
     # -- public API -------------------------------------------------------------------------------------
     def transfer(self, links: Sequence[int], size_bytes: float, latency_s: float = 0.0, *, count: int = 1,
@@ -99,12 +111,15 @@ class FlowNetwork:
         key = (links_t, unitw)
         bid = self._bundle_ids.get(key)
         if bid is None:
-            bid = self._add_bundle(links_t, unitw)
-            self._bundle_ids[key] = bid
+            bid = self._bundle_ids[key] = len(self._b_links)
+            self._b_links.append(links_t)
+            self._b_w.append(unitw)
         # rates are recomputed at this same instant (zero-delay wake-up) before any time passes, so the new group
         # waits in ``_new`` with no bytes moved
         self._new.append((float(size_bytes), float(latency_s), float(count), bid, done))
-        self._request_recompute()
+        if not self._pending:
+            self._pending = True
+            self.env.timeout(0).callbacks.append(self._on_wakeup_now)
         return done
 
     @property
@@ -116,23 +131,6 @@ class FlowNetwork:
         return self._loads.copy()
 
     # -- internals --------------------------------------------------------------------------------------
-    def _add_bundle(self, links: tuple, unitw: tuple) -> int:
-        bid, k = self._nb, len(links)
-        if bid == len(self._b_start):
-            self._b_start = np.concatenate([self._b_start, np.zeros(bid, dtype=np.int64)])
-            self._b_len = np.concatenate([self._b_len, np.zeros(bid, dtype=np.int64)])
-        need = self._flat_n + k
-        if need > len(self._flat_links):
-            cap = max(need, 2 * len(self._flat_links))
-            self._flat_links = np.concatenate([self._flat_links, np.zeros(cap - len(self._flat_links), np.int64)])
-            self._flat_w = np.concatenate([self._flat_w, np.zeros(cap - len(self._flat_w))])
-        self._flat_links[self._flat_n:need] = links
-        self._flat_w[self._flat_n:need] = unitw
-        self._b_start[bid], self._b_len[bid] = self._flat_n, k
-        self._flat_n = need
-        self._nb += 1
-        return bid
-
     def _finish_later(self, done: simpy.Event, latency_s: float, nbytes: float) -> None:
         def fire(_ev, done=done, b=nbytes):
             self.delivered_bytes += b
@@ -144,22 +142,6 @@ class FlowNetwork:
         else:
             fire(None)
 
-    def _advance(self) -> None:
-        """Move every active group forward to ``now`` at its current rate."""
-        now = float(self.env.now)
-        dt = now - self._last_t
-        if dt > 0 and len(self._done):
-            self._rem -= self._rate * dt
-            self.carried_bytes += self._loads * dt
-            if self.record_usage:
-                self.usage.append((self._last_t, now, self._loads.copy()))
-        self._last_t = now
-
-    def _request_recompute(self) -> None:
-        if not self._pending:
-            self._pending = True
-            self.env.timeout(0).callbacks.append(self._on_wakeup_now)
-
     def _on_wakeup_now(self, _ev) -> None:
         self._pending = False
         self._update()
@@ -169,66 +151,232 @@ class FlowNetwork:
             return  # superseded by a later recomputation
         self._update()
 
-    def _merge_new(self) -> None:
-        if not self._new:
-            return
-        size, lat, cnt, bid, done = zip(*self._new, strict=True)
-        size_arr = np.asarray(size)
-        self._rem = np.concatenate([self._rem, size_arr])
-        self._rate = np.concatenate([self._rate, np.zeros(len(size_arr))])
-        self._size = np.concatenate([self._size, size_arr])
-        self._lat = np.concatenate([self._lat, np.asarray(lat)])
-        self._cnt = np.concatenate([self._cnt, np.asarray(cnt)])
-        self._bid = np.concatenate([self._bid, np.asarray(bid, dtype=np.int64)])
-        new_done = np.empty(len(done), dtype=object)
-        new_done[:] = done
-        self._done = np.concatenate([self._done, new_done])
-        self._new = []
-
     def _update(self) -> None:
-        self._advance()
-        self._merge_new()
-        if len(self._done):
-            now = float(self.env.now)
+        now = float(self.env.now)
+        n = len(self._done)
+        # move every active group forward to ``now`` at its current rate
+        dt = now - self._last_t
+        if dt > 0 and n:
+            self._g[0] -= self._rate * dt
+            if self._loaded:
+                self.carried_bytes += self._loads * dt
+            if self.record_usage:
+                self.usage.append((self._last_t, now, self._loads.copy()))
+        self._last_t = now
+        bcount = self._bcount
+        if n:
             t_tol = 1e-13 + 1e-12 * now  # below float resolution of the clock: treat as done
-            with np.errstate(divide="ignore", invalid="ignore"):
-                fin = (self._rem <= _EPS_BYTES + 1e-9 * self._size) | (
-                    (self._rate > 0) & (self._rem / np.where(self._rate > 0, self._rate, 1.0) <= t_tol))
+            rem, size = self._g[0], self._g[1]
+            fin = (rem <= _EPS_BYTES + 1e-9 * size) | (rem / self._rate <= t_tol)
             if fin.any():
-                for i in np.flatnonzero(fin).tolist():
-                    self._finish_later(self._done[i], float(self._lat[i]), float(self._size[i] * self._cnt[i]))
+                idx = np.flatnonzero(fin)
+                fg = self._g[:, idx]
+                for i, lat, sz, cnt, b in zip(idx.tolist(), fg[2].tolist(), fg[1].tolist(), fg[3].tolist(),
+                                              self._bid[idx].tolist(), strict=True):
+                    self._finish_later(self._done[i], lat, sz * cnt)
+                    left = bcount[b] - cnt
+                    if left > 0:
+                        bcount[b] = left
+                    else:
+                        del bcount[b]
                 keep = ~fin
-                self._done = self._done[keep]
-                self._rem, self._rate, self._size = self._rem[keep], self._rate[keep], self._size[keep]
-                self._lat, self._cnt, self._bid = self._lat[keep], self._cnt[keep], self._bid[keep]
-        self._compute_rates()
+                self._g, self._bid, self._done = self._g[:, keep], self._bid[keep], self._done[keep]
+        if self._new:
+            # a new group has moved no bytes: it is complete at once only when it is below the byte tolerance
+            new, fresh = self._new, []
+            self._new = []
+            for item in new:
+                sz, lat, cnt, b, done = item
+                if sz <= _EPS_BYTES + 1e-9 * sz:
+                    self._finish_later(done, lat, sz * cnt)
+                else:
+                    fresh.append(item)
+                    bcount[b] = bcount.get(b, 0.0) + cnt
+            if fresh:
+                size_l, lat_l, cnt_l, bid_l, done_l = zip(*fresh, strict=True)
+                self._g = np.concatenate([self._g, np.array([size_l, size_l, lat_l, cnt_l])], axis=1)
+                self._bid = np.concatenate([self._bid, np.array(bid_l, dtype=np.int64)])
+                new_done = np.empty(len(done_l), dtype=object)
+                new_done[:] = done_l
+                self._done = np.concatenate([self._done, new_done])
         self._version += 1
         if len(self._done):
-            if np.any(self._rate <= 0):
+            brate = self._compute_rates()
+            rate = self._rate = brate[self._bid]
+            if not (rate > 0).all():
                 raise RuntimeError("flow network stalled: an active flow group has zero rate")
-            t_next = float(np.min(self._rem / self._rate))
+            t_next = float((self._g[0] / rate).min())
             version = self._version
             self.env.timeout(max(t_next, 0.0)).callbacks.append(lambda _ev, v=version: self._on_timer(v))
+        else:
+            self._rate = np.zeros(0)
+            if self._loaded:
+                self._loads = np.zeros(self.n_links)
+                self._loaded = False
 
-    def _compute_rates(self) -> None:
-        self._loads = np.zeros(self.n_links)
-        if not len(self._done):
-            return
-        nb = self._nb
-        bcount = np.bincount(self._bid, weights=self._cnt, minlength=nb)
-        active = np.flatnonzero(bcount > 0)
-        lens = self._b_len[active]
-        e_group = np.repeat(np.arange(len(active)), lens)
-        # entry j of active bundle a sits at _b_start[a] + j
-        first = np.cumsum(lens) - lens
-        idx = np.repeat(self._b_start[active] - first, lens) + np.arange(int(lens.sum()))
-        e_link = self._flat_links[idx]
-        e_w = self._flat_w[idx] * bcount[active][e_group]
-        rates = max_min_rates(self.capacity, e_group, e_link, e_w, len(active))
-        brate = np.zeros(nb)
-        brate[active] = rates
-        self._rate = brate[self._bid]
-        self._loads = np.bincount(e_link, weights=e_w * rates[e_group], minlength=self.n_links)
+    def _compute_rates(self) -> np.ndarray:
+        """Max-min rates of the active bundles (indexed by bundle id; 0 for inactive ones) and the link loads.
+
+        Entries are laid out as the vectorised solver laid them out (active bundles by id, each bundle's links in
+        path order), so every per-link sum adds the same terms in the same order.  The layout of a set of
+        active bundles is kept (sets recur: 82% of the recomputations at 1,024 DLRM nodes); only the weights
+        (unit weight x the bundle's flow count) are new."""
+        bcount = self._bcount
+        active = tuple(sorted(bcount))
+        lay = self._layouts.get(active)
+        if lay is None:
+            b_links, b_w = self._b_links, self._b_w
+            e_group, e_link, e_uw = [], [], []
+            for a, b in enumerate(active):
+                ls = b_links[b]
+                e_link.extend(ls)
+                e_group.extend([a] * len(ls))
+                e_uw.extend(b_w[b])
+            if len(self._layouts) >= _MAX_LAYOUTS:
+                self._layouts.clear()
+            lay = self._layouts[active] = (e_group, e_link, e_uw, _Layout(self._cap, e_group, e_link, e_uw,
+                                                                          len(active)))
+        e_group, e_link, e_uw, layout = lay
+        cs = [bcount[b] for b in active]
+        e_w = [w * cs[a] for w, a in zip(e_uw, e_group, strict=True)]
+        if len(e_w) >= NUMPY_MIN_ENTRIES:
+            rates = _fill_numpy(self.capacity, np.asarray(e_group, dtype=np.int64),
+                                np.asarray(e_link, dtype=np.int64), np.asarray(e_w), len(active)).tolist()
+        else:
+            rates = _fill(layout, e_group, e_w, len(active))
+        loads = [0.0] * self.n_links
+        for g, lk, w in zip(e_group, e_link, e_w, strict=True):
+            loads[lk] += w * rates[g]
+        self._loads = np.array(loads)
+        self._loaded = True
+        brate = [0.0] * len(self._b_links)
+        for b, r in zip(active, rates, strict=True):
+            brate[b] = r
+        return np.array(brate)
+
+
+class _Layout:
+    """The structure of a rate problem (which group crosses which link with which unit weight), kept for the
+    fill: the links that can decide a level, their entries, and each group's entries on them.
+
+    Links whose entries are the same (groups and unit weights, in entry order) always have the same
+    denominators; the one with the lower capacity has the lower share at every level (subtraction, the clamp at
+    0 and division by the same denominator are monotonic in floating point), so it saturates no later and the
+    others decide nothing: only it is kept (at 1,024 DLRM nodes a third of the links)."""
+
+    __slots__ = ("caps", "members", "by_group", "link_of", "n_kept")
+
+    def __init__(self, capacity, e_group, e_link, e_key, n_groups):
+        on_link: dict = {}
+        for i, link in enumerate(e_link):
+            lst = on_link.get(link)
+            if lst is None:
+                on_link[link] = [i]
+            else:
+                lst.append(i)
+        best: dict = {}
+        for link, ents in on_link.items():
+            sig = tuple([(e_group[i], e_key[i]) for i in ents])
+            c = capacity[link]
+            cur = best.get(sig)
+            if cur is None or c < cur[0]:
+                best[sig] = (c, ents)
+        self.caps = [c for c, _ in best.values()]
+        self.members = [ents for _, ents in best.values()]
+        self.link_of: dict = {}  # entry (on a kept link) -> kept link index
+        self.by_group: list[list[int]] = [[] for _ in range(n_groups)]
+        for j, ents in enumerate(self.members):
+            for i in ents:
+                self.link_of[i] = j
+                self.by_group[e_group[i]].append(i)
+        for lst in self.by_group:
+            lst.sort()
+        self.n_kept = len(self.link_of)
+
+
+def _fill(lay: _Layout, e_group, e_w, n_groups: int) -> list[float]:
+    """Progressive filling on a :class:`_Layout` with entry weights ``e_w`` (see :func:`progressive_fill`)."""
+    rates = [0.0] * n_groups
+    members = list(lay.members)  # pruned per link as groups freeze (rebound, never mutated in place)
+    by_group, link_of = lay.by_group, lay.link_of
+    remaining = list(lay.caps)
+    n_l = len(remaining)
+    denom = [0.0] * n_l
+    for j in range(n_l):
+        d = 0.0
+        for i in members[j]:
+            d += e_w[i]
+        denom[j] = d
+    live = [j for j in range(n_l) if denom[j] > 0]  # links offering a share (rising entries of positive weight)
+    alive = [True] * len(e_w)
+    frozen = [False] * n_groups
+    left = lay.n_kept
+    level = 0.0
+    share = [0.0] * n_l
+    for _ in range(n_groups + 1):
+        if not left:
+            break
+        inc = _INF
+        for j in live:
+            s = share[j] = remaining[j] / denom[j]
+            if s < inc:
+                inc = s
+        if inc == _INF:  # no link offers a share (a group whose weights are all zero): it stays at 0
+            break
+        if inc < 0.0:
+            inc = 0.0
+        level += inc
+        thr = inc * (1 + 1e-9) + 1e-300
+        saturated = []
+        for j in live:
+            r = remaining[j] - inc * denom[j]
+            remaining[j] = r if r >= 0.0 else 0.0
+            if share[j] <= thr:
+                saturated.append(j)
+        dirty = set()
+        for j in saturated:
+            for i in members[j]:
+                if alive[i]:
+                    g = e_group[i]
+                    if not frozen[g]:
+                        frozen[g] = True
+                        rates[g] = level
+                        ents = by_group[g]
+                        for k in ents:
+                            alive[k] = False
+                            dirty.add(link_of[k])
+                        left -= len(ents)
+        if dirty:
+            for j in dirty:
+                m = members[j]
+                if len(m) == 1:  # its one entry froze
+                    members[j] = ()
+                    continue
+                m = members[j] = [i for i in m if alive[i]]
+                d = 0.0
+                for i in m:
+                    d += e_w[i]
+                denom[j] = d
+            live = [j for j in live if members[j] and denom[j] > 0]
+    return rates
+
+
+def progressive_fill(capacity: Sequence[float], e_group: Sequence[int], e_link: Sequence[int],
+                     e_w: Sequence[float], n_groups: int) -> list[float]:
+    """Weighted max-min fair rates by progressive filling, on plain Python sequences (see
+    :func:`max_min_rates`); returns a list of ``n_groups`` rates.
+
+    Every fill level: each link still carrying rising groups offers ``share = remaining / denom`` (``denom``: the
+    weights of its rising entries, summed in entry order); the smallest share ``inc`` raises every rising group;
+    every link loses ``inc * denom`` (clamped at 0); the links with ``share <= inc (1 + 1e-9)`` are saturated and
+    their groups freeze at the level reached.  Problems of :data:`NUMPY_MIN_ENTRIES` entries or more run the
+    same operations vectorised."""
+    if len(e_link) >= NUMPY_MIN_ENTRIES:
+        return _fill_numpy(np.asarray(capacity, dtype=float), np.asarray(e_group, dtype=np.int64),
+                           np.asarray(e_link, dtype=np.int64), np.asarray(e_w, dtype=float), n_groups).tolist()
+    if not len(e_link):
+        return [0.0] * n_groups
+    return _fill(_Layout(capacity, e_group, e_link, e_w, n_groups), e_group, e_w, n_groups)
 
 
 def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
@@ -236,10 +384,21 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
     """Weighted max-min fair rates by progressive filling.
 
     Entry ``i`` says group ``e_group[i]`` loads link ``e_link[i]`` with ``e_w[i] * rate``.  Every group's rate
-    rises together until a link saturates; the groups on it freeze; repeat.  Returns one rate per group.
-    The loop works on the links the entries touch (renumbered) and drops a frozen group's entries, so an
-    iteration costs the entries still rising, not the whole network.
-    """
+    rises together until a link saturates; the groups on it freeze; repeat.  Returns one rate per group (a group
+    with no entry, or only zero weights, gets 0).  See :func:`progressive_fill`."""
+    e_link = np.asarray(e_link, dtype=np.int64)
+    if len(e_link) >= NUMPY_MIN_ENTRIES:
+        return _fill_numpy(np.asarray(capacity, dtype=float), np.asarray(e_group, dtype=np.int64), e_link,
+                           np.asarray(e_w, dtype=float), n_groups)
+    return np.array(progressive_fill(np.asarray(capacity, dtype=float).tolist(),
+                                     np.asarray(e_group, dtype=np.int64).tolist(), e_link.tolist(),
+                                     np.asarray(e_w, dtype=float).tolist(), n_groups), dtype=float)
+
+
+def _fill_numpy(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
+                n_groups: int) -> np.ndarray:
+    """:func:`progressive_fill` vectorised: the loop works on the links the entries touch (renumbered) and drops
+    a frozen group's entries, so an iteration costs the entries still rising, not the whole network."""
     rates = np.zeros(n_groups)
     if not len(e_group):
         return rates
@@ -247,7 +406,7 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
     n_links = len(links)
     remaining = capacity[links].astype(float)
     frozen = np.zeros(n_groups, dtype=bool)
-    g, lk, w = e_group, e_l, e_w
+    g, lk, w = e_group, e_l.reshape(-1), e_w
     level = 0.0
     for _ in range(n_groups + 1):
         if not len(g):

@@ -268,15 +268,20 @@ class _Layout:
 
     def __init__(self, capacity, e_group, e_link, e_key, n_groups):
         on_link: dict = {}
-        for i, link in enumerate(e_link):
+        sig_of: dict = {}
+        for i, (link, g, k) in enumerate(zip(e_link, e_group, e_key, strict=True)):
             lst = on_link.get(link)
             if lst is None:
                 on_link[link] = [i]
+                sig_of[link] = [g, k]
             else:
                 lst.append(i)
+                sig = sig_of[link]
+                sig.append(g)
+                sig.append(k)
         best: dict = {}
         for link, ents in on_link.items():
-            sig = tuple([(e_group[i], e_key[i]) for i in ents])
+            sig = tuple(sig_of[link])
             c = capacity[link]
             cur = best.get(sig)
             if cur is None or c < cur[0]:
@@ -289,8 +294,6 @@ class _Layout:
             for i in ents:
                 self.link_of[i] = j
                 self.by_group[e_group[i]].append(i)
-        for lst in self.by_group:
-            lst.sort()
         self.n_kept = len(self.link_of)
 
 

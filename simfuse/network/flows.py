@@ -33,6 +33,7 @@ _INF = float("inf")
 #: entries (measured on the 2-core dev VM: equal at about 400 entries x 10 levels)
 NUMPY_MIN_ENTRIES = 512
 _MAX_LAYOUTS = 4096  # rate-problem layouts kept per network (a few KiB each); cleared when full
+_MAX_SOLVED = 64  # solutions kept per layout (flow counts -> rates and loads)
 
 
 class FlowNetwork:
@@ -70,9 +71,10 @@ class FlowNetwork:
         self._b_w: list[tuple] = []
         self._bcount: dict[int, float] = {}  # active bundle -> flows in it (sum of its groups' counts)
         self._layouts: dict = {}  # active bundles (sorted ids) -> their rate problem's layout
-        # active groups, in start order, as numpy rows: remaining bytes, size, latency, count; their bundle ids
-        # and completion events (an object array: filtered with the same mask as the numbers)
-        self._g = np.zeros((4, 0))
+        # active groups, in start order, as numpy rows: remaining bytes, completion threshold (bytes), latency,
+        # bytes delivered (count x size), count; their bundle ids and completion events (an object array:
+        # filtered with the same mask as the numbers)
+        self._g = np.zeros((5, 0))
         self._bid = np.zeros(0, dtype=np.int64)
         self._done = np.empty(0, dtype=object)
         self._rate = np.zeros(0)
@@ -154,10 +156,11 @@ class FlowNetwork:
     def _update(self) -> None:
         now = float(self.env.now)
         n = len(self._done)
+        g = self._g
         # move every active group forward to ``now`` at its current rate
         dt = now - self._last_t
         if dt > 0 and n:
-            self._g[0] -= self._rate * dt
+            g[0] -= self._rate * dt
             if self._loaded:
                 self.carried_bytes += self._loads * dt
             if self.record_usage:
@@ -166,45 +169,44 @@ class FlowNetwork:
         bcount = self._bcount
         if n:
             t_tol = 1e-13 + 1e-12 * now  # below float resolution of the clock: treat as done
-            rem, size = self._g[0], self._g[1]
-            fin = (rem <= _EPS_BYTES + 1e-9 * size) | (rem / self._rate <= t_tol)
+            rem = g[0]
+            fin = (rem <= g[1]) | (rem / self._rate <= t_tol)
             if fin.any():
                 idx = np.flatnonzero(fin)
-                fg = self._g[:, idx]
-                for i, lat, sz, cnt, b in zip(idx.tolist(), fg[2].tolist(), fg[1].tolist(), fg[3].tolist(),
-                                              self._bid[idx].tolist(), strict=True):
-                    self._finish_later(self._done[i], lat, sz * cnt)
+                fg = g[:, idx]
+                done = self._done
+                for i, lat, nbytes, cnt, b in zip(idx.tolist(), fg[2].tolist(), fg[3].tolist(), fg[4].tolist(),
+                                                  self._bid[idx].tolist(), strict=True):
+                    self._finish_later(done[i], lat, nbytes)
                     left = bcount[b] - cnt
                     if left > 0:
                         bcount[b] = left
                     else:
                         del bcount[b]
                 keep = ~fin
-                self._g, self._bid, self._done = self._g[:, keep], self._bid[keep], self._done[keep]
+                self._g, self._bid, self._done = g[:, keep], self._bid[keep], done[keep]
         if self._new:
             # a new group has moved no bytes: it is complete at once only when it is below the byte tolerance
             new, fresh = self._new, []
             self._new = []
             for item in new:
                 sz, lat, cnt, b, done = item
-                if sz <= _EPS_BYTES + 1e-9 * sz:
+                thr = _EPS_BYTES + 1e-9 * sz
+                if sz <= thr:
                     self._finish_later(done, lat, sz * cnt)
                 else:
-                    fresh.append(item)
+                    fresh.append((sz, thr, lat, sz * cnt, cnt, b, done))
                     bcount[b] = bcount.get(b, 0.0) + cnt
             if fresh:
-                size_l, lat_l, cnt_l, bid_l, done_l = zip(*fresh, strict=True)
-                self._g = np.concatenate([self._g, np.array([size_l, size_l, lat_l, cnt_l])], axis=1)
+                size_l, thr_l, lat_l, nb_l, cnt_l, bid_l, done_l = zip(*fresh, strict=True)
+                self._g = np.concatenate([self._g, np.array([size_l, thr_l, lat_l, nb_l, cnt_l])], axis=1)
                 self._bid = np.concatenate([self._bid, np.array(bid_l, dtype=np.int64)])
                 new_done = np.empty(len(done_l), dtype=object)
                 new_done[:] = done_l
                 self._done = np.concatenate([self._done, new_done])
         self._version += 1
         if len(self._done):
-            brate = self._compute_rates()
-            rate = self._rate = brate[self._bid]
-            if not (rate > 0).all():
-                raise RuntimeError("flow network stalled: an active flow group has zero rate")
+            rate = self._rate = self._compute_rates()[self._bid]
             t_next = float((self._g[0] / rate).min())
             version = self._version
             self.env.timeout(max(t_next, 0.0)).callbacks.append(lambda _ev, v=version: self._on_timer(v))
@@ -219,8 +221,9 @@ class FlowNetwork:
 
         Entries are laid out as the vectorised solver laid them out (active bundles by id, each bundle's links in
         path order), so every per-link sum adds the same terms in the same order.  The layout of a set of
-        active bundles is kept (sets recur: 82% of the recomputations at 1,024 DLRM nodes); only the weights
-        (unit weight x the bundle's flow count) are new."""
+        active bundles is kept (sets recur: 82% of the recomputations at 1,024 DLRM nodes), and with it the
+        solutions for the flow counts seen (11% recur); otherwise only the weights (unit weight x the bundle's
+        flow count) are new."""
         bcount = self._bcount
         active = tuple(sorted(bcount))
         lay = self._layouts.get(active)
@@ -235,23 +238,32 @@ class FlowNetwork:
             if len(self._layouts) >= _MAX_LAYOUTS:
                 self._layouts.clear()
             lay = self._layouts[active] = (e_group, e_link, e_uw, _Layout(self._cap, e_group, e_link, e_uw,
-                                                                          len(active)))
-        e_group, e_link, e_uw, layout = lay
-        cs = [bcount[b] for b in active]
-        e_w = [w * cs[a] for w, a in zip(e_uw, e_group, strict=True)]
-        if len(e_w) >= NUMPY_MIN_ENTRIES:
-            rates = _fill_numpy(self.capacity, np.asarray(e_group, dtype=np.int64),
-                                np.asarray(e_link, dtype=np.int64), np.asarray(e_w), len(active)).tolist()
-        else:
-            rates = _fill(layout, e_group, e_w, len(active))
-        loads = [0.0] * self.n_links
-        for g, lk, w in zip(e_group, e_link, e_w, strict=True):
-            loads[lk] += w * rates[g]
-        self._loads = np.array(loads)
+                                                                          len(active)), {})
+        e_group, e_link, e_uw, layout, solved = lay
+        cs = tuple([bcount[b] for b in active])
+        hit = solved.get(cs)
+        if hit is None:
+            e_w = [w * cs[a] for w, a in zip(e_uw, e_group, strict=True)]
+            if len(e_w) >= NUMPY_MIN_ENTRIES:
+                rates = _fill_numpy(self.capacity, np.asarray(e_group, dtype=np.int64),
+                                    np.asarray(e_link, dtype=np.int64), np.asarray(e_w), len(active)).tolist()
+            else:
+                rates = _fill(layout, e_group, e_w, len(active))
+            if min(rates) <= 0:
+                raise RuntimeError("flow network stalled: an active flow group has zero rate")
+            loads = [0.0] * self.n_links
+            for g, lk, w in zip(e_group, e_link, e_w, strict=True):
+                loads[lk] += w * rates[g]
+            brate = [0.0] * len(self._b_links)
+            for b, r in zip(active, rates, strict=True):
+                brate[b] = r
+            hit = (np.array(loads), brate)
+            if len(solved) < _MAX_SOLVED:
+                solved[cs] = hit
+        self._loads, brate = hit
         self._loaded = True
-        brate = [0.0] * len(self._b_links)
-        for b, r in zip(active, rates, strict=True):
-            brate[b] = r
+        if len(brate) < len(self._b_links):  # bundles created since this solution was kept have no flows
+            brate = brate + [0.0] * (len(self._b_links) - len(brate))
         return np.array(brate)
 
 

@@ -67,6 +67,7 @@ class FlowNetwork:
         self.completed_groups = 0
         # bundles: distinct (links, per-flow weights); bundle b crosses _b_links[b] with unit weights _b_w[b]
         self._bundle_ids: dict = {}
+        self._raw_ids: dict = {}  # (links, weights, count) as passed to transfer -> bundle
         self._b_links: list[tuple] = []
         self._b_w: list[tuple] = []
         self._bcount: dict[int, float] = {}  # active bundle -> flows in it (sum of its groups' counts)
@@ -98,24 +99,32 @@ class FlowNetwork:
         if size_bytes < 0 or latency_s < 0 or count < 1:
             raise ValueError("size_bytes and latency_s must be >= 0 and count >= 1")
         done = self.env.event()
-        links_t = tuple(int(x) for x in links)
-        if weights is None:
-            unitw = (1.0,) * len(links_t)
-        else:
-            if len(weights) != len(links_t):
-                raise ValueError("weights must match links")
-            unitw = tuple(float(w) / count for w in weights)
         self.injected_bytes += size_bytes * count
-        if size_bytes <= 0 or len(links_t) == 0:
+        if size_bytes <= 0 or len(links) == 0:
             # nothing crosses a link (local copy or empty message): only the latency
+            if weights is not None and len(weights) != len(links):
+                raise ValueError("weights must match links")
             self._finish_later(done, latency_s, size_bytes * count)
             return done
-        key = (links_t, unitw)
-        bid = self._bundle_ids.get(key)
+        # the bundle of a path as the caller gave it (flow groups hand over tuples): no conversion when seen before
+        raw = (links, weights, count) if type(links) is tuple and type(weights) in (tuple, type(None)) else None
+        bid = self._raw_ids.get(raw) if raw is not None else None
         if bid is None:
-            bid = self._bundle_ids[key] = len(self._b_links)
-            self._b_links.append(links_t)
-            self._b_w.append(unitw)
+            links_t = tuple(map(int, links))
+            if weights is None:
+                unitw = (1.0,) * len(links_t)
+            else:
+                if len(weights) != len(links_t):
+                    raise ValueError("weights must match links")
+                unitw = tuple([float(w) / count for w in weights])
+            key = (links_t, unitw)
+            bid = self._bundle_ids.get(key)
+            if bid is None:
+                bid = self._bundle_ids[key] = len(self._b_links)
+                self._b_links.append(links_t)
+                self._b_w.append(unitw)
+            if raw is not None:
+                self._raw_ids[raw] = bid
         # rates are recomputed at this same instant (zero-delay wake-up) before any time passes, so the new group
         # waits in ``_new`` with no bytes moved
         self._new.append((float(size_bytes), float(latency_s), float(count), bid, done))

@@ -15,8 +15,10 @@ at 1,024 DLRM nodes) and many (tens of thousands), so numpy's per-call overhead 
 and a link's denominator is re-summed only when a group on it freezes.  It performs the same floating-point
 operations in the same order as the vectorised solver it replaced (per-link sums in entry order, the same
 increments, thresholds and clamps), so rates, and every time derived from them, are bit-identical; large
-problems (many entries) go to :func:`_fill_numpy`, the vectorised form of the same operations.
-``tests/network/test_flow_network.py`` checks both against a plainly written reference.
+problems (many entries) go to :func:`_fill_numpy`, the vectorised form of the same operations.  The network
+keeps each bundle's flow count as groups come and go, the layout of every set of active bundles it has solved
+(with its links of identical entries pruned, :class:`_Layout`) and the solutions for recurring flow counts.
+``tests/network/test_flow_solver.py`` checks the solver and the network against plainly written references.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ import simpy
 
 _EPS_BYTES = 1e-6  # bytes; a group with less remaining is complete (guards float round-off)
 _INF = float("inf")
-#: above this many (group, link) entries a rate problem is solved vectorised (:func:`_fill_numpy`): numpy's
-#: per-call overhead (~1 us a call, ~15 calls a fill level) beats Python's per-element cost beyond a few hundred
-#: entries (measured on the 2-core dev VM: equal at about 400 entries x 10 levels)
+#: from this many (group, link) entries on, a rate problem is solved vectorised (:func:`_fill_numpy`): on large
+#: problems Python's per-element cost outgrows numpy's per-call overhead (~15 calls a fill level) (measured on the
+#: 2-core dev VM, random problems of 3 links a group: equal at about 600 entries with the layout kept, 450 without)
 NUMPY_MIN_ENTRIES = 512
 _MAX_LAYOUTS = 4096  # rate-problem layouts kept per network (a few KiB each); cleared when full
 _MAX_SOLVED = 64  # solutions kept per layout (flow counts -> rates and loads)

@@ -17,7 +17,7 @@ operations in the same order as the vectorised solver it replaced (per-link sums
 increments, thresholds and clamps), so rates, and every time derived from them, are bit-identical; large
 problems (many entries) go to :func:`_fill_numpy`, the vectorised form of the same operations.  The network
 keeps each bundle's flow count as groups come and go, the layout of every set of active bundles it has solved
-(with its links of identical entries pruned, :class:`_Layout`) and the solutions for recurring flow counts.
+(with its links of identical entries pruned, :class:`_Layout`).
 ``tests/network/test_flow_solver.py`` checks the solver and the network against plainly written references.
 """
 
@@ -34,8 +34,8 @@ _INF = float("inf")
 #: problems Python's per-element cost outgrows numpy's per-call overhead (~15 calls a fill level) (measured on the
 #: 2-core dev VM, random problems of 3 links a group: equal at about 600 entries with the layout kept, 450 without)
 NUMPY_MIN_ENTRIES = 512
-_MAX_LAYOUTS = 4096  # rate-problem layouts kept per network (a few KiB each); cleared when full
-_MAX_SOLVED = 64  # solutions kept per layout (flow counts -> rates and loads)
+#: entries of the rate-problem layouts a network keeps (about 150 bytes each); all are dropped when it is exceeded
+_MAX_LAYOUT_ENTRIES = 100_000
 
 
 class FlowNetwork:
@@ -74,6 +74,7 @@ class FlowNetwork:
         self._b_w: list[tuple] = []
         self._bcount: dict[int, float] = {}  # active bundle -> flows in it (sum of its groups' counts)
         self._layouts: dict = {}  # active bundles (sorted ids) -> their rate problem's layout
+        self._layout_entries = 0  # entries in the kept layouts
         # active groups, in start order, as numpy rows: remaining bytes, completion threshold (bytes), latency,
         # bytes delivered (count x size), count; their bundle ids and completion events (an object array:
         # filtered with the same mask as the numbers)
@@ -232,9 +233,9 @@ class FlowNetwork:
 
         Entries are laid out as the vectorised solver laid them out (active bundles by id, each bundle's links in
         path order), so every per-link sum adds the same terms in the same order.  The layout of a set of
-        active bundles is kept (sets recur: 82% of the recomputations at 1,024 DLRM nodes), and with it the
-        solutions for the flow counts seen (11% recur); otherwise only the weights (unit weight x the bundle's
-        flow count) are new."""
+        active bundles is kept (sets recur: 82% of the recomputations at 1,024 DLRM nodes); only the weights
+        (unit weight x the bundle's flow count) are new.  (Solutions themselves recur for 11%: not worth their
+        memory.)"""
         bcount = self._bcount
         active = tuple(sorted(bcount))
         lay = self._layouts.get(active)
@@ -246,35 +247,33 @@ class FlowNetwork:
                 e_link.extend(ls)
                 e_group.extend([a] * len(ls))
                 e_uw.extend(b_w[b])
-            if len(self._layouts) >= _MAX_LAYOUTS:
-                self._layouts.clear()
-            lay = self._layouts[active] = (e_group, e_link, e_uw, _Layout(self._cap, e_group, e_link, e_uw,
-                                                                          len(active)), {})
-        e_group, e_link, e_uw, layout, solved = lay
-        cs = tuple([bcount[b] for b in active])
-        hit = solved.get(cs)
-        if hit is None:
-            e_w = [w * cs[a] for w, a in zip(e_uw, e_group, strict=True)]
-            if len(e_w) >= NUMPY_MIN_ENTRIES:
-                rates = _fill_numpy(self.capacity, np.asarray(e_group, dtype=np.int64),
-                                    np.asarray(e_link, dtype=np.int64), np.asarray(e_w), len(active)).tolist()
+            if len(e_link) >= NUMPY_MIN_ENTRIES:  # solved vectorised: no layout, nothing kept
+                lay = (e_group, e_link, e_uw, None)
             else:
-                rates = _fill(layout, e_group, e_w, len(active))
-            if min(rates) <= 0:
-                raise RuntimeError("flow network stalled: an active flow group has zero rate")
-            loads = [0.0] * self.n_links
-            for g, lk, w in zip(e_group, e_link, e_w, strict=True):
-                loads[lk] += w * rates[g]
-            brate = [0.0] * len(self._b_links)
-            for b, r in zip(active, rates, strict=True):
-                brate[b] = r
-            hit = (np.array(loads), brate)
-            if len(solved) < _MAX_SOLVED:
-                solved[cs] = hit
-        self._loads, brate = hit
+                self._layout_entries += len(e_link)
+                if self._layout_entries > _MAX_LAYOUT_ENTRIES:
+                    self._layouts.clear()
+                    self._layout_entries = len(e_link)
+                lay = self._layouts[active] = (e_group, e_link, e_uw, _Layout(self._cap, e_group, e_link, e_uw,
+                                                                              len(active)))
+        e_group, e_link, e_uw, layout = lay
+        cs = [bcount[b] for b in active]
+        e_w = [w * cs[a] for w, a in zip(e_uw, e_group, strict=True)]
+        if len(e_w) >= NUMPY_MIN_ENTRIES:
+            rates = _fill_numpy(self.capacity, np.asarray(e_group, dtype=np.int64),
+                                np.asarray(e_link, dtype=np.int64), np.asarray(e_w), len(active)).tolist()
+        else:
+            rates = _fill(layout, e_group, e_w, len(active))
+        if min(rates) <= 0:
+            raise RuntimeError("flow network stalled: an active flow group has zero rate")
+        loads = [0.0] * self.n_links
+        for g, lk, w in zip(e_group, e_link, e_w, strict=True):
+            loads[lk] += w * rates[g]
+        self._loads = np.array(loads)
         self._loaded = True
-        if len(brate) < len(self._b_links):  # bundles created since this solution was kept have no flows
-            brate = brate + [0.0] * (len(self._b_links) - len(brate))
+        brate = [0.0] * len(self._b_links)
+        for b, r in zip(active, rates, strict=True):
+            brate[b] = r
         return np.array(brate)
 
 

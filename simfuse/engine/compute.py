@@ -50,20 +50,47 @@ def effective_slots(cost: CostModel, work: KernelWork, occupancy_loss: float = 0
     return slots
 
 
-def _launch_gap(env, cost: CostModel, work: KernelWork, launch: bool):
-    """simpy sub-process: the kernel's launch latency (nothing when ``launch`` is False)."""
-    if launch:
-        lat = cost.launch_latency_s(work)
-        if lat > 0:
-            yield env.timeout(lat)
-
-
 def _wave_times(cost: CostModel, work: KernelWork, slots: int) -> tuple[float, float]:
     """Workgroup duration in a full wave and in the partial last wave (0 where there is none), seconds."""
     W = int(work.num_workgroups)
     full_t = cost.workgroup_time_s(work, slots) if W >= slots else 0.0
     rem = W % slots
     return full_t, (cost.workgroup_time_s(work, rem) if rem else 0.0)
+
+
+def _timing(sim: Simulation, cost: CostModel, work: KernelWork, occupancy_loss: float,
+            persistent_grid: int | None) -> tuple[int, float, float]:
+    """``(slots, full-wave workgroup time, last-wave workgroup time)`` of ``work``, kept per simulation: cost
+    models are pure functions of the work (kernels of the same shape recur on every simulated rank and layer)."""
+    key = (id(cost), work, occupancy_loss, persistent_grid)
+    try:
+        hit = sim.kernel_memo.get(key)
+    except TypeError:  # a work with an unhashable field: no memo
+        slots = effective_slots(cost, work, occupancy_loss, persistent_grid)
+        return (slots, *_wave_times(cost, work, slots))
+    if hit is None or hit[0] is not cost:
+        slots = effective_slots(cost, work, occupancy_loss, persistent_grid)
+        hit = sim.kernel_memo[key] = (cost, slots, *_wave_times(cost, work, slots))
+    return hit[1:]
+
+
+def _launch_latency_s(sim: Simulation, cost: CostModel, work: KernelWork) -> float:
+    key = ("launch", id(cost), work)
+    try:
+        hit = sim.kernel_memo.get(key)
+    except TypeError:
+        return cost.launch_latency_s(work)
+    if hit is None or hit[0] is not cost:
+        hit = sim.kernel_memo[key] = (cost, cost.launch_latency_s(work))
+    return hit[1]
+
+
+def _launch_wait(sim: Simulation, cost: CostModel, work: KernelWork, launch: bool):
+    """simpy sub-process: the kernel's launch latency (nothing when ``launch`` is False)."""
+    if launch:
+        lat = _launch_latency_s(sim, cost, work)
+        if lat > 0:
+            yield sim.env.timeout(lat)
 
 
 def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int = 0,
@@ -84,11 +111,10 @@ def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int 
         idx = np.arange(W, dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
         if len(idx) != W:
             raise ValueError("order must list every workgroup once")
-    slots = effective_slots(cost, work, occupancy_loss, persistent_grid)
+    slots, full_t, rem_t = _timing(sim, cost, work, occupancy_loss, persistent_grid)
     t0 = env.now
-    yield from _launch_gap(env, cost, work, launch)
+    yield from _launch_wait(sim, cost, work, launch)
     t_start = env.now
-    full_t, rem_t = _wave_times(cost, work, slots)
     rng = sim.rng
     if plain:
         # nothing observes the waves: identical waves back to back are one wait (the same end time, one event)
@@ -179,11 +205,10 @@ def run_kernel_waves(sim: Simulation, work: KernelWork, cost: CostModel, *, rank
     end, i.e. at most one macro-wave (``1 / max_events`` of the kernel) late.  Returns the end time (s)."""
     env = sim.env
     W = int(work.num_workgroups)
-    slots = effective_slots(cost, work, occupancy_loss, persistent_grid)
+    slots, full_t, rem_t = _timing(sim, cost, work, occupancy_loss, persistent_grid)
     t0 = env.now
-    yield from _launch_gap(env, cost, work, launch)
+    yield from _launch_wait(sim, cost, work, launch)
     t_start = env.now
-    full_t, rem_t = _wave_times(cost, work, slots)
     waves = -(-W // slots)
     group = 1 if not max_events or waves <= max_events else -(-waves // int(max_events))
     for g0 in range(0, waves, group):

@@ -64,6 +64,8 @@ class Simulation:
         self.rng = np.random.default_rng(seed)
         self.recorder = Recorder(enabled=record)
         self.events = 0
+        #: kernel timings of this simulation's cost models, by (cost model, work): see engine.compute._timing
+        self.kernel_memo: dict = {}
 
     @property
     def now(self) -> float:

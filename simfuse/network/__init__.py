@@ -12,7 +12,7 @@ from .fabrics import (
     fabric_class,
     registered_fabrics,
 )
-from .flows import FlowNetwork, max_min_rates
+from .flows import FlowNetwork, max_min_rates, progressive_fill
 
-__all__ = ['Fabric', 'FlowGroupSpec', 'FlowNetwork', 'max_min_rates', 'SELF', 'INTRA', 'INTER', 'INTER_XRAIL',
+__all__ = ['Fabric', 'FlowGroupSpec', 'FlowNetwork', 'max_min_rates', 'progressive_fill', 'SELF', 'INTRA', 'INTER', 'INTER_XRAIL',
            'INTER_LEAF', 'INTER_SPINE', 'INTER_CORE', 'CLASS_NAMES', 'fabric_class', 'registered_fabrics']

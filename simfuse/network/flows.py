@@ -5,9 +5,20 @@ list of ``(link, weight)`` entries: the group adds ``weight * rate`` to that lin
 rate of one of its flows.  In full simulation every group has ``count = 1`` and weights 1; under symmetry a
 group of ``count`` flows from the representative rank crosses class links with weight ``count``.
 
-Rates are recomputed (progressive filling, vectorised with numpy) only when a group starts or finishes; all
-starts and finishes at the same simulated instant are coalesced into one recomputation.  A flow's last byte
-arrives ``latency_s`` after it leaves (so an uncongested transfer takes ``latency_s + size_bytes / bw``).
+Rates are recomputed (progressive filling) only when a group starts or finishes; all starts and finishes at the
+same simulated instant are coalesced into one recomputation.  A flow's last byte arrives ``latency_s`` after it
+leaves (so an uncongested transfer takes ``latency_s + size_bytes / bw``).
+
+Speed (issue 11).  The rate problems of a simulation are small (tens of bundles and links, under ten fill levels
+at 1,024 DLRM nodes) and many (tens of thousands), so numpy's per-call overhead dominated a vectorised solver.
+:func:`progressive_fill` is plain Python over per-link entry lists: a fill level costs the links still rising,
+and a link's denominator is re-summed only when a group on it freezes.  It performs the same floating-point
+operations in the same order as the vectorised solver it replaced (per-link sums in entry order, the same
+increments, thresholds and clamps), so rates, and every time derived from them, are bit-identical; large
+problems (many entries) go to :func:`_fill_numpy`, the vectorised form of the same operations.  The network
+keeps each bundle's flow count as groups come and go, the layout of every set of active bundles it has solved
+(with its links of identical entries pruned, :class:`_Layout`).
+``tests/network/test_flow_solver.py`` checks the solver and the network against plainly written references.
 """
 
 from __future__ import annotations
@@ -18,6 +29,13 @@ import numpy as np
 import simpy
 
 _EPS_BYTES = 1e-6  # bytes; a group with less remaining is complete (guards float round-off)
+_INF = float("inf")
+#: from this many (group, link) entries on, a rate problem is solved vectorised (:func:`_fill_numpy`): on large
+#: problems Python's per-element cost outgrows numpy's per-call overhead (~15 calls a fill level) (measured on the
+#: 2-core dev VM, random problems of 3 links a group: equal at about 600 entries with the layout kept, 450 without)
+NUMPY_MIN_ENTRIES = 512
+#: entries of the rate-problem layouts a network keeps (about 150 bytes each); all are dropped when it is exceeded
+_MAX_LAYOUT_ENTRIES = 100_000
 
 
 class FlowNetwork:
@@ -28,7 +46,9 @@ class FlowNetwork:
     the bytes each link carried.
 
     Implementation: flows with the same path and per-flow weights (a *bundle*) always get the same max-min
-    rate, so rates are solved per bundle (few) and applied to the groups (many) with numpy.
+    rate, so rates are solved per bundle (few) and applied to the groups (many) with numpy.  The flow count of
+    every active bundle is kept up to date as groups start and finish (integer-valued floats: exact in any
+    order), so a recomputation starts from the active bundles, not from the groups.
     """
 
     def __init__(self, sim, capacities_bytes_per_s: Sequence[float], names: Sequence[str] | None = None,
@@ -38,6 +58,7 @@ class FlowNetwork:
         self.capacity = np.asarray(capacities_bytes_per_s, dtype=float)
         if np.any(self.capacity <= 0) or not np.all(np.isfinite(self.capacity)):
             raise ValueError("link capacities must be positive and finite")
+        self._cap = self.capacity.tolist()
         self.names = list(names) if names is not None else [f"link{i}" for i in range(len(self.capacity))]
         self.n_links = len(self.capacity)
         self.record_usage = record_usage
@@ -46,32 +67,29 @@ class FlowNetwork:
         self.delivered_bytes = 0.0  # sum over completed flows of size (count * size)
         self.injected_bytes = 0.0
         self.completed_groups = 0
-        # bundles: distinct (links, per-flow weights)
+        # bundles: distinct (links, per-flow weights); bundle b crosses _b_links[b] with unit weights _b_w[b]
         self._bundle_ids: dict = {}
-        # bundle b's (link, unit weight) entries are _flat_links/_flat_w[_b_start[b] : _b_start[b] + _b_len[b]]
-        # (growable arrays, so that building the rate problem is vectorised over bundles)
-        self._nb = 0
-        self._b_start = np.zeros(16, dtype=np.int64)
-        self._b_len = np.zeros(16, dtype=np.int64)
-        self._flat_links = np.zeros(64, dtype=np.int64)
-        self._flat_w = np.zeros(64)
-        self._flat_n = 0
-        # active groups as parallel numpy arrays
-        self._rem = np.zeros(0)
-        self._rate = np.zeros(0)
-        self._size = np.zeros(0)
-        self._lat = np.zeros(0)
-        self._cnt = np.zeros(0)
+        self._raw_ids: dict = {}  # (links, weights, count) as passed to transfer -> bundle
+        self._b_links: list[tuple] = []
+        self._b_w: list[tuple] = []
+        self._bcount: dict[int, float] = {}  # active bundle -> flows in it (sum of its groups' counts)
+        self._layouts: dict = {}  # active bundles (sorted ids) -> their rate problem's layout
+        self._layout_entries = 0  # entries in the kept layouts
+        # active groups, in start order, as numpy rows: remaining bytes, completion threshold (bytes), latency,
+        # bytes delivered (count x size), count; their bundle ids and completion events (an object array:
+        # filtered with the same mask as the numbers)
+        self._g = np.zeros((5, 0))
         self._bid = np.zeros(0, dtype=np.int64)
-        # completion events of the active groups (an object array: filtered with the same mask as the numbers)
         self._done = np.empty(0, dtype=object)
-        # groups started since the last recomputation: (remaining, size, latency, count, bundle, event); merged
-        # into the arrays once per recomputation instead of growing every array at every start
+        self._rate = np.zeros(0)
+        # groups started since the last recomputation: (size, latency, count, bundle, event); merged into the
+        # arrays once per recomputation instead of growing every array at every start
         self._new: list[tuple] = []
         self._last_t = 0.0
         self._version = 0
         self._pending = False
         self._loads = np.zeros(self.n_links)
+        self._loaded = False  # any link with a non-zero load
 
     # -- public API -------------------------------------------------------------------------------------
     def transfer(self, links: Sequence[int], size_bytes: float, latency_s: float = 0.0, *, count: int = 1,
@@ -84,27 +102,38 @@ class FlowNetwork:
         if size_bytes < 0 or latency_s < 0 or count < 1:
             raise ValueError("size_bytes and latency_s must be >= 0 and count >= 1")
         done = self.env.event()
-        links_t = tuple(int(x) for x in links)
-        if weights is None:
-            unitw = (1.0,) * len(links_t)
-        else:
-            if len(weights) != len(links_t):
-                raise ValueError("weights must match links")
-            unitw = tuple(float(w) / count for w in weights)
         self.injected_bytes += size_bytes * count
-        if size_bytes <= 0 or len(links_t) == 0:
+        if size_bytes <= 0 or len(links) == 0:
             # nothing crosses a link (local copy or empty message): only the latency
+            if weights is not None and len(weights) != len(links):
+                raise ValueError("weights must match links")
             self._finish_later(done, latency_s, size_bytes * count)
             return done
-        key = (links_t, unitw)
-        bid = self._bundle_ids.get(key)
+        # the bundle of a path as the caller gave it (flow groups hand over tuples): no conversion when seen before
+        raw = (links, weights, count) if type(links) is tuple and type(weights) in (tuple, type(None)) else None
+        bid = self._raw_ids.get(raw) if raw is not None else None
         if bid is None:
-            bid = self._add_bundle(links_t, unitw)
-            self._bundle_ids[key] = bid
+            links_t = tuple(map(int, links))
+            if weights is None:
+                unitw = (1.0,) * len(links_t)
+            else:
+                if len(weights) != len(links_t):
+                    raise ValueError("weights must match links")
+                unitw = tuple([float(w) / count for w in weights])
+            key = (links_t, unitw)
+            bid = self._bundle_ids.get(key)
+            if bid is None:
+                bid = self._bundle_ids[key] = len(self._b_links)
+                self._b_links.append(links_t)
+                self._b_w.append(unitw)
+            if raw is not None:
+                self._raw_ids[raw] = bid
         # rates are recomputed at this same instant (zero-delay wake-up) before any time passes, so the new group
         # waits in ``_new`` with no bytes moved
         self._new.append((float(size_bytes), float(latency_s), float(count), bid, done))
-        self._request_recompute()
+        if not self._pending:
+            self._pending = True
+            self.env.timeout(0).callbacks.append(self._on_wakeup_now)
         return done
 
     @property
@@ -116,23 +145,6 @@ class FlowNetwork:
         return self._loads.copy()
 
     # -- internals --------------------------------------------------------------------------------------
-    def _add_bundle(self, links: tuple, unitw: tuple) -> int:
-        bid, k = self._nb, len(links)
-        if bid == len(self._b_start):
-            self._b_start = np.concatenate([self._b_start, np.zeros(bid, dtype=np.int64)])
-            self._b_len = np.concatenate([self._b_len, np.zeros(bid, dtype=np.int64)])
-        need = self._flat_n + k
-        if need > len(self._flat_links):
-            cap = max(need, 2 * len(self._flat_links))
-            self._flat_links = np.concatenate([self._flat_links, np.zeros(cap - len(self._flat_links), np.int64)])
-            self._flat_w = np.concatenate([self._flat_w, np.zeros(cap - len(self._flat_w))])
-        self._flat_links[self._flat_n:need] = links
-        self._flat_w[self._flat_n:need] = unitw
-        self._b_start[bid], self._b_len[bid] = self._flat_n, k
-        self._flat_n = need
-        self._nb += 1
-        return bid
-
     def _finish_later(self, done: simpy.Event, latency_s: float, nbytes: float) -> None:
         def fire(_ev, done=done, b=nbytes):
             self.delivered_bytes += b
@@ -144,22 +156,6 @@ class FlowNetwork:
         else:
             fire(None)
 
-    def _advance(self) -> None:
-        """Move every active group forward to ``now`` at its current rate."""
-        now = float(self.env.now)
-        dt = now - self._last_t
-        if dt > 0 and len(self._done):
-            self._rem -= self._rate * dt
-            self.carried_bytes += self._loads * dt
-            if self.record_usage:
-                self.usage.append((self._last_t, now, self._loads.copy()))
-        self._last_t = now
-
-    def _request_recompute(self) -> None:
-        if not self._pending:
-            self._pending = True
-            self.env.timeout(0).callbacks.append(self._on_wakeup_now)
-
     def _on_wakeup_now(self, _ev) -> None:
         self._pending = False
         self._update()
@@ -169,66 +165,243 @@ class FlowNetwork:
             return  # superseded by a later recomputation
         self._update()
 
-    def _merge_new(self) -> None:
-        if not self._new:
-            return
-        size, lat, cnt, bid, done = zip(*self._new, strict=True)
-        size_arr = np.asarray(size)
-        self._rem = np.concatenate([self._rem, size_arr])
-        self._rate = np.concatenate([self._rate, np.zeros(len(size_arr))])
-        self._size = np.concatenate([self._size, size_arr])
-        self._lat = np.concatenate([self._lat, np.asarray(lat)])
-        self._cnt = np.concatenate([self._cnt, np.asarray(cnt)])
-        self._bid = np.concatenate([self._bid, np.asarray(bid, dtype=np.int64)])
-        new_done = np.empty(len(done), dtype=object)
-        new_done[:] = done
-        self._done = np.concatenate([self._done, new_done])
-        self._new = []
-
     def _update(self) -> None:
-        self._advance()
-        self._merge_new()
-        if len(self._done):
-            now = float(self.env.now)
+        now = float(self.env.now)
+        n = len(self._done)
+        g = self._g
+        # move every active group forward to ``now`` at its current rate
+        dt = now - self._last_t
+        if dt > 0 and n:
+            g[0] -= self._rate * dt
+            if self._loaded:
+                self.carried_bytes += self._loads * dt
+            if self.record_usage:
+                self.usage.append((self._last_t, now, self._loads.copy()))
+        self._last_t = now
+        bcount = self._bcount
+        if n:
             t_tol = 1e-13 + 1e-12 * now  # below float resolution of the clock: treat as done
-            with np.errstate(divide="ignore", invalid="ignore"):
-                fin = (self._rem <= _EPS_BYTES + 1e-9 * self._size) | (
-                    (self._rate > 0) & (self._rem / np.where(self._rate > 0, self._rate, 1.0) <= t_tol))
+            rem = g[0]
+            fin = (rem <= g[1]) | (rem / self._rate <= t_tol)
             if fin.any():
-                for i in np.flatnonzero(fin).tolist():
-                    self._finish_later(self._done[i], float(self._lat[i]), float(self._size[i] * self._cnt[i]))
+                idx = np.flatnonzero(fin)
+                fg = g[:, idx]
+                done = self._done
+                for i, lat, nbytes, cnt, b in zip(idx.tolist(), fg[2].tolist(), fg[3].tolist(), fg[4].tolist(),
+                                                  self._bid[idx].tolist(), strict=True):
+                    self._finish_later(done[i], lat, nbytes)
+                    left = bcount[b] - cnt
+                    if left > 0:
+                        bcount[b] = left
+                    else:
+                        del bcount[b]
                 keep = ~fin
-                self._done = self._done[keep]
-                self._rem, self._rate, self._size = self._rem[keep], self._rate[keep], self._size[keep]
-                self._lat, self._cnt, self._bid = self._lat[keep], self._cnt[keep], self._bid[keep]
-        self._compute_rates()
+                self._g, self._bid, self._done = g[:, keep], self._bid[keep], done[keep]
+        if self._new:
+            # a new group has moved no bytes: it is complete at once only when it is below the byte tolerance
+            new, fresh = self._new, []
+            self._new = []
+            for item in new:
+                sz, lat, cnt, b, done = item
+                thr = _EPS_BYTES + 1e-9 * sz
+                if sz <= thr:
+                    self._finish_later(done, lat, sz * cnt)
+                else:
+                    fresh.append((sz, thr, lat, sz * cnt, cnt, b, done))
+                    bcount[b] = bcount.get(b, 0.0) + cnt
+            if fresh:
+                size_l, thr_l, lat_l, nb_l, cnt_l, bid_l, done_l = zip(*fresh, strict=True)
+                self._g = np.concatenate([self._g, np.array([size_l, thr_l, lat_l, nb_l, cnt_l])], axis=1)
+                self._bid = np.concatenate([self._bid, np.array(bid_l, dtype=np.int64)])
+                new_done = np.empty(len(done_l), dtype=object)
+                new_done[:] = done_l
+                self._done = np.concatenate([self._done, new_done])
         self._version += 1
         if len(self._done):
-            if np.any(self._rate <= 0):
-                raise RuntimeError("flow network stalled: an active flow group has zero rate")
-            t_next = float(np.min(self._rem / self._rate))
+            rate = self._rate = self._compute_rates()[self._bid]
+            t_next = float((self._g[0] / rate).min())
             version = self._version
             self.env.timeout(max(t_next, 0.0)).callbacks.append(lambda _ev, v=version: self._on_timer(v))
+        else:
+            self._rate = np.zeros(0)
+            if self._loaded:
+                self._loads = np.zeros(self.n_links)
+                self._loaded = False
 
-    def _compute_rates(self) -> None:
-        self._loads = np.zeros(self.n_links)
-        if not len(self._done):
-            return
-        nb = self._nb
-        bcount = np.bincount(self._bid, weights=self._cnt, minlength=nb)
-        active = np.flatnonzero(bcount > 0)
-        lens = self._b_len[active]
-        e_group = np.repeat(np.arange(len(active)), lens)
-        # entry j of active bundle a sits at _b_start[a] + j
-        first = np.cumsum(lens) - lens
-        idx = np.repeat(self._b_start[active] - first, lens) + np.arange(int(lens.sum()))
-        e_link = self._flat_links[idx]
-        e_w = self._flat_w[idx] * bcount[active][e_group]
-        rates = max_min_rates(self.capacity, e_group, e_link, e_w, len(active))
-        brate = np.zeros(nb)
-        brate[active] = rates
-        self._rate = brate[self._bid]
-        self._loads = np.bincount(e_link, weights=e_w * rates[e_group], minlength=self.n_links)
+    def _compute_rates(self) -> np.ndarray:
+        """Max-min rates of the active bundles (indexed by bundle id; 0 for inactive ones) and the link loads.
+
+        Entries are laid out as the vectorised solver laid them out (active bundles by id, each bundle's links in
+        path order), so every per-link sum adds the same terms in the same order.  The layout of a set of
+        active bundles is kept (sets recur: 82% of the recomputations at 1,024 DLRM nodes); only the weights
+        (unit weight x the bundle's flow count) are new.  (Solutions themselves recur for 11%: not worth their
+        memory.)"""
+        bcount = self._bcount
+        active = tuple(sorted(bcount))
+        lay = self._layouts.get(active)
+        if lay is None:
+            b_links, b_w = self._b_links, self._b_w
+            e_group, e_link, e_uw = [], [], []
+            for a, b in enumerate(active):
+                ls = b_links[b]
+                e_link.extend(ls)
+                e_group.extend([a] * len(ls))
+                e_uw.extend(b_w[b])
+            if len(e_link) >= NUMPY_MIN_ENTRIES:  # solved vectorised: no layout, nothing kept
+                lay = (e_group, e_link, e_uw, None)
+            else:
+                self._layout_entries += len(e_link)
+                if self._layout_entries > _MAX_LAYOUT_ENTRIES:
+                    self._layouts.clear()
+                    self._layout_entries = len(e_link)
+                lay = self._layouts[active] = (e_group, e_link, e_uw, _Layout(self._cap, e_group, e_link, e_uw,
+                                                                              len(active)))
+        e_group, e_link, e_uw, layout = lay
+        cs = [bcount[b] for b in active]
+        e_w = [w * cs[a] for w, a in zip(e_uw, e_group, strict=True)]
+        if len(e_w) >= NUMPY_MIN_ENTRIES:
+            rates = _fill_numpy(self.capacity, np.asarray(e_group, dtype=np.int64),
+                                np.asarray(e_link, dtype=np.int64), np.asarray(e_w), len(active)).tolist()
+        else:
+            rates = _fill(layout, e_group, e_w, len(active))
+        if min(rates) <= 0:
+            raise RuntimeError("flow network stalled: an active flow group has zero rate")
+        loads = [0.0] * self.n_links
+        for g, lk, w in zip(e_group, e_link, e_w, strict=True):
+            loads[lk] += w * rates[g]
+        self._loads = np.array(loads)
+        self._loaded = True
+        brate = [0.0] * len(self._b_links)
+        for b, r in zip(active, rates, strict=True):
+            brate[b] = r
+        return np.array(brate)
+
+
+class _Layout:
+    """The structure of a rate problem (which group crosses which link with which unit weight), kept for the
+    fill: the links that can decide a level, their entries, and each group's entries on them.
+
+    Links whose entries are the same (groups and unit weights, in entry order) always have the same
+    denominators; the one with the lower capacity has the lower share at every level (subtraction, the clamp at
+    0 and division by the same denominator are monotonic in floating point), so it saturates no later and the
+    others decide nothing: only it is kept (at 1,024 DLRM nodes a third of the links)."""
+
+    __slots__ = ("caps", "members", "by_group", "link_of", "n_kept")
+
+    def __init__(self, capacity, e_group, e_link, e_key, n_groups):
+        on_link: dict = {}
+        sig_of: dict = {}
+        for i, (link, g, k) in enumerate(zip(e_link, e_group, e_key, strict=True)):
+            lst = on_link.get(link)
+            if lst is None:
+                on_link[link] = [i]
+                sig_of[link] = [g, k]
+            else:
+                lst.append(i)
+                sig = sig_of[link]
+                sig.append(g)
+                sig.append(k)
+        best: dict = {}
+        for link, ents in on_link.items():
+            sig = tuple(sig_of[link])
+            c = capacity[link]
+            cur = best.get(sig)
+            if cur is None or c < cur[0]:
+                best[sig] = (c, ents)
+        self.caps = [c for c, _ in best.values()]
+        self.members = [ents for _, ents in best.values()]
+        self.link_of: dict = {}  # entry (on a kept link) -> kept link index
+        self.by_group: list[list[int]] = [[] for _ in range(n_groups)]
+        for j, ents in enumerate(self.members):
+            for i in ents:
+                self.link_of[i] = j
+                self.by_group[e_group[i]].append(i)
+        self.n_kept = len(self.link_of)
+
+
+def _fill(lay: _Layout, e_group, e_w, n_groups: int) -> list[float]:
+    """Progressive filling on a :class:`_Layout` with entry weights ``e_w`` (see :func:`progressive_fill`)."""
+    rates = [0.0] * n_groups
+    members = list(lay.members)  # pruned per link as groups freeze (rebound, never mutated in place)
+    by_group, link_of = lay.by_group, lay.link_of
+    remaining = list(lay.caps)
+    n_l = len(remaining)
+    denom = [0.0] * n_l
+    for j in range(n_l):
+        d = 0.0
+        for i in members[j]:
+            d += e_w[i]
+        denom[j] = d
+    live = [j for j in range(n_l) if denom[j] > 0]  # links offering a share (rising entries of positive weight)
+    alive = [True] * len(e_w)
+    frozen = [False] * n_groups
+    left = lay.n_kept
+    level = 0.0
+    share = [0.0] * n_l
+    for _ in range(n_groups + 1):
+        if not left:
+            break
+        inc = _INF
+        for j in live:
+            s = share[j] = remaining[j] / denom[j]
+            if s < inc:
+                inc = s
+        if inc == _INF:  # no link offers a share (a group whose weights are all zero): it stays at 0
+            break
+        if inc < 0.0:
+            inc = 0.0
+        level += inc
+        thr = inc * (1 + 1e-9) + 1e-300
+        saturated = []
+        for j in live:
+            r = remaining[j] - inc * denom[j]
+            remaining[j] = r if r >= 0.0 else 0.0
+            if share[j] <= thr:
+                saturated.append(j)
+        dirty = set()
+        for j in saturated:
+            for i in members[j]:
+                if alive[i]:
+                    g = e_group[i]
+                    if not frozen[g]:
+                        frozen[g] = True
+                        rates[g] = level
+                        ents = by_group[g]
+                        for k in ents:
+                            alive[k] = False
+                            dirty.add(link_of[k])
+                        left -= len(ents)
+        if dirty:
+            for j in dirty:
+                m = members[j]
+                if len(m) == 1:  # its one entry froze
+                    members[j] = ()
+                    continue
+                m = members[j] = [i for i in m if alive[i]]
+                d = 0.0
+                for i in m:
+                    d += e_w[i]
+                denom[j] = d
+            live = [j for j in live if members[j] and denom[j] > 0]
+    return rates
+
+
+def progressive_fill(capacity: Sequence[float], e_group: Sequence[int], e_link: Sequence[int],
+                     e_w: Sequence[float], n_groups: int) -> list[float]:
+    """Weighted max-min fair rates by progressive filling, on plain Python sequences (see
+    :func:`max_min_rates`); returns a list of ``n_groups`` rates.
+
+    Every fill level: each link still carrying rising groups offers ``share = remaining / denom`` (``denom``: the
+    weights of its rising entries, summed in entry order); the smallest share ``inc`` raises every rising group;
+    every link loses ``inc * denom`` (clamped at 0); the links with ``share <= inc (1 + 1e-9)`` are saturated and
+    their groups freeze at the level reached.  Problems of :data:`NUMPY_MIN_ENTRIES` entries or more run the
+    same operations vectorised."""
+    if len(e_link) >= NUMPY_MIN_ENTRIES:
+        return _fill_numpy(np.asarray(capacity, dtype=float), np.asarray(e_group, dtype=np.int64),
+                           np.asarray(e_link, dtype=np.int64), np.asarray(e_w, dtype=float), n_groups).tolist()
+    if not len(e_link):
+        return [0.0] * n_groups
+    return _fill(_Layout(capacity, e_group, e_link, e_w, n_groups), e_group, e_w, n_groups)
 
 
 def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
@@ -236,10 +409,21 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
     """Weighted max-min fair rates by progressive filling.
 
     Entry ``i`` says group ``e_group[i]`` loads link ``e_link[i]`` with ``e_w[i] * rate``.  Every group's rate
-    rises together until a link saturates; the groups on it freeze; repeat.  Returns one rate per group.
-    The loop works on the links the entries touch (renumbered) and drops a frozen group's entries, so an
-    iteration costs the entries still rising, not the whole network.
-    """
+    rises together until a link saturates; the groups on it freeze; repeat.  Returns one rate per group (a group
+    with no entry, or only zero weights, gets 0).  See :func:`progressive_fill`."""
+    e_link = np.asarray(e_link, dtype=np.int64)
+    if len(e_link) >= NUMPY_MIN_ENTRIES:
+        return _fill_numpy(np.asarray(capacity, dtype=float), np.asarray(e_group, dtype=np.int64), e_link,
+                           np.asarray(e_w, dtype=float), n_groups)
+    return np.array(progressive_fill(np.asarray(capacity, dtype=float).tolist(),
+                                     np.asarray(e_group, dtype=np.int64).tolist(), e_link.tolist(),
+                                     np.asarray(e_w, dtype=float).tolist(), n_groups), dtype=float)
+
+
+def _fill_numpy(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
+                n_groups: int) -> np.ndarray:
+    """:func:`progressive_fill` vectorised: the loop works on the links the entries touch (renumbered) and drops
+    a frozen group's entries, so an iteration costs the entries still rising, not the whole network."""
     rates = np.zeros(n_groups)
     if not len(e_group):
         return rates
@@ -247,7 +431,7 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
     n_links = len(links)
     remaining = capacity[links].astype(float)
     frozen = np.zeros(n_groups, dtype=bool)
-    g, lk, w = e_group, e_l, e_w
+    g, lk, w = e_group, e_l.reshape(-1), e_w
     level = 0.0
     for _ in range(n_groups + 1):
         if not len(g):

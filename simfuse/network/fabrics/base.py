@@ -50,6 +50,8 @@ CLASS_NAMES = {SELF: "self", INTRA: "intra", INTER: "inter", INTER_XRAIL: "inter
                INTER_LEAF: "inter_leaf", INTER_SPINE: "inter_spine", INTER_CORE: "inter_core"}
 
 _REGISTRY: dict[str, type[Fabric]] = {}
+#: symmetric flow_groups with at most this many destinations group them in plain Python (same result)
+_SMALL_FLOWS = 64
 
 
 def register_fabric(name: str):
@@ -449,7 +451,31 @@ class Fabric:
         sizes = np.broadcast_to(np.asarray(sizes_bytes, dtype=float), dsts.shape)
         cls = self.route_class(src, dsts)
         out: list[FlowGroupSpec] = []
-        if self.symmetric:
+        if self.symmetric and len(dsts) <= _SMALL_FLOWS:
+            # the same groups, in the same order, grouped with a dict: numpy's per-call overhead dominates the
+            # many calls with a handful of destinations (issue 11: a fifth of a 1,024-node DLRM run)
+            a_cls = int(self.class_of_rank[src])
+            dl = dsts.tolist()
+            bl = [a_cls] * len(dl) if same_class else self.class_of_rank[dsts].tolist()
+            by_key: dict = {}
+            for d, size, c, bc in zip(dl, sizes.tolist(), cls.tolist(), bl, strict=True):
+                k = (c, bc, size)
+                lst = by_key.get(k)
+                if lst is None:
+                    by_key[k] = [d]
+                else:
+                    lst.append(d)
+            mult = self.class_mult
+            for k in sorted(by_key):
+                c, bc, size = k
+                members = by_key[k]
+                links, is_rx = self._class_links(c, a_cls, bc, via)
+                cnt = len(members)
+                rx_w = cnt * mult[a_cls] / mult[bc]
+                weights = tuple(rx_w if rx else float(cnt) for rx in is_rx)
+                out.append(FlowGroupSpec(links, weights, size, self.latency_for(c), cnt, c,
+                                         np.array(members, dtype=np.int64)))
+        elif self.symmetric:
             a_cls = int(self.class_of_rank[src])
             b_cls = np.full(len(dsts), a_cls) if same_class else self.class_of_rank[dsts]
             # one integer key per flow, ordered as (route class, receiver class, size): groups come out in

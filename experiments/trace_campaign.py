@@ -288,6 +288,24 @@ def grid_points_v2(smoke):
     return pts
 
 
+def grid_points_v3(smoke):
+    """Third campaign: the embedding's launch configuration at every row width.  v2 varied warps and bags per
+    program at dims 16, 128 and 1024 only, and a per-warp term fitted there mispredicted dims in between; here
+    dims 8-2048 (powers of two and the odd widths in between), warps 2-16, bags per program 2-16, fp32 and bf16,
+    at two poolings and 16 Ki bags, on 512 MiB tables."""
+    if smoke:
+        return [("emb", "compute", "fp32", 24, 2, 64, {"cfg": {"bags_per_program": 2, "num_warps": 2}})]
+    pts = []
+    for dt_, dims in (("fp32", (8, 24, 48, 96, 192, 384, 640, 768, 1536, 2048)), ("bf16", (24, 96, 384, 768, 2048))):
+        for d in dims:
+            for p in (8, 64):
+                for nw in (2, 4, 8, 16):
+                    for bpp in (2, 4, 8, 16):
+                        pts.append(("emb", "compute", dt_, d, p, 16384,
+                                    {"cfg": {"bags_per_program": bpp, "num_warps": nw}}))
+    return pts
+
+
 def grid_points_heldout(smoke, seed=2026):
     """Held-out shapes off every grid (random, log-uniform, fixed seed), several beyond the grids' ranges along
     one axis; never used for fitting."""
@@ -328,8 +346,10 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=480.0, help="stop measuring new shapes after this")
     ap.add_argument("--only", default="", help="comma list of families (emb,gemv,gemm)")
-    ap.add_argument("--grid", choices=("v1", "v2", "heldout"), default="v1",
-                    help="v1: the designed grid; v2: the axes v1 held fixed; heldout: random off-grid shapes")
+    ap.add_argument("--grid", choices=("v1", "v2", "v3", "heldout"), default="v1",
+                    help="v1: the designed grid; v2: the axes v1 held fixed; v3: embedding launch configs at every "
+                         "row width; heldout: random off-grid shapes (--seed)")
+    ap.add_argument("--seed", type=int, default=2026, help="draw of the heldout grid (2026: heldout2, 2027: heldout3)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -337,7 +357,7 @@ def main():
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"
     date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     import triton
-    log(f"device {name}; {date}; torch {torch.__version__}; triton {triton.__version__}; grid {a.grid}")
+    log(f"device {name}; {date}; torch {torch.__version__}; triton {triton.__version__}; grid {a.grid}{f' seed {a.seed}' if a.grid == 'heldout' else ''}")
     C = Campaign(dev, a.smoke, 3 if a.smoke else a.reps, a.budget_s)
     cfgs = {"emb": sk.EmbeddingConfig(bags_per_program=8, num_warps=8, unroll=2),
             "gemv": sk.GemvConfig(block_n=128, block_k=128, split_k=4, num_warps=4, num_stages=3),
@@ -346,7 +366,8 @@ def main():
         cfgs["gemm"] = sk.GemmConfig(block_m=32, block_n=32, block_k=32)
         cfgs["gemv"] = sk.GemvConfig(block_n=64, block_k=64, split_k=2)
     only = set(filter(None, a.only.split(",")))
-    grid_fn = {"v1": grid_points, "v2": grid_points_v2, "heldout": grid_points_heldout}[a.grid]
+    grid_fn = {"v1": grid_points, "v2": grid_points_v2, "v3": grid_points_v3,
+               "heldout": lambda smoke: grid_points_heldout(smoke, a.seed)}[a.grid]
     pts = [p for p in grid_fn(a.smoke) if not only or p[0] in only]
     import random
     random.Random(12).shuffle(pts)  # a time-budget cut then thins every family alike

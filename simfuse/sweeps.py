@@ -4,7 +4,8 @@ Crash safety:
 
 * Every finished point is written at once (temporary file + rename) to ``DIR/points/<hash>.json``, where
   ``<hash>`` is the SHA-256 of the point's key: the contents of the model and topology files and of the calibration
-  profile the topology references, the node count, GPUs per node, mode and simulation mode.  No part of a file name
+  profile the topology references, the simfuse source code (:func:`code_digest`: a point simulated by another
+  version is recomputed, never reused), the node count, GPUs per node, mode and simulation mode.  No part of a file name
   comes from input content (a model ``name: ../../x`` stays a label).
 * A point file holds ``{"format", "key", "rows", "checksum"}``; on resume it is used only when its key equals the
   point's and the checksum matches the rows (so ``null``, ``[]``, ``{}``, another point's file, edited numbers, a
@@ -92,12 +93,28 @@ def _digest(*paths: str) -> str:
     return h.hexdigest()
 
 
+def code_digest() -> str:
+    """SHA-256 over the simfuse package's Python sources (each file's path relative to the package and its bytes,
+    in sorted order): the code that simulated a point, so a resumed sweep never reuses a point of another version."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        rel = p.relative_to(root).as_posix().encode()
+        data = p.read_bytes()
+        for part in (rel, data):
+            h.update(len(part).to_bytes(8, "little"))
+            h.update(part)
+    return h.hexdigest()
+
+
 def point_key(digest: str, nodes: int, gpus_per_node: int, mode: str, sim_mode: str,
-              settings: dict | None = None) -> dict:
+              settings: dict | None = None, code: str | None = None) -> dict:
     """The identity of one sweep point (what its file name hashes and what its file must contain); ``settings``
-    (the ``--set`` pairs) are part of it when given."""
+    (the ``--set`` pairs) and ``code`` (:func:`code_digest`) are part of it when given."""
     key = {"format": POINT_FORMAT, "inputs": digest, "nodes": int(nodes), "gpus_per_node": int(gpus_per_node),
            "mode": mode, "sim_mode": sim_mode}
+    if code:
+        key["code"] = code
     if settings:
         key["settings"] = {str(k): str(v) for k, v in sorted(settings.items())}
     return key
@@ -329,7 +346,8 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
         if not Path(p).is_file():
             raise SpecError(str(p), "", "file not found")
     digest = _digest(*inputs)
-    keys = {n: point_key(digest, n, g, mode, sim_mode, settings) for n in nodes}
+    code = code_digest()
+    keys = {n: point_key(digest, n, g, mode, sim_mode, settings, code) for n in nodes}
     system = System.from_topology(topo)  # resolved once; shipped to the workers
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)

@@ -107,3 +107,31 @@ def test_sweep_on_dask_process_cluster_with_relative_paths(root, tmp_path, monke
     ref = run_sweep(str(root / "models/dlrm_synthetic.yaml"), str(root / "topologies/h200_nvl8_ib_ndr.yaml"),
                     [1, 2], tmp_path / "ref", progress=False, plots=False)
     pd.testing.assert_frame_equal(df, ref)
+
+
+def test_sweep_recomputes_when_the_code_changes(root, tmp_path, monkeypatch):
+    """A point file written by other simfuse sources is not reused (the key holds the code digest)."""
+    import simfuse.sweeps as sweep_mod
+
+    model = str(root / "models/dlrm_synthetic.yaml")
+    topo = str(root / "topologies/h200_nvl8_ib_ndr.yaml")
+    first = run_sweep(model, topo, [1], tmp_path, progress=False, plots=False)
+    calls = []
+    real = sweep_mod.run_point
+    monkeypatch.setattr(sweep_mod, "run_point", lambda *a: calls.append(a) or real(*a))
+    run_sweep(model, topo, [1], tmp_path, progress=False, plots=False)
+    assert calls == []  # same code, same inputs: reused
+    monkeypatch.setattr(sweep_mod, "code_digest", lambda: "0" * 64)
+    again = run_sweep(model, topo, [1], tmp_path, progress=False, plots=False)
+    assert len(calls) == 1  # another version: recomputed
+    pd.testing.assert_frame_equal(first, again)
+
+
+def test_code_digest_is_stable_and_covers_the_sources():
+    import simfuse.sweeps as sweep_mod
+
+    a, b = sweep_mod.code_digest(), sweep_mod.code_digest()
+    assert a == b and len(a) == 64 and int(a, 16) >= 0
+    k1 = sweep_mod.point_key("d", 1, 8, "both", "auto", code=a)
+    k2 = sweep_mod.point_key("d", 1, 8, "both", "auto", code="f" * 64)
+    assert sweep_mod.point_file_name(k1) != sweep_mod.point_file_name(k2)

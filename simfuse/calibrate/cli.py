@@ -200,8 +200,9 @@ def _validate_campaign(args: argparse.Namespace) -> int:
               f"{h['all']['median_abs_pct']:.1f}%, max {h['all']['max_abs_pct']:.1f}%")
         for fam, s in h["families"].items():
             fc = s["fitted_configs"]
-            extra = (f" (fitted configurations: {fc['points']}, median {fc['median_abs_pct']:.1f}%, max "
-                     f"{fc['max_abs_pct']:.1f}%)" if fc["points"] != s["points"] and fc["points"] else "")
+            extra = (f" (configurations the cost model prices, not spilling: {fc['points']}, median "
+                     f"{fc['median_abs_pct']:.1f}%, max {fc['max_abs_pct']:.1f}%)"
+                     if fc["points"] != s["points"] and fc["points"] else "")
             print(f"  {fam}: {s['points']} shapes, median {s['median_abs_pct']:.1f}%, max "
                   f"{s['max_abs_pct']:.1f}%{extra}")
         print("  worst:")
@@ -212,7 +213,7 @@ def _validate_campaign(args: argparse.Namespace) -> int:
                      f"m {r['m']:g} n {r['n']:g} k {r['k']:g} split_k {r['split_k']:g}")
             print(f"    {r['family']} {shape} grid {r['grid']} slots {r['slots']}: measured "
                   f"{r['measured_s'] * 1e6:.2f} us, predicted {r['predicted_s'] * 1e6:.2f} us "
-                  f"({r['pct_error']:+.1f}%)")
+                  f"({r['pct_error']:+.1f}%){' REFUSED by the cost model (would spill)' if r.get('rejected') else ''}")
     if args.out:
         print(f"  wrote {args.out}/campaign_cv.json, campaign_cv.csv" +
               (", heldout_validation.csv, heldout_summary.json" if h else ""))

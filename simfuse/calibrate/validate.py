@@ -391,16 +391,18 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
 
 
 HELDOUT_COLUMNS = ("family", "kernel", "variant", "dtype", "dim", "pooling", "bags", "table_rows", "bags_per_wg",
-                   "m", "n", "k", "split_k", "num_warps", "grid", "slots", "n_spills", "fitted_config",
+                   "m", "n", "k", "split_k", "num_warps", "grid", "slots", "n_spills", "fitted_config", "rejected",
                    "measured_s", "predicted_s", "pct_error")
 
 
 def heldout_predictions(fits, rows: list[dict]) -> pd.DataFrame:
     """One row per held-out campaign shape (repeats merged): the measured time and the prediction of its family's
     wave model (a fused shape without a fused model: the compute one), with the shape's own occupancy (slots from
-    its compiled kernel's registers, shared memory and warps, as the fit used).  ``fitted_config`` is False for an
-    embedding configuration that spills beyond what is fitted (``wavefit.MAX_FIT_SPILLS``): predicted all the
-    same.  A shape whose family has no model is an error naming it."""
+    its compiled kernel's registers, shared memory and warps, as the fit used).  ``rejected`` is True for a shape the
+    cost model refuses to price (:meth:`simfuse.costs.calibrated.WaveFit.rejection`: an embedding tile with more
+    accumulator registers per thread than any fitted configuration -- it would spill); ``fitted_config`` is False
+    for those and for a configuration that spilled beyond what is fitted (``wavefit.MAX_FIT_SPILLS``).  Every shape
+    is predicted all the same (the formula, for the record).  A shape whose family has no model is an error naming it."""
     from .wavefit import campaign_points, merge_repeats, spills_too_much
 
     by = {(w.kernel, w.variant, w.dtype): w for w in fits}
@@ -418,7 +420,9 @@ def heldout_predictions(fits, rows: list[dict]) -> pd.DataFrame:
                     "dtype": p.dtype, **{c: float(r.get(c) or 0) for c in ("dim", "pooling", "bags", "table_rows",
                                                                         "bags_per_wg", "m", "n", "k", "split_k",
                                                                         "num_warps", "n_spills")},
-                    "grid": p.grid, "slots": p.slots, "fitted_config": not spills_too_much(r),
+                    "grid": p.grid, "slots": p.slots,
+                    "fitted_config": not spills_too_much(r) and w.rejection(p.feats) is None,
+                    "rejected": w.rejection(p.feats) is not None,
                     "measured_s": p.time_s, "predicted_s": pred, "pct_error": 100.0 * (pred / p.time_s - 1.0)})
     return pd.DataFrame(out, columns=list(HELDOUT_COLUMNS))
 

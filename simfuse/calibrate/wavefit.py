@@ -72,14 +72,20 @@ TERMS: dict[str, dict[str, tuple]] = {
 #: * ``per_row@dev16`` -- the device's random-access rate (rows per second, shared by the resident programs);
 #: * ``per_dram_byte@fixed`` -- one program's memory-level parallelism: its warps keep a bounded number of bytes
 #:   in flight, so a program streams at most so many bytes per second, however idle HBM is (1 program per SM);
-#: * ``per_dram_byte@dev16`` / ``per_byte@dev16`` -- its share of HBM bandwidth (bytes at the access granularity
-#:   or requested).
+#: * ``per_warp_ld@fixed`` -- the same limit counted in the kernel's layout instead of bytes: the vector loads each
+#:   thread issues (:func:`simfuse.costs.calibrated.embedding_layout`: a ``[min(bags, 16), next_pow2(dim)]`` tile
+#:   over ``32 x num_warps`` threads, masked columns and replicated lanes included);
+#: * ``per_dram_byte@dev16`` / ``per_hbm_byte@dev16`` -- its share of HBM bandwidth (bytes at the access
+#:   granularity, less the L2 hits of a small table).
+#:
+#: (``per_l2_byte@dev16``, the L2's own rate, was a further optional slot in issue 12's third pass; no region of
+#: v1 + v2 chose it, and it doubled the candidates: left out.)
 MAX_FORMS: dict[str, tuple[dict[str, tuple], dict[str, tuple], tuple[float, ...]]] = {
     "embedding_all_to_all": ({"per_program": ("fixed",), "per_bag": (None, "cu")},
                              {"latency": (("per_step@fixed", "fixed"), ("per_step_l2@fixed", "fixed")),
-                              "mlp": (None, ("per_dram_byte@fixed", "fixed"), ("per_warp_byte@fixed", "fixed")),
-                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_hbm_byte@dev16", "dev16")),
-                              "l2": (None, ("per_l2_byte@dev16", "dev16"))},
+                              "mlp": (None, ("per_dram_byte@fixed", "fixed"), ("per_warp_byte@fixed", "fixed"),
+                                      ("per_warp_ld@fixed", "fixed")),
+                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_hbm_byte@dev16", "dev16"))},
                              (2.0, 4.0)),
 }
 #: Families whose linear candidates (:data:`TERMS`) are not tried: the soft-max forms won every region of every
@@ -426,9 +432,11 @@ def _score(errs: np.ndarray) -> float:
     return float(np.sqrt(np.mean(errs**2)) + 0.5 * np.max(np.abs(errs)))
 
 
-def select_spec(pts: list[Point], regs: dict[str, list[int]]) -> Spec:
+def select_spec(pts: list[Point], regs: dict[str, list[int]], candidates: list[Spec] | None = None) -> Spec:
+    """The candidate (default: every one of the family, :func:`_candidates`) with the best leave-region-out score
+    over ``regs`` (ties: fewer terms)."""
     best = None
-    for spec in _candidates(pts[0].kernel):
+    for spec in _candidates(pts[0].kernel) if candidates is None else candidates:
         sc = _score(_lro_errors(pts, spec, regs))
         key = (sc, len(spec))
         if best is None or key < best[0]:
@@ -436,9 +444,10 @@ def select_spec(pts: list[Point], regs: dict[str, list[int]]) -> Spec:
     return best[1]
 
 
-def cross_validate(pts: list[Point]) -> dict:
-    """Nested leave-region-out: per region, the spec chosen on the other regions, fitted outside the region,
-    predicting it.  Returns {'regions': {name: {...}}, 'errors': [rel errors], 'median_abs', 'max_abs'}."""
+def cross_validate(pts: list[Point], candidates: list[Spec] | None = None) -> dict:
+    """Nested leave-region-out: per region, the spec chosen on the other regions (among ``candidates``, default
+    all of the family's), fitted outside the region, predicting it.  Returns {'regions': {name: {...}}, 'errors':
+    [rel errors], 'median_abs', 'max_abs'}."""
     regs = regions(pts)
     out_regs = {}
     all_rel = []
@@ -446,7 +455,7 @@ def cross_validate(pts: list[Point]) -> dict:
         s = set(idx)
         train = [p for i, p in enumerate(pts) if i not in s]
         test = [pts[i] for i in idx]
-        spec = select_spec(train, inner_regions(train))
+        spec = select_spec(train, inner_regions(train), candidates)
         coef = _fit(train, spec)
         pred = _predict(test, spec, coef)
         rel = pred / np.array([p.time_s for p in test]) - 1.0
@@ -479,7 +488,8 @@ def fit_group(pts: list[Point]) -> WaveFit:
     slots = max(by_dim.values()) if by_dim else slots
     return WaveFit(pts[0].kernel, pts[0].variant, pts[0].dtype, slots, float(coef[0]), terms,
                    residual_log_quantiles=q, cv=cvs, residual_logs=_logs(cv["errors"]), slots_by_dim=by_dim,
-                   max_terms=max_terms, max_order=spec.max_order if max_terms else 1.0)
+                   max_terms=max_terms, max_order=spec.max_order if max_terms else 1.0,
+                   max_acc_per_thread=max((p.feats.get("acc_per_thread", 0.0) for p in pts), default=0.0))
 
 
 def group_points(pts: list[Point]) -> dict[tuple[str, str, str], list[Point]]:
@@ -539,7 +549,7 @@ def fit_campaign(rows: Iterable[dict]) -> list[WaveFit]:
                 own = WaveFit(key[0], key[1], key[2], base.slots, float(a + sc * base.launch_s),
                               {t: (k, c * sc) for t, (k, c) in base.terms.items()}, base.cus,
                               _quantiles(cv["errors"]), cvs, _logs(cv["errors"]), dict(base.slots_by_dim),
-                              base.max_terms, base.max_order)
+                              base.max_terms, base.max_order, base.max_acc_per_thread)
         own.cv.pop("_errors", None)
         fits[key] = own
     return [fits[k] for k in sorted(fits)]

@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..errors import SimfuseError
 from .analytic import PER_CU_BW_HEADROOM, RooflineCostModel, gemm_curve_time_s, spread_over_waves_s
 from .base import KernelWork
-from ..errors import SimfuseError
 
 #: Simulator ``KernelWork.name`` -> kernel name in the traces / profile.  Trace names map to themselves.
 KERNEL_NAME_MAP = {

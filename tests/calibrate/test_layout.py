@@ -10,7 +10,13 @@ import pytest
 from simfuse.calibrate import wavefit as wf
 from simfuse.calibrate.profile import profile_from_dict
 from simfuse.costs.base import KernelWork
-from simfuse.costs.calibrated import CalibratedCostModel, UncalibratedConfig, WaveFit, embedding_layout, features
+from simfuse.costs.calibrated import (
+    CalibratedCostModel,
+    UncalibratedConfig,
+    WaveFit,
+    embedding_layout,
+    features,
+)
 from simfuse.errors import SpecError
 
 

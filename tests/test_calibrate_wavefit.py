@@ -132,7 +132,7 @@ def test_repeats_are_merged_by_median():
     assert merged[0]["median_s"] == pytest.approx(1.2 * t0) and merged[0]["repeats"] == 3
 
 
-CAMPAIGNS = ("campaign.csv.gz", "repeat/campaign.csv.gz", "v2/campaign.csv.gz")
+CAMPAIGNS = ("campaign.csv.gz", "repeat/campaign.csv.gz", "v2/campaign.csv.gz", "v3/campaign.csv.gz")
 #: families cheap enough to refit in the default run (~10 s); the full set is the slow variant
 FAST_FAMILIES = ("embedding_all_to_all/compute/fp16", "gemm_all_to_all/compute/fp32", "gemv_all_reduce/compute/fp16",
                  "gemv_all_reduce/compute/fp32")

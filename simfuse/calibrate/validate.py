@@ -332,7 +332,7 @@ def model_form(w) -> str:
     return " + ".join(add + ([f"softmax{w.max_order:g}({', '.join(mx)})"] if mx else [])) or "launch only"
 
 
-def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, families=None) -> dict:
+def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, families=None, fits=None) -> dict:
     """Refit the wave models on the campaign file(s) and report their nested leave-region-out errors per family
     (kernel/variant/dtype) and per region; with ``out_dir`` write ``campaign_cv.json`` and ``campaign_cv.csv``.
 
@@ -341,7 +341,8 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
     ``heldout``: a campaign file never fitted on: every row of it is predicted by the models fitted on ``paths``
     (:func:`heldout_predictions`); the summary gets a ``heldout`` section and ``out_dir`` also
     ``heldout_validation.csv`` and ``heldout_summary.json``.  ``families``: only these ``kernel/variant/dtype``
-    (None: all)."""
+    (None: all).  ``fits``: the wave models :func:`simfuse.calibrate.wavefit.fit_campaign` returned for these
+    rows, to report them again (e.g. against a second held-out campaign) without refitting; None: fit them."""
     import math
 
     from .wavefit import fit_campaign, read_campaign
@@ -352,7 +353,10 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
     if families is not None:
         keep = set(families)
         rows = [r for r in rows if f"{r.get('kernel')}/{r.get('variant')}/{r.get('dtype')}" in keep]
-    fits = fit_campaign(rows)
+    if fits is None:
+        fits = fit_campaign(rows)
+    elif families is not None:
+        fits = [w for w in fits if f"{w.kernel}/{w.variant}/{w.dtype}" in keep]
     fams = []
     for w in fits:
         cv = w.cv

@@ -221,6 +221,30 @@ def spills_too_much(row: dict) -> bool:
     return row.get("kernel") == "embedding_all_to_all" and float(row.get("n_spills") or 0) > MAX_FIT_SPILLS
 
 
+def acc_limits(rows: Iterable[dict]) -> dict[tuple[str, str, str], float]:
+    """Per embedding family: the largest accumulator tile per thread (``acc_per_thread`` of
+    :func:`simfuse.costs.calibrated.embedding_layout`) below the smallest one of any configuration that spilled
+    beyond :data:`MAX_FIT_SPILLS` -- the tiles every measured configuration of which compiled without (much)
+    spilling.  The cost model refuses larger tiles (``WaveFit.max_acc_per_thread``).  Conservative: on the H200
+    campaigns some 128-element fp32 tiles did not spill (2 warps) while others did (4 warps, 46-66 spills), so 128
+    is refused for all.  A family with no spilling configuration gets the largest fitted tile."""
+    merged = merge_repeats(rows)
+    pts = campaign_points(merged, keep_spilling=True)
+    fitted: dict[tuple[str, str, str], list[float]] = {}
+    spilled: dict[tuple[str, str, str], list[float]] = {}
+    for r, p in zip(merged, pts, strict=True):
+        if p.kernel != "embedding_all_to_all":
+            continue
+        (spilled if spills_too_much(r) else fitted).setdefault((p.kernel, p.variant, p.dtype), []).append(
+            p.feats.get("acc_per_thread", 0.0))
+    out = {}
+    for key, accs in fitted.items():
+        low = min(spilled.get(key, [math.inf]))
+        ok = [a for a in accs if a < low]
+        out[key] = max(ok) if ok else min(accs)
+    return out
+
+
 def campaign_points(rows: Iterable[dict], keep_spilling: bool = False) -> list[Point]:
     """Campaign rows -> fit points (repeats merged); spilling embedding configurations (:func:`spills_too_much`)
     are left out unless ``keep_spilling``."""
@@ -468,9 +492,10 @@ def cross_validate(pts: list[Point], candidates: list[Spec] | None = None) -> di
             "max_abs": _g(float(np.max(a))), "points": len(all_rel)}
 
 
-def fit_group(pts: list[Point]) -> WaveFit:
+def fit_group(pts: list[Point], acc_limit: float | None = None) -> WaveFit:
     """The profile's model of one (kernel, variant, dtype): spec chosen by leave-region-out over all regions,
-    fitted to all points; prediction-interval quantiles from the nested leave-region-out residuals."""
+    fitted to all points; prediction-interval quantiles from the nested leave-region-out residuals.  ``acc_limit``:
+    the embedding's ``max_acc_per_thread`` (:func:`acc_limits`; None: the largest tile of ``pts``)."""
     spec = select_spec(pts, inner_regions(pts))
     coef = _fit(pts, spec)
     cv = cross_validate(pts)
@@ -489,7 +514,8 @@ def fit_group(pts: list[Point]) -> WaveFit:
     return WaveFit(pts[0].kernel, pts[0].variant, pts[0].dtype, slots, float(coef[0]), terms,
                    residual_log_quantiles=q, cv=cvs, residual_logs=_logs(cv["errors"]), slots_by_dim=by_dim,
                    max_terms=max_terms, max_order=spec.max_order if max_terms else 1.0,
-                   max_acc_per_thread=max((p.feats.get("acc_per_thread", 0.0) for p in pts), default=0.0))
+                   max_acc_per_thread=float(acc_limit) if acc_limit is not None else
+                   max((p.feats.get("acc_per_thread", 0.0) for p in pts), default=0.0))
 
 
 def group_points(pts: list[Point]) -> dict[tuple[str, str, str], list[Point]]:
@@ -531,11 +557,13 @@ def _logs(errors: list[float]) -> tuple[float, ...]:
 def fit_campaign(rows: Iterable[dict]) -> list[WaveFit]:
     """One :class:`WaveFit` per (kernel, variant, dtype) of the campaign (compute variants first, so that a fused
     variant can be priced from its compute model when that cross-validates better)."""
+    rows = list(rows)
     groups = group_points(campaign_points(rows))
+    limits = acc_limits(rows)
     fits: dict[tuple[str, str, str], WaveFit] = {}
     for key in sorted(groups, key=lambda k: (k[1] != "compute", k)):
         pts = groups[key]
-        own = fit_group(pts)
+        own = fit_group(pts, limits.get(key))
         base = fits.get((key[0], "compute", key[2]))
         if key[1] == "fused" and base is not None:
             cv, (a, sc) = _scaled_cv(pts, base)

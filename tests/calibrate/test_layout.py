@@ -122,3 +122,22 @@ def test_fit_records_the_largest_fitted_tile(monkeypatch):
                                      shared_bytes=0))
     (fit,) = wf.fit_campaign(rows)
     assert fit.max_acc_per_thread == 8 * 1024 / (32 * 4)  # 8 bags of 1024 columns over 4 warps
+
+
+def _row(dim, bags_per_wg, warps, spills, t=1e-5):
+    return dict(kernel="embedding_all_to_all", variant="compute", dtype="fp32", dim=dim, pooling=8, bags=16384,
+                grid=16384 // bags_per_wg, bags_per_wg=bags_per_wg, num_warps=warps,
+                flops_per_wg=8.0 * bags_per_wg * dim, bytes_per_wg=0.0, median_s=t, n_regs=64, n_spills=spills,
+                shared_bytes=0)
+
+
+def test_the_limit_stops_below_the_smallest_tile_that_spilled():
+    # tiles per thread (min(bags, 16) x next_pow2(dim) / (32 x warps)): 8 x 256 / 256 = 8; 8 x 1024 / 256 = 32;
+    # 16 x 2048 / 512 = 64 (spilled 400 registers); 8 x 1024 / 64 = 128 (compiled clean, at 2 warps)
+    rows = [_row(256, 8, 8, 0), _row(1024, 8, 8, 0), _row(2048, 16, 16, 400), _row(1024, 8, 2, 0)]
+    assert wf.acc_limits(rows) == {("embedding_all_to_all", "compute", "fp32"): 32.0}
+    # without the spilling configuration: the largest fitted tile
+    assert wf.acc_limits([r for r in rows if not r["n_spills"]]) == {("embedding_all_to_all", "compute", "fp32"): 128.0}
+    # a few spilled registers (<= MAX_FIT_SPILLS, fitted) do not count as spilling
+    assert wf.acc_limits([_row(1024, 8, 8, 0), _row(2048, 16, 16, wf.MAX_FIT_SPILLS)]) == \
+        {("embedding_all_to_all", "compute", "fp32"): 64.0}

@@ -509,13 +509,33 @@ def fit_group(pts: list[Point], acc_limit: float | None = None) -> WaveFit:
            "fit_median_abs": _g(float(np.median(np.abs(rel)))), "fit_max_abs": _g(float(np.max(np.abs(rel)))),
            "regions": {k: {kk: vv for kk, vv in v.items() if kk != "spec"} for k, v in cv["regions"].items()},
            "_errors": cv["errors"]}
-    by_dim = {int(p.axes["dim"]): p.slots for p in pts if "dim" in p.axes}
+    by_dim = slots_by_dim(pts)
     slots = max(by_dim.values()) if by_dim else slots
     return WaveFit(pts[0].kernel, pts[0].variant, pts[0].dtype, slots, float(coef[0]), terms,
                    residual_log_quantiles=q, cv=cvs, residual_logs=_logs(cv["errors"]), slots_by_dim=by_dim,
                    max_terms=max_terms, max_order=spec.max_order if max_terms else 1.0,
                    max_acc_per_thread=float(acc_limit) if acc_limit is not None else
                    max((p.feats.get("acc_per_thread", 0.0) for p in pts), default=0.0))
+
+
+#: The embedding launch configuration the simulator's works stand for (``EmbeddingConfig`` defaults of the
+#: campaigns: 8 bags per program, 8 warps): the resident programs a profile records per row width are this one's.
+DEFAULT_EMB_CONFIG = {"bags_per_wg": 8.0, "num_warps": 8.0}
+
+
+def slots_by_dim(pts: list[Point]) -> dict[int, int]:
+    """Embedding: resident programs per row width of the default configuration (:data:`DEFAULT_EMB_CONFIG`;
+    at a width measured only with other bags per program, its 8-warp launches; widths measured only at other warp
+    counts are left out -- ``WaveFit.slots_for`` takes the nearest width).  The campaign since v3 has 2-16 warps
+    per dim, whose slots (4,224 at 2 warps ... 528 at 16) are not those of the simulator's 8-warp kernel."""
+    out: dict[int, int] = {}
+    for want in ({"bags_per_wg", "num_warps"}, {"num_warps"}):
+        for p in sorted(pts, key=lambda p: (p.axes.get("dim", 0.0), p.slots)):
+            if "dim" not in p.axes or int(p.axes["dim"]) in out:
+                continue
+            if all(p.axes.get(k, DEFAULT_EMB_CONFIG[k]) in (0.0, DEFAULT_EMB_CONFIG[k]) for k in want):
+                out[int(p.axes["dim"])] = p.slots
+    return dict(sorted(out.items()))
 
 
 def group_points(pts: list[Point]) -> dict[tuple[str, str, str], list[Point]]:

@@ -132,7 +132,7 @@ def test_repeats_are_merged_by_median():
     assert merged[0]["median_s"] == pytest.approx(1.2 * t0) and merged[0]["repeats"] == 3
 
 
-CAMPAIGNS = ("campaign.csv.gz", "repeat/campaign.csv.gz", "v2/campaign.csv.gz")
+CAMPAIGNS = ("campaign.csv.gz", "repeat/campaign.csv.gz", "v2/campaign.csv.gz", "v3/campaign.csv.gz")
 #: families cheap enough to refit in the default run (~10 s); the full set is the slow variant
 FAST_FAMILIES = ("embedding_all_to_all/compute/fp16", "gemm_all_to_all/compute/fp32", "gemv_all_reduce/compute/fp16",
                  "gemv_all_reduce/compute/fp32")
@@ -208,8 +208,21 @@ def test_dram_bytes_round_rows_up_to_the_access_granularity():
     assert f16["per_dram_byte"] == pytest.approx(32 * (64 + 8) + 8 * 32)
 
 
-def test_embedding_campaign_from_known_terms_is_recovered_and_unused_terms_dropped(monkeypatch):
+#: A smaller candidate set for the default run (the full one: the slow variant below): the linear slots keep the
+#: alternatives the test is about (no per-bag / per-bag, latency per row fixed or shared, requested bytes or bytes
+#: at the HBM granularity, shared per SM or per device) and two soft-max forms compete with them.
+SMALL_TERMS = {"per_program": ("fixed",), "per_bag": (None, "cu"), "per_row": (None, "fixed", "cu"),
+               "per_byte": (None, "cu", "dev16", ("per_dram_byte", "cu"), ("per_dram_byte", "dev16"))}
+SMALL_MAX_FORMS = ({"per_program": ("fixed",)},
+                   {"latency": (("per_step@fixed", "fixed"),), "mlp": (None, ("per_dram_byte@fixed", "fixed")),
+                    "hbm": (("per_dram_byte@dev16", "dev16"),)}, (2.0,))
+
+
+def _known_terms_recovered(monkeypatch, small):
     monkeypatch.setattr(wf, "SOFTMAX_ONLY", frozenset())  # a linear truth: the linear candidates must compete
+    if small:
+        monkeypatch.setitem(wf.TERMS, "embedding_all_to_all", SMALL_TERMS)
+        monkeypatch.setitem(wf.MAX_FORMS, "embedding_all_to_all", SMALL_MAX_FORMS)
     (fit,) = wf.fit_campaign(_emb_rows())
     assert fit.cv["median_abs"] < 1e-6
     for name, r in fit.cv["regions"].items():
@@ -222,6 +235,15 @@ def test_embedding_campaign_from_known_terms_is_recovered_and_unused_terms_dropp
         assert fit.terms[t][0] == kind
         assert fit.terms[t][1] == pytest.approx(c, rel=1e-6)
     assert fit.launch_s == pytest.approx(EMB_TRUE.launch_s, rel=1e-6)
+
+
+def test_embedding_campaign_from_known_terms_is_recovered_and_unused_terms_dropped(monkeypatch):
+    _known_terms_recovered(monkeypatch, small=True)
+
+
+@pytest.mark.slow
+def test_embedding_campaign_from_known_terms_is_recovered_among_every_candidate(monkeypatch):
+    _known_terms_recovered(monkeypatch, small=False)
 
 
 def test_axes_of_two_values_still_choose_terms_by_cross_validation():
@@ -245,6 +267,9 @@ def test_regions_report_the_programs_per_sm_they_need():
     # 1024 bags = 128 programs (one per SM); 65536 bags = 8192 programs on 1056 slots: 8 per SM
     assert wf.programs_per_sm([p for p in emb if p.axes["bags"] == 1024]) == 1
     assert wf.programs_per_sm(emb) == 8
-    regs = wf.cross_validate(emb)["regions"]
+    # (the region bookkeeping does not depend on the candidates: two suffice, and keep this cheap)
+    two = [wf.Spec((("per_program", "fixed"), ("per_row", "fixed"))),
+           wf.Spec((("per_program", "fixed"), ("per_dram_byte", "cu")))]
+    regs = wf.cross_validate(emb, candidates=two)["regions"]
     assert regs["bags=65536 (highest)"]["programs_per_sm"] == 8
     assert regs["bags=1024 (lowest)"]["train_programs_per_sm"] == 8

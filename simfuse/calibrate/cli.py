@@ -178,6 +178,13 @@ def _validate_campaign(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(summary))
         return 0
+    print_campaign_summary(summary, args.out)
+    return 0
+
+
+def print_campaign_summary(summary: dict, out=None) -> None:
+    """The text report of :func:`simfuse.calibrate.validate.campaign_validation` (``simfuse validate --campaign``):
+    per family and region, then the held-out campaign's shapes; ``out``: where the files were written, if any."""
     t = summary["target"]
     print(f"leave-region-out (each region = the lowest or highest value of one axis, 4x beyond the rest); target "
           f"median <= {t['median_abs'] * 100:g}%, max <= {t['max_abs'] * 100:g}%")
@@ -200,8 +207,9 @@ def _validate_campaign(args: argparse.Namespace) -> int:
               f"{h['all']['median_abs_pct']:.1f}%, max {h['all']['max_abs_pct']:.1f}%")
         for fam, s in h["families"].items():
             fc = s["fitted_configs"]
-            extra = (f" (fitted configurations: {fc['points']}, median {fc['median_abs_pct']:.1f}%, max "
-                     f"{fc['max_abs_pct']:.1f}%)" if fc["points"] != s["points"] and fc["points"] else "")
+            extra = (f" (configurations the cost model prices, not spilling: {fc['points']}, median "
+                     f"{fc['median_abs_pct']:.1f}%, max {fc['max_abs_pct']:.1f}%)"
+                     if fc["points"] != s["points"] and fc["points"] else "")
             print(f"  {fam}: {s['points']} shapes, median {s['median_abs_pct']:.1f}%, max "
                   f"{s['max_abs_pct']:.1f}%{extra}")
         print("  worst:")
@@ -212,11 +220,10 @@ def _validate_campaign(args: argparse.Namespace) -> int:
                      f"m {r['m']:g} n {r['n']:g} k {r['k']:g} split_k {r['split_k']:g}")
             print(f"    {r['family']} {shape} grid {r['grid']} slots {r['slots']}: measured "
                   f"{r['measured_s'] * 1e6:.2f} us, predicted {r['predicted_s'] * 1e6:.2f} us "
-                  f"({r['pct_error']:+.1f}%)")
-    if args.out:
-        print(f"  wrote {args.out}/campaign_cv.json, campaign_cv.csv" +
+                  f"({r['pct_error']:+.1f}%){' REFUSED by the cost model (would spill)' if r.get('rejected') else ''}")
+    if out:
+        print(f"  wrote {out}/campaign_cv.json, campaign_cv.csv" +
               (", heldout_validation.csv, heldout_summary.json" if h else ""))
-    return 0
 
 
 def _fmt_rate(x, unit: str) -> str:

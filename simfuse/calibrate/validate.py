@@ -332,7 +332,7 @@ def model_form(w) -> str:
     return " + ".join(add + ([f"softmax{w.max_order:g}({', '.join(mx)})"] if mx else [])) or "launch only"
 
 
-def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, families=None) -> dict:
+def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, families=None, fits=None) -> dict:
     """Refit the wave models on the campaign file(s) and report their nested leave-region-out errors per family
     (kernel/variant/dtype) and per region; with ``out_dir`` write ``campaign_cv.json`` and ``campaign_cv.csv``.
 
@@ -341,7 +341,8 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
     ``heldout``: a campaign file never fitted on: every row of it is predicted by the models fitted on ``paths``
     (:func:`heldout_predictions`); the summary gets a ``heldout`` section and ``out_dir`` also
     ``heldout_validation.csv`` and ``heldout_summary.json``.  ``families``: only these ``kernel/variant/dtype``
-    (None: all)."""
+    (None: all).  ``fits``: the wave models :func:`simfuse.calibrate.wavefit.fit_campaign` returned for these
+    rows, to report them again (e.g. against a second held-out campaign) without refitting; None: fit them."""
     import math
 
     from .wavefit import fit_campaign, read_campaign
@@ -352,7 +353,10 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
     if families is not None:
         keep = set(families)
         rows = [r for r in rows if f"{r.get('kernel')}/{r.get('variant')}/{r.get('dtype')}" in keep]
-    fits = fit_campaign(rows)
+    if fits is None:
+        fits = fit_campaign(rows)
+    elif families is not None:
+        fits = [w for w in fits if f"{w.kernel}/{w.variant}/{w.dtype}" in keep]
     fams = []
     for w in fits:
         cv = w.cv
@@ -391,16 +395,18 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
 
 
 HELDOUT_COLUMNS = ("family", "kernel", "variant", "dtype", "dim", "pooling", "bags", "table_rows", "bags_per_wg",
-                   "m", "n", "k", "split_k", "num_warps", "grid", "slots", "n_spills", "fitted_config",
+                   "m", "n", "k", "split_k", "num_warps", "grid", "slots", "n_spills", "fitted_config", "rejected",
                    "measured_s", "predicted_s", "pct_error")
 
 
 def heldout_predictions(fits, rows: list[dict]) -> pd.DataFrame:
     """One row per held-out campaign shape (repeats merged): the measured time and the prediction of its family's
     wave model (a fused shape without a fused model: the compute one), with the shape's own occupancy (slots from
-    its compiled kernel's registers, shared memory and warps, as the fit used).  ``fitted_config`` is False for an
-    embedding configuration that spills beyond what is fitted (``wavefit.MAX_FIT_SPILLS``): predicted all the
-    same.  A shape whose family has no model is an error naming it."""
+    its compiled kernel's registers, shared memory and warps, as the fit used).  ``rejected`` is True for a shape the
+    cost model refuses to price (:meth:`simfuse.costs.calibrated.WaveFit.rejection`: an embedding tile with more
+    accumulator registers per thread than any fitted configuration -- it would spill); ``fitted_config`` is False
+    for those and for a configuration that spilled beyond what is fitted (``wavefit.MAX_FIT_SPILLS``).  Every shape
+    is predicted all the same (the formula, for the record).  A shape whose family has no model is an error naming it."""
     from .wavefit import campaign_points, merge_repeats, spills_too_much
 
     by = {(w.kernel, w.variant, w.dtype): w for w in fits}
@@ -418,7 +424,9 @@ def heldout_predictions(fits, rows: list[dict]) -> pd.DataFrame:
                     "dtype": p.dtype, **{c: float(r.get(c) or 0) for c in ("dim", "pooling", "bags", "table_rows",
                                                                         "bags_per_wg", "m", "n", "k", "split_k",
                                                                         "num_warps", "n_spills")},
-                    "grid": p.grid, "slots": p.slots, "fitted_config": not spills_too_much(r),
+                    "grid": p.grid, "slots": p.slots,
+                    "fitted_config": not spills_too_much(r) and w.rejection(p.feats) is None,
+                    "rejected": w.rejection(p.feats) is not None,
                     "measured_s": p.time_s, "predicted_s": pred, "pct_error": 100.0 * (pred / p.time_s - 1.0)})
     return pd.DataFrame(out, columns=list(HELDOUT_COLUMNS))
 

@@ -72,14 +72,20 @@ TERMS: dict[str, dict[str, tuple]] = {
 #: * ``per_row@dev16`` -- the device's random-access rate (rows per second, shared by the resident programs);
 #: * ``per_dram_byte@fixed`` -- one program's memory-level parallelism: its warps keep a bounded number of bytes
 #:   in flight, so a program streams at most so many bytes per second, however idle HBM is (1 program per SM);
-#: * ``per_dram_byte@dev16`` / ``per_byte@dev16`` -- its share of HBM bandwidth (bytes at the access granularity
-#:   or requested).
+#: * ``per_warp_ld@fixed`` -- the same limit counted in the kernel's layout instead of bytes: the vector loads each
+#:   thread issues (:func:`simfuse.costs.calibrated.embedding_layout`: a ``[min(bags, 16), next_pow2(dim)]`` tile
+#:   over ``32 x num_warps`` threads, masked columns and replicated lanes included);
+#: * ``per_dram_byte@dev16`` / ``per_hbm_byte@dev16`` -- its share of HBM bandwidth (bytes at the access
+#:   granularity, less the L2 hits of a small table).
+#:
+#: (``per_l2_byte@dev16``, the L2's own rate, was a further optional slot in issue 12's third pass; no region of
+#: v1 + v2 chose it, and it doubled the candidates: left out.)
 MAX_FORMS: dict[str, tuple[dict[str, tuple], dict[str, tuple], tuple[float, ...]]] = {
     "embedding_all_to_all": ({"per_program": ("fixed",), "per_bag": (None, "cu")},
                              {"latency": (("per_step@fixed", "fixed"), ("per_step_l2@fixed", "fixed")),
-                              "mlp": (None, ("per_dram_byte@fixed", "fixed"), ("per_warp_byte@fixed", "fixed")),
-                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_hbm_byte@dev16", "dev16")),
-                              "l2": (None, ("per_l2_byte@dev16", "dev16"))},
+                              "mlp": (None, ("per_dram_byte@fixed", "fixed"), ("per_warp_byte@fixed", "fixed"),
+                                      ("per_warp_ld@fixed", "fixed")),
+                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_hbm_byte@dev16", "dev16"))},
                              (2.0, 4.0)),
 }
 #: Families whose linear candidates (:data:`TERMS`) are not tried: the soft-max forms won every region of every
@@ -213,6 +219,30 @@ MAX_FIT_SPILLS = 32
 def spills_too_much(row: dict) -> bool:
     """Whether a campaign row is an embedding configuration that spills beyond :data:`MAX_FIT_SPILLS`."""
     return row.get("kernel") == "embedding_all_to_all" and float(row.get("n_spills") or 0) > MAX_FIT_SPILLS
+
+
+def acc_limits(rows: Iterable[dict]) -> dict[tuple[str, str, str], float]:
+    """Per embedding family: the largest accumulator tile per thread (``acc_per_thread`` of
+    :func:`simfuse.costs.calibrated.embedding_layout`) below the smallest one of any configuration that spilled
+    beyond :data:`MAX_FIT_SPILLS` -- the tiles every measured configuration of which compiled without (much)
+    spilling.  The cost model refuses larger tiles (``WaveFit.max_acc_per_thread``).  Conservative: on the H200
+    campaigns some 128-element fp32 tiles did not spill (2 warps) while others did (4 warps, 46-66 spills), so 128
+    is refused for all.  A family with no spilling configuration gets the largest fitted tile."""
+    merged = merge_repeats(rows)
+    pts = campaign_points(merged, keep_spilling=True)
+    fitted: dict[tuple[str, str, str], list[float]] = {}
+    spilled: dict[tuple[str, str, str], list[float]] = {}
+    for r, p in zip(merged, pts, strict=True):
+        if p.kernel != "embedding_all_to_all":
+            continue
+        (spilled if spills_too_much(r) else fitted).setdefault((p.kernel, p.variant, p.dtype), []).append(
+            p.feats.get("acc_per_thread", 0.0))
+    out = {}
+    for key, accs in fitted.items():
+        low = min(spilled.get(key, [math.inf]))
+        ok = [a for a in accs if a < low]
+        out[key] = max(ok) if ok else min(accs)
+    return out
 
 
 def campaign_points(rows: Iterable[dict], keep_spilling: bool = False) -> list[Point]:
@@ -426,9 +456,11 @@ def _score(errs: np.ndarray) -> float:
     return float(np.sqrt(np.mean(errs**2)) + 0.5 * np.max(np.abs(errs)))
 
 
-def select_spec(pts: list[Point], regs: dict[str, list[int]]) -> Spec:
+def select_spec(pts: list[Point], regs: dict[str, list[int]], candidates: list[Spec] | None = None) -> Spec:
+    """The candidate (default: every one of the family, :func:`_candidates`) with the best leave-region-out score
+    over ``regs`` (ties: fewer terms)."""
     best = None
-    for spec in _candidates(pts[0].kernel):
+    for spec in _candidates(pts[0].kernel) if candidates is None else candidates:
         sc = _score(_lro_errors(pts, spec, regs))
         key = (sc, len(spec))
         if best is None or key < best[0]:
@@ -436,9 +468,10 @@ def select_spec(pts: list[Point], regs: dict[str, list[int]]) -> Spec:
     return best[1]
 
 
-def cross_validate(pts: list[Point]) -> dict:
-    """Nested leave-region-out: per region, the spec chosen on the other regions, fitted outside the region,
-    predicting it.  Returns {'regions': {name: {...}}, 'errors': [rel errors], 'median_abs', 'max_abs'}."""
+def cross_validate(pts: list[Point], candidates: list[Spec] | None = None) -> dict:
+    """Nested leave-region-out: per region, the spec chosen on the other regions (among ``candidates``, default
+    all of the family's), fitted outside the region, predicting it.  Returns {'regions': {name: {...}}, 'errors':
+    [rel errors], 'median_abs', 'max_abs'}."""
     regs = regions(pts)
     out_regs = {}
     all_rel = []
@@ -446,7 +479,7 @@ def cross_validate(pts: list[Point]) -> dict:
         s = set(idx)
         train = [p for i, p in enumerate(pts) if i not in s]
         test = [pts[i] for i in idx]
-        spec = select_spec(train, inner_regions(train))
+        spec = select_spec(train, inner_regions(train), candidates)
         coef = _fit(train, spec)
         pred = _predict(test, spec, coef)
         rel = pred / np.array([p.time_s for p in test]) - 1.0
@@ -459,9 +492,10 @@ def cross_validate(pts: list[Point]) -> dict:
             "max_abs": _g(float(np.max(a))), "points": len(all_rel)}
 
 
-def fit_group(pts: list[Point]) -> WaveFit:
+def fit_group(pts: list[Point], acc_limit: float | None = None) -> WaveFit:
     """The profile's model of one (kernel, variant, dtype): spec chosen by leave-region-out over all regions,
-    fitted to all points; prediction-interval quantiles from the nested leave-region-out residuals."""
+    fitted to all points; prediction-interval quantiles from the nested leave-region-out residuals.  ``acc_limit``:
+    the embedding's ``max_acc_per_thread`` (:func:`acc_limits`; None: the largest tile of ``pts``)."""
     spec = select_spec(pts, inner_regions(pts))
     coef = _fit(pts, spec)
     cv = cross_validate(pts)
@@ -475,11 +509,33 @@ def fit_group(pts: list[Point]) -> WaveFit:
            "fit_median_abs": _g(float(np.median(np.abs(rel)))), "fit_max_abs": _g(float(np.max(np.abs(rel)))),
            "regions": {k: {kk: vv for kk, vv in v.items() if kk != "spec"} for k, v in cv["regions"].items()},
            "_errors": cv["errors"]}
-    by_dim = {int(p.axes["dim"]): p.slots for p in pts if "dim" in p.axes}
+    by_dim = slots_by_dim(pts)
     slots = max(by_dim.values()) if by_dim else slots
     return WaveFit(pts[0].kernel, pts[0].variant, pts[0].dtype, slots, float(coef[0]), terms,
                    residual_log_quantiles=q, cv=cvs, residual_logs=_logs(cv["errors"]), slots_by_dim=by_dim,
-                   max_terms=max_terms, max_order=spec.max_order if max_terms else 1.0)
+                   max_terms=max_terms, max_order=spec.max_order if max_terms else 1.0,
+                   max_acc_per_thread=float(acc_limit) if acc_limit is not None else
+                   max((p.feats.get("acc_per_thread", 0.0) for p in pts), default=0.0))
+
+
+#: The embedding launch configuration the simulator's works stand for (``EmbeddingConfig`` defaults of the
+#: campaigns: 8 bags per program, 8 warps): the resident programs a profile records per row width are this one's.
+DEFAULT_EMB_CONFIG = {"bags_per_wg": 8.0, "num_warps": 8.0}
+
+
+def slots_by_dim(pts: list[Point]) -> dict[int, int]:
+    """Embedding: resident programs per row width of the default configuration (:data:`DEFAULT_EMB_CONFIG`;
+    at a width measured only with other bags per program, its 8-warp launches; widths measured only at other warp
+    counts are left out -- ``WaveFit.slots_for`` takes the nearest width).  The campaign since v3 has 2-16 warps
+    per dim, whose slots (4,224 at 2 warps ... 528 at 16) are not those of the simulator's 8-warp kernel."""
+    out: dict[int, int] = {}
+    for want in ({"bags_per_wg", "num_warps"}, {"num_warps"}):
+        for p in sorted(pts, key=lambda p: (p.axes.get("dim", 0.0), p.slots)):
+            if "dim" not in p.axes or int(p.axes["dim"]) in out:
+                continue
+            if all(p.axes.get(k, DEFAULT_EMB_CONFIG[k]) in (0.0, DEFAULT_EMB_CONFIG[k]) for k in want):
+                out[int(p.axes["dim"])] = p.slots
+    return dict(sorted(out.items()))
 
 
 def group_points(pts: list[Point]) -> dict[tuple[str, str, str], list[Point]]:
@@ -521,11 +577,13 @@ def _logs(errors: list[float]) -> tuple[float, ...]:
 def fit_campaign(rows: Iterable[dict]) -> list[WaveFit]:
     """One :class:`WaveFit` per (kernel, variant, dtype) of the campaign (compute variants first, so that a fused
     variant can be priced from its compute model when that cross-validates better)."""
+    rows = list(rows)
     groups = group_points(campaign_points(rows))
+    limits = acc_limits(rows)
     fits: dict[tuple[str, str, str], WaveFit] = {}
     for key in sorted(groups, key=lambda k: (k[1] != "compute", k)):
         pts = groups[key]
-        own = fit_group(pts)
+        own = fit_group(pts, limits.get(key))
         base = fits.get((key[0], "compute", key[2]))
         if key[1] == "fused" and base is not None:
             cv, (a, sc) = _scaled_cv(pts, base)
@@ -539,7 +597,7 @@ def fit_campaign(rows: Iterable[dict]) -> list[WaveFit]:
                 own = WaveFit(key[0], key[1], key[2], base.slots, float(a + sc * base.launch_s),
                               {t: (k, c * sc) for t, (k, c) in base.terms.items()}, base.cus,
                               _quantiles(cv["errors"]), cvs, _logs(cv["errors"]), dict(base.slots_by_dim),
-                              base.max_terms, base.max_order)
+                              base.max_terms, base.max_order, base.max_acc_per_thread)
         own.cv.pop("_errors", None)
         fits[key] = own
     return [fits[k] for k in sorted(fits)]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..errors import SimfuseError
 from .analytic import PER_CU_BW_HEADROOM, RooflineCostModel, gemm_curve_time_s, spread_over_waves_s
 from .base import KernelWork
 
@@ -108,6 +109,11 @@ def traced_ranges(points: list[dict]) -> dict[tuple[str, str], tuple[float, floa
 
 
 # ------------------------------------------------------------------------------------------------ wave models
+class UncalibratedConfig(SimfuseError, ValueError):
+    """A kernel configuration the calibrated wave model refuses to price (it lies where the model has no term for
+    what the device does, e.g. register spilling): the message names the kernel, the quantity and the limit."""
+
+
 # (fitted by simfuse.calibrate.wavefit; evaluated here so that simfuse.costs never imports simfuse.calibrate)
 #: SMs of the device the wave models were measured on (H200); a fit stores its own.
 CUS = 132
@@ -150,6 +156,52 @@ def l2_hit_fraction(table_rows: float, row_bytes: float, l2_bytes: float | None 
     return 0.0 if tb <= 0 else min(1.0, float(cap) / tb)
 
 
+def _pow2_floor_divisor(n: int) -> int:
+    """The largest power of two dividing ``n`` (``n >= 1``)."""
+    n = max(1, int(n))
+    return n & -n
+
+
+def _next_pow2(n: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1.0, float(n))) - 1e-9))
+
+
+def embedding_layout(dim: float, elem_bytes: int, bags_per_program: float, num_warps: int) -> dict[str, float]:
+    """How the embedding kernel (``simfuse/kernels/_triton.py`` ``embedding_kernel``) lays one gather load over a
+    program's threads.  Each step loads a ``[SUB, BLOCK_D]`` tile (``SUB = min(bags per program, 16)`` bags,
+    ``BLOCK_D = next_pow2(dim)`` columns, the columns ``>= dim`` masked off) with ``32 x num_warps`` threads, in
+    Triton's blocked layout (Triton 3.6 ``Coalesce`` pass and ``BlockedEncodingAttr::get``, read, not measured):
+
+    * elements per thread per load ``vec = min(16 B / element, largest power of two dividing dim, max(1, tile /
+      threads))`` -- the row offset ``idx x dim`` is only known to be a multiple of dim's power-of-two factor, a
+      load is at most 128 bits, and a tile smaller than the threads leaves each thread one element;
+    * lanes fill the columns first: ``tpw_c = min(32, BLOCK_D / vec)`` lanes across, the rest down the bags; warps
+      likewise (``wpc_c = min(W, BLOCK_D / (vec tpw_c))``), so a thread covers a ``[rows_cta, cols_cta]`` CTA tile
+      and issues ``ceil(SUB / rows_cta) x ceil(BLOCK_D / cols_cta)`` vector loads per tile (1 when the CTA tile is
+      larger than the tile: replicated lanes).
+
+    Returns ``block_d``, ``sub``, ``vec``, ``loads_per_thread`` (vector loads per thread per tile),
+    ``useful_lane_fraction`` (requested elements / element slots of those loads: masked columns, replication) and
+    ``acc_per_thread`` (fp32 accumulator elements per thread, ``SUB x BLOCK_D / threads``: what spills)."""
+    d = max(1, int(round(float(dim))))
+    block_d = _next_pow2(d)
+    sub = int(min(max(1.0, float(bags_per_program)), float(EMB_SUB_BAGS)))
+    sub = _next_pow2(sub)  # tl.arange needs a power of two (the campaigns' bags per program are 1-16)
+    w = max(1, int(num_warps))
+    threads = 32 * w
+    elems = sub * block_d
+    vec = max(1, min(16 // max(1, int(elem_bytes)), _pow2_floor_divisor(d), max(1, elems // threads)))
+    tpw_c = min(32, max(1, block_d // vec))
+    tpw_r = 32 // tpw_c
+    wpc_c = min(w, max(1, block_d // (vec * tpw_c)))
+    wpc_r = w // wpc_c
+    rows_cta, cols_cta = tpw_r * wpc_r, vec * tpw_c * wpc_c
+    loads = math.ceil(sub / rows_cta) * math.ceil(block_d / cols_cta)
+    useful = sub * d / (loads * threads * vec)
+    return {"block_d": float(block_d), "sub": float(sub), "vec": float(vec), "loads_per_thread": float(loads),
+            "useful_lane_fraction": float(useful), "acc_per_thread": float(elems) / threads}
+
+
 def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str | None = None) -> dict[str, float]:
     """Per-program work terms of one program of ``kernel`` (FLOP, requested bytes, operator shape, dtype)."""
     f = {"per_program": 1.0, "per_byte": float(nbytes)}
@@ -171,10 +223,14 @@ def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str |
         # table size (rows per table, ``shape["rows"]``): the gathered rows that hit in L2 do not reach HBM
         h = l2_hit_fraction(shape.get("rows") or 0.0, row_b)
         warps = float(shape.get("num_warps") or EMB_NUM_WARPS)
+        lay = embedding_layout(d, _EMB_ELEM_BYTES.get(dtype or "fp32", 4), bags, int(warps))
+        # per thread: steps x unroll tile loads of ``loads_per_thread`` vector loads each (the layout's padded work)
+        warp_ld = float(steps) * unroll * lay["loads_per_thread"]
         f.update(per_row=rows, per_bag=bags, per_step=float(steps), per_dram_byte=dram,
                  per_l2_byte=dram, per_hbm_byte=dram - h * gathered,
                  per_step_l2=float(steps) * (L2_LATENCY_RATIO + (1.0 - L2_LATENCY_RATIO) * (1.0 - h)),
-                 per_warp_byte=dram / warps, l2_hit=h)
+                 per_warp_byte=dram / warps, l2_hit=h, per_warp_ld=warp_ld, per_sm_ld=warp_ld * warps,
+                 acc_per_thread=lay["acc_per_thread"])
     elif kernel == "gemv_all_reduce":
         tokens = float(shape.get("tokens") or 1)
         rows = float(shape.get("rows_per_wg") or shape.get("block_n") or 1)
@@ -256,6 +312,11 @@ class WaveFit:
     max_terms: tuple[str, ...] = ()
     #: order ``k`` of that soft maximum (1 = sum; larger = closer to the plain max)
     max_order: float = 1.0
+    #: embedding: the most fp32 accumulator elements per thread (:func:`embedding_layout` ``acc_per_thread``) of
+    #: any configuration the model was fitted on; a launch beyond it would spill registers into local memory,
+    #: which no term prices, and is refused (:meth:`rejection`).  0: no limit (profiles before issue 12's fourth
+    #: pass).
+    max_acc_per_thread: float = 0.0
 
     def __post_init__(self):
         unknown = [t for t in self.max_terms if t not in self.terms]
@@ -263,6 +324,22 @@ class WaveFit:
             raise ValueError(f"max_terms {unknown} are not in terms {sorted(self.terms)}")
         if not (math.isfinite(self.max_order) and self.max_order >= 1.0):
             raise ValueError(f"max_order {self.max_order!r} must be a finite number >= 1")
+        if not (math.isfinite(self.max_acc_per_thread) and self.max_acc_per_thread >= 0.0):
+            raise ValueError(f"max_acc_per_thread {self.max_acc_per_thread!r} must be a finite number >= 0")
+
+    def rejection(self, feats: dict[str, float]) -> str | None:
+        """Why this model refuses to price a program with work terms ``feats`` (None: it prices it).  An embedding
+        configuration whose accumulator tile needs more registers per thread than any fitted configuration
+        (``max_acc_per_thread``) spills to local memory on the device (H200 campaigns: 46-1,482 spilled registers
+        and up to 10x the time at 128-256 elements per thread, 0-6 spills at <= 64), which no term models."""
+        acc = float(feats.get("acc_per_thread", 0.0))
+        if self.max_acc_per_thread > 0.0 and acc > self.max_acc_per_thread * (1.0 + 1e-9):
+            return (f"{self.kernel}/{self.variant}/{self.dtype}: {acc:g} fp32 accumulator elements per thread "
+                    f"(bags per program (at most 16) x next_pow2(dim) / (32 x num_warps)) exceed the "
+                    f"{self.max_acc_per_thread:g} of any calibrated configuration: the kernel would spill "
+                    f"registers to local memory, which the wave model does not price; use more warps or fewer "
+                    f"bags per program")
+        return None
 
     def slots_for(self, shape: dict | None = None) -> int:
         """Resident programs for a launch of this shape: the measured dim nearest (in log) to ``shape['dim']``."""
@@ -292,6 +369,8 @@ class WaveFit:
              "terms": {t: {"sigma": k, "s_per_unit": _g(c)} for t, (k, c) in self.terms.items()}}
         if self.max_terms:  # written only for the soft-max form: linear profiles keep their old layout
             d.update(max_terms=list(self.max_terms), max_order=_g(self.max_order))
+        if self.max_acc_per_thread:
+            d.update(max_acc_per_thread=_g(self.max_acc_per_thread))
         d.update({"residual_log_quantiles": {k: _g(v) for k, v in self.residual_log_quantiles.items()},
                   "residual_logs": [_g(x) for x in self.residual_logs],
                   "slots_by_dim": {int(k): int(v) for k, v in sorted(self.slots_by_dim.items())}, "cv": self.cv})
@@ -307,7 +386,8 @@ class WaveFit:
                    int(d.get("cus", CUS)), {k: float(v) for k, v in (d.get("residual_log_quantiles") or {}).items()},
                    dict(d.get("cv") or {}), tuple(sorted(float(x) for x in d.get("residual_logs") or ())),
                    {int(k): int(v) for k, v in (d.get("slots_by_dim") or {}).items()},
-                   tuple(str(t) for t in mt), float(d.get("max_order", 1.0)))
+                   tuple(str(t) for t in mt), float(d.get("max_order", 1.0)),
+                   float(d.get("max_acc_per_thread", 0.0)))
 
     def scaled(self, factor: float) -> WaveFit:
         """The same model with every time (launch and program) multiplied by ``factor`` (the soft maximum is
@@ -576,7 +656,11 @@ class CalibratedCostModel:
             factor = 1.0
             if work.variant == "fused" and w.variant != "fused":
                 factor = self.fused_slowdown.get((w.kernel, work.dtype), 1.0)
-            return factor * w.program_time_s(self.wave_features(work), concurrent_wgs, w.slots_for(work.shape_dict()))
+            feats = self.wave_features(work)
+            why = w.rejection(feats)
+            if why is not None:
+                raise UncalibratedConfig(f"{work.name}: {why}")
+            return factor * w.program_time_s(feats, concurrent_wgs, w.slots_for(work.shape_dict()))
         found = self.lookup(work)
         if found is None:
             return self.fallback.workgroup_time_s(work, concurrent_wgs)

@@ -15,6 +15,8 @@ from simfuse.calibrate.profile import profile_from_dict
 from simfuse.costs.base import KernelWork
 from simfuse.costs.calibrated import CalibratedCostModel, WaveFit, features
 
+from .campaign_rows import embedding_row
+
 TRUE = WaveFit("gemm_all_to_all", "compute", "bf16", slots=132, launch_s=2.5e-6,
                terms={"per_program": ("fixed", 3e-6), "per_flop": ("cu", 1.4e-13), "per_byte": ("dev4", 2.6e-12)})
 
@@ -189,11 +191,7 @@ def _emb_rows():
                 by = 8.0 * (pooling * (dim * 4 + 8) + dim * 4 + 16)
                 t = EMB_TRUE.launch_time_s(grid, features("embedding_all_to_all", fl, by,
                                                           {"dim": dim, "pooling": pooling}, "fp32"))
-                rows.append(dict(kernel="embedding_all_to_all", variant="compute", dtype="fp32", world=1, dim=dim,
-                                 pooling=pooling, bags=bags, m=0, n=0, k=0, tokens=0, grid=grid, bags_per_wg=8,
-                                 block_m=0, block_n=0, block_k=0, split_k=0, num_warps=8, num_stages=0,
-                                 flops_per_wg=fl, bytes_per_wg=by, median_s=t, p10_s=t, p90_s=t, n_regs=32,
-                                 n_spills=0, shared_bytes=0, device="synthetic", date="2026-12-03"))
+                rows.append(embedding_row(dim, pooling, bags, grid, fl, by, t))
     return rows
 
 

@@ -15,6 +15,8 @@ from simfuse.calibrate.profile import load_profile, profile_from_dict
 from simfuse.costs.calibrated import CalibratedCostModel, WaveFit, features, load, soft_max, term_feature
 from simfuse.errors import SpecError
 
+from ..campaign_rows import embedding_row
+
 DATA = Path(__file__).resolve().parent / "data"
 
 #: latency chain per step, one program's byte rate cap, HBM share: the three limits of the gather
@@ -37,11 +39,7 @@ def _rows(truth, noise=0.0, seed=0, dims=(8, 16, 64, 256, 1024), pools=(1, 4, 16
                 t = truth.launch_time_s(grid, features("embedding_all_to_all", fl, by,
                                                        {"dim": dim, "pooling": pooling}, "fp32"))
                 t *= math.exp(noise * rng.standard_normal())
-                rows.append(dict(kernel="embedding_all_to_all", variant="compute", dtype="fp32", world=1, dim=dim,
-                                 pooling=pooling, bags=bags, m=0, n=0, k=0, tokens=0, grid=grid, bags_per_wg=8,
-                                 block_m=0, block_n=0, block_k=0, split_k=0, num_warps=8, num_stages=0,
-                                 flops_per_wg=fl, bytes_per_wg=by, median_s=t, p10_s=t, p90_s=t, n_regs=32,
-                                 n_spills=0, shared_bytes=0, device="synthetic", date="2026-12-03"))
+                rows.append(embedding_row(dim, pooling, bags, grid, fl, by, t))
     return rows
 
 

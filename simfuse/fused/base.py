@@ -176,7 +176,7 @@ def start_puts(net: FlowNetwork, fabric: Fabric, gi, src: int, dsts: np.ndarray,
     """
     dsts = np.asarray(dsts, dtype=np.int64)
     groups = fabric.flow_groups(src, dsts, sizes_bytes)
-    post_s = getattr(gi, "put_post_s", 0.0)
+    post_s = gi.put_post_s
     pos_dst = pos_rank = None
     if post_s > 0:
         cls = fabric.route_class(src, dsts)

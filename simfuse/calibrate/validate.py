@@ -350,6 +350,7 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
     rows: list[dict] = []
     for p in paths:
         rows.extend(read_campaign(p))
+    held_rows = read_campaign(heldout) if heldout is not None else None  # checked before the (long) fit
     if families is not None:
         keep = set(families)
         rows = [r for r in rows if f"{r.get('kernel')}/{r.get('variant')}/{r.get('dtype')}" in keep]
@@ -373,7 +374,7 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
     summary = {"target": CAMPAIGN_TARGET, "families": fams, "rows": len(rows)}
     table = None
     if heldout is not None:
-        table = heldout_predictions(fits, read_campaign(heldout))
+        table = heldout_predictions(fits, held_rows)
         summary["heldout"] = heldout_summary(table, str(heldout))
     if out_dir is not None:
         d = Path(out_dir)

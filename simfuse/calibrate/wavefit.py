@@ -38,6 +38,7 @@ import gzip
 import io
 import itertools
 import math
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from ..costs.calibrated import CUS, WaveFit, _g, features, load, term_feature, waves
+from ..errors import SpecError
 from .fit import nnls_relative
 
 _DEV = ("dev2", "dev4", "dev8", "dev16", "cu")
@@ -157,11 +159,46 @@ class Point:
     time_s: float
 
 
+#: columns every campaign row needs (experiments/trace_campaign.py writes them; the rest default to 0)
+CAMPAIGN_COLUMNS = ("kernel", "variant", "dtype", "grid", "num_warps", "flops_per_wg", "bytes_per_wg", "median_s")
+#: numeric columns read from a campaign row (missing or empty ones count as 0)
+_CAMPAIGN_NUMBERS = ("world", "dim", "pooling", "bags", "m", "n", "k", "tokens", "grid", "bags_per_wg", "block_m",
+                     "block_n", "block_k", "split_k", "num_warps", "num_stages", "table_rows", "flops_per_wg",
+                     "bytes_per_wg", "n_regs", "n_spills", "shared_bytes")
+
+
 def read_campaign(path: str | Path) -> list[dict]:
-    raw = Path(path).read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    return list(csv.DictReader(io.StringIO(raw.decode())))
+    """The rows of a campaign file (CSV, optionally gzip-compressed), checked: the :data:`CAMPAIGN_COLUMNS`
+    present, ``median_s`` a finite positive time and every numeric column a finite number >= 0 (a
+    :class:`~simfuse.errors.SpecError` naming the file, the line and the column otherwise)."""
+    src = str(path)
+    try:
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        rows = list(csv.DictReader(io.StringIO(raw.decode())))
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as exc:
+        raise SpecError(src, "", f"not a readable campaign file ({type(exc).__name__}: {exc})") from None
+    if not rows:
+        raise SpecError(src, "", "no campaign rows (an empty or header-only file)")
+    missing = [c for c in CAMPAIGN_COLUMNS if c not in rows[0]]
+    if missing:
+        raise SpecError(src, missing[0], f"missing campaign column(s) {', '.join(missing)}")
+    for line, r in enumerate(rows, start=2):
+        for c in _CAMPAIGN_NUMBERS + ("median_s",):
+            v = r.get(c)
+            if v is None or v == "":
+                if c in CAMPAIGN_COLUMNS:
+                    raise SpecError(src, f"line {line}: {c}", "empty")
+                continue
+            try:
+                x = float(v)
+            except ValueError:
+                raise SpecError(src, f"line {line}: {c}", f"expected a number, got {v[:40]!r}") from None
+            if not math.isfinite(x) or x < 0 or (c == "median_s" and x <= 0):
+                raise SpecError(src, f"line {line}: {c}", f"must be a finite number {'> 0' if c == 'median_s' else '>= 0'}, "
+                                                          f"got {v[:40]!r}")
+    return rows
 
 
 def is_campaign(text_head: str) -> bool:

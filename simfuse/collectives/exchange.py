@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from .groups import Group, make_group_algorithm
+from .groups import Group, GroupAlgorithms
 from .protocols import ProtocolCost
 from .runner import ProtocolGroups, protocol_cost, start_groups
 
@@ -41,10 +41,11 @@ class BulkProtocols:
     per-peer size (the mean of its positive ``send_bytes`` to other ranks, times the group size: what a uniform
     all-to-all of that per-peer size sends): NCCL picks a protocol per size, and a uniform all-to-all-v then
     costs what ``simfuse collective all_to_all --algorithm direct`` costs.  None (no extra cost) when the rank
-    sends nothing to others."""
+    sends nothing to others.  ``algorithms``: the run's :class:`~simfuse.collectives.groups.GroupAlgorithms`
+    (the tuner's choice, restricted here to the direct algorithm)."""
 
-    def __init__(self, tuner, fabric, symmetric_only: bool = True):
-        self.tuner, self.fabric, self.symmetric_only = tuner, fabric, symmetric_only
+    def __init__(self, algorithms: GroupAlgorithms, fabric):
+        self.algorithms, self.fabric = algorithms, fabric
         self._memo: dict = {}
 
     def cost(self, group: Group, send_bytes: np.ndarray, rank: int) -> ProtocolCost | None:
@@ -57,11 +58,7 @@ class BulkProtocols:
         key = (group.name, group.ranks[0], group.size, per_peer)
         hit = self._memo.get(key)
         if hit is None:
-            size = per_peer * group.size
-            name = self.tuner.choose("all_to_all", group, size, symmetric_only=self.symmetric_only,
-                                     algorithm="direct")
-            co = self.fabric.topology.collectives
-            algo = make_group_algorithm("all_to_all", name, group, self.fabric.gpus_per_node, size, co.channels)
+            _name, algo = self.algorithms.get("all_to_all", group, per_peer * group.size, restrict_to="direct")
             hit = self._memo[key] = protocol_cost(self.fabric, algo)
         return hit
 

@@ -260,3 +260,34 @@ class Tuner:
                     best, best_t = name, t
         self._cache[key] = best
         return best
+
+
+class GroupAlgorithms:
+    """The collective algorithms of one run: the tuner's choice (or a named algorithm) instantiated on its group,
+    memoised per (op, what was asked, group, size).  A :class:`GroupAlgorithm` holds no run state, so every
+    simulated rank of the run shares one; the executor owns one per run, next to its tuner.
+
+    :meth:`get` asks one of three things: ``algorithm`` given, that algorithm as named (no tuning: a collective
+    node that names its algorithm); ``restrict_to`` given, the tuner's fastest protocol of that one algorithm (a
+    bulk exchange is priced as a ``direct`` all-to-all, :class:`~simfuse.collectives.exchange.BulkProtocols`);
+    neither, the tuner's fastest algorithm and protocol.  Groups are told apart by name, first rank and size
+    (the groups of one graph have distinct names)."""
+
+    def __init__(self, tuner: Tuner, gpus_per_node: int, channels: int, *, symmetric_only: bool):
+        self.tuner, self.gpus_per_node, self.channels = tuner, gpus_per_node, channels
+        self.symmetric_only = symmetric_only
+        self._memo: dict = {}
+
+    def get(self, op: str, group: Group, size_bytes: float, *, algorithm: str | None = None,
+            restrict_to: str | None = None) -> tuple[str, GroupAlgorithm]:
+        """``(choice, algorithm on the group)`` for ``op`` on ``group`` at ``size_bytes`` (see the class)."""
+        if algorithm is not None and restrict_to is not None:
+            raise ValueError("name an algorithm or restrict the tuner to one, not both")
+        key = (op, algorithm, restrict_to, group.name, group.ranks[0], group.size, float(size_bytes))
+        hit = self._memo.get(key)
+        if hit is None:
+            name = algorithm or self.tuner.choose(op, group, size_bytes, symmetric_only=self.symmetric_only,
+                                                  algorithm=restrict_to)
+            hit = self._memo[key] = (name, make_group_algorithm(op, name, group, self.gpus_per_node, size_bytes,
+                                                                self.channels))
+        return hit

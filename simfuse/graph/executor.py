@@ -39,7 +39,7 @@ import numpy as np
 import simpy
 
 from ..collectives.exchange import BulkProtocols, ExchangeInstance
-from ..collectives.groups import Tuner, make_group_algorithm
+from ..collectives.groups import GroupAlgorithms, Tuner
 from ..collectives.runner import FlowGroupCache, collective_process, start_groups
 from ..engine import Simulation, run_kernel
 from ..errors import SpecError
@@ -143,11 +143,14 @@ class Executor:
         self._instances: dict = {}
         self._parts: dict = {}
         self._group_ranks: dict = {}
-        self._algos: dict = {}
         self._p2p: dict = {}
         self._algorithms: dict = {}
         self._flow_cache = FlowGroupCache(self.fabric)
-        self._bulk_protocols = BulkProtocols(self.tuner, self.fabric, symmetric_only=self.fabric.symmetric)
+        # one memo of the tuner's choices for the run: collectives and bulk exchanges (direct only) share it
+        self._group_algorithms = GroupAlgorithms(self.tuner, self.graph.gpus_per_node,
+                                                 self.topology.collectives.channels,
+                                                 symmetric_only=self.fabric.symmetric)
+        self._bulk_protocols = BulkProtocols(self._group_algorithms, self.fabric)
         env = self.env
         results, all_done = [], []
         for e, rank in enumerate(self.ent_ranks):
@@ -274,13 +277,7 @@ class Executor:
         if group.size == 1:
             return  # nothing to exchange: a collective on one rank costs nothing
         symmetric = self.fabric.symmetric
-        akey = (nd.op, nd.algorithm, nd.group, float(nd.size_bytes))
-        hit = self._algos.get(akey)
-        if hit is None:  # once per (op, group, size) for all simulated ranks (algorithms hold no run state)
-            name = nd.algorithm or self.tuner.choose(nd.op, group, nd.size_bytes, symmetric_only=symmetric)
-            hit = self._algos[akey] = (name, make_group_algorithm(nd.op, name, group, self.graph.gpus_per_node,
-                                                                  nd.size_bytes, self.topology.collectives.channels))
-        name, algo = hit
+        name, algo = self._group_algorithms.get(nd.op, group, nd.size_bytes, algorithm=nd.algorithm)
         self._algorithms[nd.name] = name
         if symmetric and not algo.symmetric:
             raise SpecError("<graph>", nd.name, f"{nd.op}:{name} is not symmetric on group {nd.group}; "

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from simfuse.collectives import run_collective
-from simfuse.collectives.groups import Tuner, world
+from simfuse.collectives.groups import GroupAlgorithms, Tuner, world
 from simfuse.collectives.protocols import _BASE_LAT_US, _HW_LAT_NET_US, ProtocolCost
-from simfuse.graph import AllToAllVNode, Graph
-from simfuse.graph.executor import execute
+from simfuse.graph import AllToAllVNode, CollectiveNode, Graph
+from simfuse.graph.executor import Executor, execute
 from simfuse.graph.symmetry import fold
 from simfuse.system import System
 
@@ -108,3 +108,61 @@ def test_proxy_posts_serialize_across_late_receivers():
     off = (_BASE_LAT_US["ring"]["LL"] - _BASE_LAT_US["ring"]["Simple"]) * 1e-6
     assert t == pytest.approx(5e-6 + off + 2 * 10e-6 + 2e-6, rel=1e-9)
     assert ProtocolCost("ring", "LL").net_overhead_s == 1e-6  # the default the topology overrides here
+
+
+class _CountingTuner(Tuner):
+    """A tuner that records what it is asked: ``(op, size_bytes, algorithm restriction)``."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.asked = []
+
+    def choose(self, op, group, size_bytes, **kw):
+        self.asked.append((op, float(size_bytes), kw.get("algorithm")))
+        return super().choose(op, group, size_bytes, **kw)
+
+
+def test_collectives_and_bulk_exchanges_share_one_memo_with_the_direct_restriction_kept():
+    # every rank runs, twice, a bulk all-to-all collective and a uniform all-to-all-v of the same size on one
+    # group: in full simulation (4 ranks) the run asks the tuner once per question, the collective's question
+    # (any algorithm) and the exchange's (direct only) kept apart
+    nodes, g, per_peer = 2, 2, 8 * KiB
+    n = nodes * g
+    topo = _topo(g=g, nics=g)
+    graph = Graph(nodes, g)
+    graph.add_group(world(n))
+    for r in range(n):
+        prog = graph.program(r)
+        for i in range(2):
+            prog.add(CollectiveNode(name=f"c{i}", op="all_to_all", group="world", size_bytes=per_peer * n))
+            prog.add(AllToAllVNode(name=f"v{i}", group="world", send_bytes=np.full(n, per_peer)))
+    tuner = _CountingTuner(topo, nodes, g)
+    res = Executor(System.from_topology(topo), graph, tuner=tuner).run()
+    assert res.sim_mode == "full"
+    assert sorted(tuner.asked, key=str) == sorted([("all_to_all", per_peer * n, None),
+                                                   ("all_to_all", per_peer * n, "direct")], key=str)
+    fresh = Tuner(topo, nodes, g)
+    assert res.algorithms["c0"] == res.algorithms["c1"] == fresh.choose("all_to_all", world(n), per_peer * n,
+                                                                        symmetric_only=False)
+
+
+def test_group_algorithms_named_restricted_and_tuned():
+    nodes, g = 2, 2
+    topo = _topo(g=g, nics=g)
+    grp = world(nodes * g)
+    tuner = _CountingTuner(topo, nodes, g)
+    algos = GroupAlgorithms(tuner, g, topo.collectives.channels, symmetric_only=True)
+    # named: as given, the tuner is not asked
+    name, algo = algos.get("all_reduce", grp, 1e6, algorithm="ring")
+    assert (name, algo.name, tuner.asked) == ("ring", "ring", [])
+    # restricted: the tuner's protocol for the direct algorithm; asked once however often it is asked again
+    first = algos.get("all_to_all", grp, 1e6, restrict_to="direct")
+    assert algos.get("all_to_all", grp, 1e6, restrict_to="direct") is first
+    assert first[0] == Tuner(topo, nodes, g).choose("all_to_all", grp, 1e6, algorithm="direct")
+    assert first[0].startswith("direct/") and first[1].name == "direct"
+    # tuned: a question of its own
+    tuned = algos.get("all_to_all", grp, 1e6)
+    assert tuned[0] == Tuner(topo, nodes, g).choose("all_to_all", grp, 1e6)
+    assert tuner.asked == [("all_to_all", 1e6, "direct"), ("all_to_all", 1e6, None)]
+    with pytest.raises(ValueError, match="not both"):
+        algos.get("all_to_all", grp, 1e6, algorithm="direct", restrict_to="direct")

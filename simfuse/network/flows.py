@@ -30,9 +30,14 @@ import simpy
 
 _EPS_BYTES = 1e-6  # bytes; a group with less remaining is complete (guards float round-off)
 _INF = float("inf")
-#: from this many (group, link) entries on, a rate problem is solved vectorised (:func:`_fill_numpy`): on large
-#: problems Python's per-element cost outgrows numpy's per-call overhead (~15 calls a fill level) (measured on the
-#: 2-core dev VM, random problems of 3 links a group: equal at about 600 entries with the layout kept, 450 without)
+#: from this many (group, link) entries on, a rate problem is solved vectorised (:func:`_fill_numpy`), below it in
+#: plain Python (:func:`_fill`); :func:`_solve` is the one place that picks.  On large problems Python's
+#: per-element cost outgrows numpy's per-call overhead (~15 calls a fill level).  Source: random problems of 3
+#: links a group, ``experiments/bench_fill_threshold.py`` on the 2-core dev VM (results/bench_fill_threshold_*.csv):
+#: numpy no slower than Python from 770-960 entries with the layout kept and 480-580 with it built each time over
+#: 40 links, 380-580 and 290-380 over 200 links (runs of 5-10 problems a size; first measured when the solver was
+#: written, issue 11: about 600 and 450).  Both solvers give the same rates bit for bit, so the threshold moves
+#: only wall time.
 NUMPY_MIN_ENTRIES = 512
 #: entries of the rate-problem layouts a network keeps (about 150 bytes each); all are dropped when it is exceeded
 _MAX_LAYOUT_ENTRIES = 100_000
@@ -238,8 +243,13 @@ class FlowNetwork:
         memory.)"""
         bcount = self._bcount
         active = tuple(sorted(bcount))
-        lay = self._layouts.get(active)
-        if lay is None:
+        kept = self._layouts.get(active)
+        if kept is not None:
+            e_group, e_link, e_uw, lay = kept
+
+            def layout(lay=lay):
+                return lay
+        else:
             b_links, b_w = self._b_links, self._b_w
             e_group, e_link, e_uw = [], [], []
             for a, b in enumerate(active):
@@ -247,23 +257,12 @@ class FlowNetwork:
                 e_link.extend(ls)
                 e_group.extend([a] * len(ls))
                 e_uw.extend(b_w[b])
-            if len(e_link) >= NUMPY_MIN_ENTRIES:  # solved vectorised: no layout, nothing kept
-                lay = (e_group, e_link, e_uw, None)
-            else:
-                self._layout_entries += len(e_link)
-                if self._layout_entries > _MAX_LAYOUT_ENTRIES:
-                    self._layouts.clear()
-                    self._layout_entries = len(e_link)
-                lay = self._layouts[active] = (e_group, e_link, e_uw, _Layout(self._cap, e_group, e_link, e_uw,
-                                                                              len(active)))
-        e_group, e_link, e_uw, layout = lay
+
+            def layout():  # asked for by _solve only for a problem it solves in plain Python: kept for next time
+                return self._keep_layout(active, e_group, e_link, e_uw)
         cs = [bcount[b] for b in active]
         e_w = [w * cs[a] for w, a in zip(e_uw, e_group, strict=True)]
-        if len(e_w) >= NUMPY_MIN_ENTRIES:
-            rates = _fill_numpy(self.capacity, np.asarray(e_group, dtype=np.int64),
-                                np.asarray(e_link, dtype=np.int64), np.asarray(e_w), len(active)).tolist()
-        else:
-            rates = _fill(layout, e_group, e_w, len(active))
+        rates = _solve(self.capacity, e_group, e_link, e_w, len(active), layout)
         if min(rates) <= 0:
             raise RuntimeError("flow network stalled: an active flow group has zero rate")
         loads = [0.0] * self.n_links
@@ -275,6 +274,17 @@ class FlowNetwork:
         for b, r in zip(active, rates, strict=True):
             brate[b] = r
         return np.array(brate)
+
+    def _keep_layout(self, active: tuple, e_group, e_link, e_uw) -> _Layout:
+        """The layout of the rate problem of the bundles ``active`` (unit weights ``e_uw``), kept for the next time
+        that set is active; every kept layout is dropped once they exceed :data:`_MAX_LAYOUT_ENTRIES` entries."""
+        self._layout_entries += len(e_link)
+        if self._layout_entries > _MAX_LAYOUT_ENTRIES:
+            self._layouts.clear()
+            self._layout_entries = len(e_link)
+        lay = _Layout(self._cap, e_group, e_link, e_uw, len(active))
+        self._layouts[active] = (e_group, e_link, e_uw, lay)
+        return lay
 
 
 class _Layout:
@@ -386,6 +396,20 @@ def _fill(lay: _Layout, e_group, e_w, n_groups: int) -> list[float]:
     return rates
 
 
+def _solve(capacity, e_group, e_link, e_w, n_groups: int, layout=None) -> list[float]:
+    """Max-min rates of one rate problem (the arguments of :func:`progressive_fill`): the one place that picks
+    the solver.  Problems of :data:`NUMPY_MIN_ENTRIES` entries or more run vectorised (:func:`_fill_numpy`),
+    smaller ones in plain Python (:func:`_fill`) on ``layout()`` (default: the problem's :class:`_Layout`, built
+    here); both perform the same floating-point operations, so the choice moves no number."""
+    if len(e_link) >= NUMPY_MIN_ENTRIES:
+        return _fill_numpy(np.asarray(capacity, dtype=float), np.asarray(e_group, dtype=np.int64),
+                           np.asarray(e_link, dtype=np.int64), np.asarray(e_w, dtype=float), n_groups).tolist()
+    if not len(e_link):
+        return [0.0] * n_groups
+    lay = layout() if layout is not None else _Layout(capacity, e_group, e_link, e_w, n_groups)
+    return _fill(lay, e_group, e_w, n_groups)
+
+
 def progressive_fill(capacity: Sequence[float], e_group: Sequence[int], e_link: Sequence[int],
                      e_w: Sequence[float], n_groups: int) -> list[float]:
     """Weighted max-min fair rates by progressive filling, on plain Python sequences (see
@@ -395,13 +419,8 @@ def progressive_fill(capacity: Sequence[float], e_group: Sequence[int], e_link: 
     weights of its rising entries, summed in entry order); the smallest share ``inc`` raises every rising group;
     every link loses ``inc * denom`` (clamped at 0); the links with ``share <= inc (1 + 1e-9)`` are saturated and
     their groups freeze at the level reached.  Problems of :data:`NUMPY_MIN_ENTRIES` entries or more run the
-    same operations vectorised."""
-    if len(e_link) >= NUMPY_MIN_ENTRIES:
-        return _fill_numpy(np.asarray(capacity, dtype=float), np.asarray(e_group, dtype=np.int64),
-                           np.asarray(e_link, dtype=np.int64), np.asarray(e_w, dtype=float), n_groups).tolist()
-    if not len(e_link):
-        return [0.0] * n_groups
-    return _fill(_Layout(capacity, e_group, e_link, e_w, n_groups), e_group, e_w, n_groups)
+    same operations vectorised (:func:`_solve`)."""
+    return _solve(capacity, e_group, e_link, e_w, n_groups)
 
 
 def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
@@ -411,12 +430,9 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
     Entry ``i`` says group ``e_group[i]`` loads link ``e_link[i]`` with ``e_w[i] * rate``.  Every group's rate
     rises together until a link saturates; the groups on it freeze; repeat.  Returns one rate per group (a group
     with no entry, or only zero weights, gets 0).  See :func:`progressive_fill`."""
-    e_link = np.asarray(e_link, dtype=np.int64)
-    if len(e_link) >= NUMPY_MIN_ENTRIES:
-        return _fill_numpy(np.asarray(capacity, dtype=float), np.asarray(e_group, dtype=np.int64), e_link,
-                           np.asarray(e_w, dtype=float), n_groups)
     return np.array(progressive_fill(np.asarray(capacity, dtype=float).tolist(),
-                                     np.asarray(e_group, dtype=np.int64).tolist(), e_link.tolist(),
+                                     np.asarray(e_group, dtype=np.int64).tolist(),
+                                     np.asarray(e_link, dtype=np.int64).tolist(),
                                      np.asarray(e_w, dtype=float).tolist(), n_groups), dtype=float)
 
 

@@ -251,6 +251,32 @@ def test_flow_network_vectorised_path_is_bit_identical(groups):
     assert fast == vec
 
 
+def test_every_entry_point_picks_the_solver_by_the_one_threshold(monkeypatch):
+    """progressive_fill, max_min_rates and the network's recomputations all go through _solve: below
+    NUMPY_MIN_ENTRIES the Python fill, from it on the vectorised one (the threshold lowered to 6 entries here)."""
+    calls = []
+    py_fill, np_fill = flows._fill, flows._fill_numpy
+    monkeypatch.setattr(flows, "_fill", lambda *a: calls.append("python") or py_fill(*a))
+    monkeypatch.setattr(flows, "_fill_numpy", lambda *a: calls.append("numpy") or np_fill(*a))
+    monkeypatch.setattr(flows, "NUMPY_MIN_ENTRIES", 6)
+    caps = np.array([1e9, 2e9, 3e9])
+    for n_groups, want in ((2, "python"), (3, "numpy")):  # 2 links a group: 4 and 6 entries
+        e_group = np.repeat(np.arange(n_groups), 2)
+        e_link = np.array([0, 1, 1, 2, 2, 0][: 2 * n_groups])
+        e_w = np.ones(2 * n_groups)
+        calls.clear()
+        progressive_fill(caps.tolist(), e_group.tolist(), e_link.tolist(), e_w.tolist(), n_groups)
+        max_min_rates(caps, e_group, e_link, e_w, n_groups)
+        assert calls == [want, want]
+        calls.clear()
+        sim = Simulation(record=False)
+        net = FlowNetwork(sim, caps)
+        for g in range(n_groups):  # all start together: one recomputation of every group, then one per finish
+            net.transfer(e_link[2 * g: 2 * g + 2].tolist(), 1e6 * (g + 1))
+        sim.run()
+        assert calls[0] == want and set(calls[1:]) <= {"python"}  # fewer groups left: under the threshold
+
+
 # -- flow groups ------------------------------------------------------------------------------------------------
 @settings(max_examples=60, deadline=None)
 @given(fabric=st.sampled_from(["fat_tree", "rail_optimized"]), nodes=st.integers(2, 4), data=st.data())

@@ -115,6 +115,23 @@ class FusedOp:
         """Per-rank buffer of the baseline's bulk collective (nccl-tests convention)."""
         raise NotImplementedError
 
+    def destination_summary(self, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where ``rank``'s output goes, order-free: ``(dst[R], count[R], bytes_each[R])``, ``count[i]`` outputs
+        of ``bytes_each[i]`` bytes each to rank ``dst[i]`` (workgroup outputs for an operator whose workgroups push;
+        rows need not be distinct).  What :func:`simfuse.graph.symmetry.relative_signature` compares across ranks.
+
+        The default reads it off :meth:`wg_destinations` (per-workgroup arrays: ``W`` entries); the operators here
+        give it in closed form (one row per destination; the embedding operator's ``W`` reaches tens of
+        millions), checked against this default in ``tests/fused/test_destination_summary.py``."""
+        dst, out = self.wg_destinations(rank)
+        dst, out = np.asarray(dst, dtype=np.int64), np.asarray(out, dtype=float)
+        order = np.lexsort((out, dst))
+        d, o = dst[order], out[order]
+        new = np.ones(len(d), dtype=bool)
+        new[1:] = (d[1:] != d[:-1]) | (o[1:] != o[:-1])
+        starts = np.flatnonzero(new)
+        return d[starts], np.diff(np.append(starts, len(d))).astype(np.int64), o[starts]
+
     # --- shared ---------------------------------------------------------------------------------------
     def order(self, rank: int, fabric: Fabric, tile_order: str, slice_wgs: int = 1) -> np.ndarray:
         """Execution order of the workgroups of ``rank`` (``slice_wgs``: the knob, for operators whose order

@@ -81,6 +81,12 @@ class EmbeddingAllToAll(PushOp):
         dst = (block * self.bags) // self.local_b
         return dst, np.full(self.W, float(self.bags * self.D * self.eb))
 
+    def destination_summary(self, rank: int):
+        """Closed form: every rank owns ``k = local_b / bags`` blocks of every table, ``T k`` workgroups."""
+        n = self.layout.n
+        return (np.arange(n, dtype=np.int64), np.full(n, self.T * (self.local_b // self.bags), dtype=np.int64),
+                np.full(n, float(self.bags * self.D * self.eb)))
+
     def wg_runs(self, rank: int, fabric, tile_order: str):
         """Closed form of :func:`~simfuse.fused.base.wg_runs` (no per-workgroup arrays: ``W`` reaches tens of
         millions at 100k GPUs): destination ``d`` owns ``k = local_b / bags`` consecutive blocks of every table.
@@ -156,6 +162,14 @@ class GemmAllToAll(PushOp):
         dst = ((rb * self.BM) % rows_per_expert) // self.rows_eo
         return dst, np.full(self.W, float(self.BM * self.BN * self.eb))
 
+    def destination_summary(self, rank: int):
+        """Closed form: every owner has ``rows_eo / BM`` row blocks of each of the ``E`` experts, each
+        ``col_blocks`` tiles wide."""
+        n = self.layout.n
+        return (np.arange(n, dtype=np.int64),
+                np.full(n, self.E * (self.rows_eo // self.BM) * self.col_blocks, dtype=np.int64),
+                np.full(n, float(self.BM * self.BN * self.eb)))
+
     def collective_size_bytes(self) -> float:
         return float(self.M * self.H * self.eb)
 
@@ -202,6 +216,12 @@ class GemvAllReduce(FusedOp):
     def wg_destinations(self, rank: int):
         i = np.arange(self.W, dtype=np.int64)
         return i // self.wgs_per_chunk, np.full(self.W, float(self.M * self.rows * self.eb))
+
+    def destination_summary(self, rank: int):
+        """Closed form: ``wgs_per_chunk`` workgroups to each chunk's owner."""
+        n = self.layout.n
+        return (np.arange(n, dtype=np.int64), np.full(n, self.wgs_per_chunk, dtype=np.int64),
+                np.full(n, float(self.M * self.rows * self.eb)))
 
     def collective_size_bytes(self) -> float:
         return float(self.M * self.N * self.eb)
@@ -324,6 +344,13 @@ class GemmReduceScatter(FusedOp):
         return base + (i // self.col_blocks) * self.BM // self.chunk, np.full(self.W, float(self.BM * self.BN
                                                                                             * self.eb))
 
+    def destination_summary(self, rank: int):
+        """Closed form: ``chunk / BM`` row blocks of ``col_blocks`` tiles to each rank of the TP group."""
+        tp = self.tp
+        return (np.arange((rank // tp) * tp, (rank // tp + 1) * tp, dtype=np.int64),
+                np.full(tp, (self.chunk // self.BM) * self.col_blocks, dtype=np.int64),
+                np.full(tp, float(self.BM * self.BN * self.eb)))
+
     def collective_size_bytes(self) -> float:
         return float(self.M * self.N * self.eb)
 
@@ -423,6 +450,12 @@ class AllGatherGemm(FusedOp):
 
     def shard_bytes(self) -> float:
         return float(self.shard_rows * self.K * self.eb)
+
+    def destination_summary(self, rank: int):
+        """The local shard, once to each other rank of the TP group (no per-workgroup pushes)."""
+        tp = self.tp
+        peers = (rank // tp) * tp + (rank % tp + np.arange(1, tp, dtype=np.int64)) % tp
+        return peers, np.ones(tp - 1, dtype=np.int64), np.full(tp - 1, self.shard_bytes())
 
     def member_process(self, ctx, inst, entity: int, rank: int, knobs):
         """Push the local shard to the peers; run the GEMM's waves, each once the shards its tiles read have
@@ -556,6 +589,10 @@ class PushKernel(FusedOp):
     def collective_size_bytes(self) -> float:
         return float(self.send_bytes.sum())
 
+    def destination_summary(self, rank: int):
+        """``send_bytes[i]`` to ``dst_ranks[i]`` over the whole kernel (each wave pushes its share of every row)."""
+        return self.dst_ranks, np.ones(len(self.dst_ranks), dtype=np.int64), self.send_bytes
+
     def _peers(self, rank: int) -> np.ndarray:
         g = self.layout.gpus_per_node
         p = np.arange((rank // g) * g, (rank // g + 1) * g, dtype=np.int64)
@@ -681,6 +718,10 @@ class RelayWait(FusedOp):
 
     def collective_size_bytes(self) -> float:
         return float(self.nodes * self.relay_in_bytes * (self.g - 1))
+
+    def destination_summary(self, rank: int):
+        """Nothing: a relay wait sends nothing (the relays are its :class:`PushKernel`'s)."""
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
 
     def member_process(self, ctx, inst, entity: int, rank: int, knobs):
         env = ctx.sim.env
@@ -1001,6 +1042,16 @@ class TwrwEmbeddingPush(FusedOp):
         Q = self.layout.nodes * self.kb * t
         dst = np.arange((rank // g) * g, (rank // g + 1) * g, dtype=np.int64)
         return dst, np.full(g, Q * self.wg_bytes)
+
+    def destination_summary(self, rank: int):
+        """Closed form: ``Q`` workgroups (``nodes x kb x tables[rank]``) to each node-local reducer, none without
+        tables."""
+        g = self.layout.gpus_per_node
+        Q = self.layout.nodes * self.kb * int(self.tables[rank])
+        if Q == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+        return (np.arange((rank // g) * g, (rank // g + 1) * g, dtype=np.int64), np.full(g, Q, dtype=np.int64),
+                np.full(g, self.wg_bytes))
 
     def member_process(self, ctx, inst, entity: int, rank: int, knobs):
         """simpy process of one rank: pooling kernel with stage-1 pushes; its reducer's stage 2 runs on after the

@@ -4,12 +4,21 @@ A rank's *relative signature* describes its program with every peer written rela
 node offset ``(node(peer) - node(rank)) mod nodes`` and local offset ``(local(peer) - local(rank)) mod
 gpus_per_node`` (the fabric's automorphisms for the symmetric fabrics here: shifting nodes, and shifting local
 indices the same way on every node).  Groups are described by their members' offsets, uneven all-to-all sizes
-by the sizes sent to each offset, fused operators by their per-destination output under the same relabelling.
-Ranks with equal signatures run relabelled programs.
+by the sizes sent to each offset, fused operators by their per-destination output under the same relabelling
+(:meth:`~simfuse.fused.base.FusedOp.destination_summary`: how many outputs of how many bytes go to each
+destination, in closed form, so no per-workgroup arrays).  Ranks with equal signatures run relabelled programs.
+
+What a signature does not see: the order a fused kernel's workgroups run in.  ``remote_first`` (the default)
+orders them by destination offset from the rank (a relabelling of rank 0's order); ``natural`` runs every rank in
+index order (incast: every rank starts with rank 0's slice), which no relabelling maps onto rank 0's, yet its
+signature is rank 0's: fold a graph with ``natural`` fused nodes only where that approximation is wanted
+(``simfuse op`` refuses it on the fast path).
 
 :func:`fold` turns a graph with a program per rank into the fast form: rank 0 alone when every rank has the
 signature of rank 0 (exact), or class representatives with ``class_of_rank`` (the class approximation of
-:meth:`simfuse.network.Fabric.set_rank_classes`) when asked to.
+:meth:`simfuse.network.Fabric.set_rank_classes`) when asked to.  It is applied to imported Chakra graphs
+(:func:`simfuse.workloads.run.simulate_graph`), which hold no fused nodes; the workload builders emit their
+fast forms themselves, so fused-node signatures serve graphs built by hand.
 """
 
 from __future__ import annotations
@@ -31,6 +40,19 @@ def _rel_group(graph: Graph, rank: int, ranks) -> tuple:
     return tuple(sorted(_rel(graph, rank, ranks)))
 
 
+def _rel_summary(graph: Graph, rank: int, dst, count, bytes_each) -> tuple:
+    """A fused operator's :meth:`~simfuse.fused.base.FusedOp.destination_summary` relative to ``rank``: the
+    outputs per (relative destination, bytes each), sorted; the same for two ranks exactly when their
+    multisets of (relative destination, bytes) per output are."""
+    tally: dict = {}
+    rel = _rel(graph, rank, dst)
+    for key, c in zip(zip(rel, np.asarray(bytes_each, dtype=float).tolist(), strict=True),
+                      np.asarray(count, dtype=np.int64).tolist(), strict=True):
+        if c:
+            tally[key] = tally.get(key, 0) + c
+    return tuple(sorted((r, b, c) for (r, b), c in tally.items()))
+
+
 def _node_sig(graph: Graph, rank: int, nd) -> tuple:
     base = (type(nd).__name__, nd.stream, tuple(nd.deps))
     if isinstance(nd, ComputeNode):
@@ -48,13 +70,14 @@ def _node_sig(graph: Graph, rank: int, nd) -> tuple:
         grp = graph.groups[nd.group]
         op = nd.op
         out = None
-        if hasattr(op, "wg_destinations"):
-            dst, nbytes = op.wg_destinations(rank)
-            rel = _rel(graph, rank, dst)
-            out = tuple(sorted(zip(rel, np.asarray(nbytes, dtype=float).tolist(), strict=True)))
-        elif hasattr(op, "dst_ranks"):
-            rel = _rel(graph, rank, op.dst_ranks)
-            out = tuple(sorted(zip(rel, op.send_bytes.tolist(), strict=True)))
+        if hasattr(op, "destination_summary"):
+            out = _rel_summary(graph, rank, *op.destination_summary(rank))
+            relay = getattr(op, "relay_bytes", None)  # a relaying PushKernel: what each destination forwards
+            if relay is not None:
+                out = (out, _rel_summary(graph, rank, op.dst_ranks, np.ones(len(relay), dtype=np.int64), relay),
+                       op.relay_in_bytes)
+            elif hasattr(op, "relay_in_bytes"):  # a RelayWait: what it receives for relaying
+                out = (out, op.relay_in_bytes)
         work = op.work("fused") if hasattr(op, "work") else None
         return base + (type(op).__name__, work, out, nd.knobs, _rel_group(graph, rank, grp.ranks))
     if isinstance(nd, SendNode):

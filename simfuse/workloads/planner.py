@@ -55,9 +55,14 @@ cost and the average rank cost once every remaining table is placed at its cheap
 bound: without it the myopic choice spreads every table row-wise, whose partial sums multiply the traffic by the
 number of shards); ties go to the lowest increase of the summed cost, then to the order of :data:`SHARDINGS`.
 
-**Proposer**: three candidates (``greedy`` over every option the mode supports, ``table_wise`` (table-wise, row-wise
-where a table does not fit), ``row_wise`` (every table row-wise)); the one with the lowest estimated critical-rank
-cost is chosen.  Every option is open to both modes: in fused mode ``table_row_wise`` and ``grid`` run as the
+**Proposer**: four candidates (``greedy`` over every option the mode supports, ``greedy_no_grid`` (the same without
+``grid``), ``table_wise`` (table-wise, row-wise where a table does not fit), ``row_wise`` (every table row-wise));
+the one with the lowest estimated critical-rank cost is chosen (ties: that order).  ``greedy_no_grid`` is there
+because the greedy is myopic: a grid shard always lowers the critical rank of the moment (it halves or quarters a
+node's load), so the greedy takes it for the first tables even where, once every table is placed, whole
+table-row-wise nodes would balance as well without grid's extra index reads (equal tables on as many nodes); with
+it, offering grid never makes the estimated plan worse.  When the greedy plan has no grid table, ``greedy_no_grid``
+is that plan (every step's choice was open to it) and is not partitioned again.  Every option is open to both modes: in fused mode ``table_row_wise`` and ``grid`` run as the
 hierarchical push (``TwrwEmbeddingPush``: partial sums pushed to node-local reducers over NVLink as workgroups
 finish, reduced slices put on the rail as they complete), so their communication overlaps their pooling as the
 other fused shards' does.
@@ -89,7 +94,7 @@ GRAD_BYTES = 4
 #: narrowest column shard: 32 columns x 4 B = one 128-byte cache line per row (narrower rows waste gathers, see
 #: facts.md: 128-256-byte rows are already the hard case for random gathers)
 MIN_COLUMN_DIM = 32
-CANDIDATES = ("greedy", "table_wise", "row_wise")
+CANDIDATES = ("greedy", "greedy_no_grid", "table_wise", "row_wise")
 
 
 @dataclass(frozen=True)
@@ -559,10 +564,13 @@ def plan_tables(spec, system, nodes: int, gpus_per_node: int, mode: str) -> Plan
         raise SpecError(spec.source, "global_batch", f"{spec.global_batch} is not divisible by the {n} GPUs")
     ctx = _context(spec, system, n, gpus_per_node, mode)
     full = SHARDINGS if mode == "baseline" else FUSED_SHARDINGS
-    allowed = {"greedy": full, "table_wise": ("table_wise", "row_wise"), "row_wise": ("row_wise",) if n > 1
-               else ("table_wise",)}
+    allowed = {"greedy": full, "greedy_no_grid": tuple(k for k in full if k != "grid"),
+               "table_wise": ("table_wise", "row_wise"), "row_wise": ("row_wise",) if n > 1 else ("table_wise",)}
     best, estimates = None, {}
     for name in CANDIDATES:
+        if name == "greedy_no_grid" and not any(tp.sharding == "grid" for tp in best.tables):
+            estimates[name] = best.estimated_critical_s  # the greedy plan itself (see the module docstring)
+            continue
         try:
             p = _partition(ctx, allowed[name], name)
         except SpecError:

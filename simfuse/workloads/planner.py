@@ -625,8 +625,9 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
     """A plan from a CSV (``table``, ``sharding``, ``ranks``; optional ``mode``: rows of the other mode are
     skipped), e.g. a ``plan.csv`` written by ``simfuse run``, or from a TorchRec plan (its printed text, its JSON
     form or a ``ShardingPlan`` object: simfuse/workloads/torchrec_plan.py; the format is detected by content).
-    Every table exactly once; shard ``i`` of a table on the ``i``-th rank listed.  Errors name the file and the
-    field (with the CSV line)."""
+    Every table exactly once; shard ``i`` of a table on the ``i``-th rank listed (``grid``: column shard ``j``
+    on the ``j``-th run of ``g`` ranks, each run the ranks of one node, e.g. ``8-15;0-7``).  Errors name the file
+    and the field (with the CSV line)."""
     import pandas as pd
 
     from .torchrec_plan import plan_rows

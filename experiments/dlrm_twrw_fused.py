@@ -9,7 +9,8 @@ Usage:
 Batch: the MLPerf Training DGX H100 submissions' (models/dlrm_dcnv2_mlperf*.yaml): 55,296 global on 1 and 2 nodes
 (the 1-node file), 135,168 global on 8, 16 and 128 nodes (the 8- and 16-node files' global batch, strong scaling).
 One row per (topology, nodes): baseline and fused iteration (s), speedup, and whether the chosen fused plan has
-table-row-wise shards.
+shards the hierarchical push carries (``fused_plan_has_twrw``: table-row-wise or grid; ``fused_plan_has_grid``:
+grid).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from simfuse.fused.knobs import parse_execution, parse_set_pairs  # noqa: E402
 from simfuse.results.io import atomic_write_df  # noqa: E402
 from simfuse.spec import load_workload  # noqa: E402
 from simfuse.system import System  # noqa: E402
+from simfuse.workloads.planner import HIER_SHARDINGS  # noqa: E402
 from simfuse.workloads.run import scaled_spec, simulate_workload  # noqa: E402
 
 #: model file per node count (the submission batch); beyond 16 nodes the 16-node file's global batch
@@ -56,13 +58,13 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             res = simulate_workload(spec, system, nodes, execution=ex)
             base, fused = res["baseline"], res["fused"]
-            has_twrw = any(u.kind == "table_row_wise" for us in (fused.plan.per_rank if fused.plan else [])
-                           for u in us)
+            kinds = {tp.sharding for tp in (fused.plan.tables if fused.plan else [])}
             row = {"topology": topo, "nodes": nodes, "global_batch": spec.global_batch,
                    "twrw_push": ex.knobs.twrw_push,
                    "baseline_s": base.iteration_time_s, "fused_s": fused.iteration_time_s,
                    "speedup": base.iteration_time_s / fused.iteration_time_s,
-                   "fused_plan": fused.plan.candidate if fused.plan else "", "fused_plan_has_twrw": has_twrw,
+                   "fused_plan": fused.plan.candidate if fused.plan else "", "fused_plan_has_twrw": bool(kinds & set(HIER_SHARDINGS)),
+                   "fused_plan_has_grid": "grid" in kinds,
                    "wall_s": round(time.perf_counter() - t0, 1), "machine": args.machine,
                    "date": datetime.date.today().isoformat()}
             rows.append(row)

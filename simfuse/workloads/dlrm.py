@@ -15,6 +15,13 @@ exchanges data once both have launched it.  Fused: the forward embedding kernel 
 workgroups finish (:class:`~simfuse.fused.EmbeddingAllToAll`); with ``fuse_backward`` the interaction-backward
 kernel pushes each wave's share of the embedding gradients as it completes.
 
+Hierarchical shards (``table_row_wise`` and ``grid``: row shards over the ``g`` GPUs of a node, all ``D`` columns
+or ``D / k`` of them) share one path: a rank's volumes scale with the columns it holds in such shards (stage 1
+``N b w e`` to each local peer, stage 2 ``b w e`` on the rail, ``w`` those columns).  Their kernels count a shard
+of ``w`` columns as ``w / dim_h`` tables of ``dim_h`` columns, ``dim_h`` the gcd of the widths in the plan (the
+convention of the All-to-All shards' kernel): exact when every such shard has one width (table-row-wise only, or
+grid at one ``k``); with mixed widths a wide shard's index reads count once per column-equivalent table.
+
 Simulation modes: ``classes``: ranks with the same table load (and node composition) form a class, one
 representative per class is simulated (exact for even placements, where there is one class; see
 :meth:`~simfuse.network.Fabric.set_rank_classes` for the uneven case); ``full``: every rank is simulated on the
@@ -39,10 +46,13 @@ from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, FusedNode, Graph
 from ..spec import DLRMSpec
 from .dense import elementwise_work, gemm_work
 from .placement import place_tables, rank_classes
-from .planner import RankUnits
+from .planner import HIER_SHARDINGS, RankUnits
 
 #: sharding types whose shards pool for every bag and send their result straight to the bag owners
 _A2A_KINDS = ("table_wise", "row_wise", "column_wise")
+#: sharding types whose shards are row shards over the GPUs of one node: pooled, reduced inside the node (stage 1)
+#: and sent on the rails (stage 2); table-row-wise (all columns) and grid (``D / k`` columns per node)
+_HIER_KINDS = HIER_SHARDINGS
 
 
 def _pool_work(label: str, bags: int, lookups: float, dim: int, eb: int, tables: int = 1, bags_per_wg: int = 4,
@@ -184,16 +194,23 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     graph.meta["plan"] = plan
     layout = Layout(nodes, g)
     # per rank: bytes sent to every rank by its All-to-All shards (table/row/column-wise: b x its columns each),
-    # and its table-row-wise shards (stage 1: N*b*D to each local peer; stage 2: b*D to its rail on every node)
+    # and by its hierarchical shards (table-row-wise and grid, ``hcols`` columns held: stage 1 N*b*hcols to each
+    # local peer; stage 2 b*hcols to its rail on every node)
     if vec:
-        uni_cols, twrw = per_rank.columns(_A2A_KINDS, D), per_rank.count("table_row_wise")
+        uni_cols, hcols = per_rank.columns(_A2A_KINDS, D), per_rank.columns(_HIER_KINDS, D)
+        h_dims = per_rank.dims(_HIER_KINDS, D)
         dp_tables = per_rank.tables_of("data_parallel")
     else:
         uni_cols = np.array([sum(u.dim or D for u in us if u.kind in _A2A_KINDS) for us in per_rank], dtype=float)
-        twrw = np.array([sum(1 for u in us if u.kind == "table_row_wise") for us in per_rank], dtype=float)
+        hcols = np.array([sum(u.dim or D for u in us if u.kind in _HIER_KINDS) for us in per_rank], dtype=float)
+        h_dims = sorted({u.dim or D for us in per_rank for u in us if u.kind in _HIER_KINDS})
         dp_tables = sorted({u.table for us in per_rank for u in us if u.kind == "data_parallel"})
     ub_all = uni_cols * b * eb
-    has_twrw = bool(twrw.any())
+    has_twrw = bool(hcols.any())
+    # the hierarchical kernels in column-equivalent tables of ``dim_h`` columns (the gcd of the shards' widths, as
+    # the All-to-All shards' EmbeddingAllToAll): a shard of ``w`` columns is ``w / dim_h`` tables of ``dim_h``
+    dim_h = math.gcd(*h_dims) if h_dims else D
+    twrw = hcols / dim_h  # column-equivalent hierarchical tables per rank (table-row-wise only: the shard count)
     local_of = np.arange(n) % g
     node_of = np.arange(n) // g
 
@@ -223,17 +240,20 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
 
     for r in ranks:
         units = [u for u in per_rank[r] if u.kind in _A2A_KINDS]
-        tr_units = [u for u in per_rank[r] if u.kind == "table_row_wise"]
+        tr_units = [u for u in per_rank[r] if u.kind in _HIER_KINDS]
+        # column-equivalent tables and their summed lookups (a shard of w columns: w / dim_h tables)
+        tr_tables = sum((u.dim or D) // dim_h for u in tr_units)
+        tr_lookups = sum(u.pooling * ((u.dim or D) // dim_h) for u in tr_units)
         rg = graph.program(r)
         U = len(units)
         cols = sum(u.dim or D for u in units)
         rail = local_of == local_of[r]
         peers = node_of == node_of[r]
         # forward sends; the backward sends the transpose (gradients back to the shard holders)
-        fwd_sizes = np.full(n, ub_all[r]) + np.where(rail, twrw[r] * b * D * eb, 0.0)
-        bwd_sizes = ub_all + np.where(rail, twrw * b * D * eb, 0.0)
-        st1_fwd = np.where(peers, twrw[r] * nodes * b * D * eb, 0.0)
-        st1_bwd = np.where(peers, twrw * nodes * b * D * eb, 0.0)
+        fwd_sizes = np.full(n, ub_all[r]) + np.where(rail, twrw[r] * b * dim_h * eb, 0.0)
+        bwd_sizes = ub_all + np.where(rail, twrw * b * dim_h * eb, 0.0)
+        st1_fwd = np.where(peers, twrw[r] * nodes * b * dim_h * eb, 0.0)
+        st1_bwd = np.where(peers, twrw * nodes * b * dim_h * eb, 0.0)
 
         def comp(work, phase, deps=(), rg=rg):
             return rg.add(ComputeNode(name=work.name, work=work, phase=phase, deps=tuple(deps)))
@@ -263,15 +283,15 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                                                 -(-op.W // system.cost.slots(op.work("fused"))))
         tr_dep = last
         if twrw_h:  # table-row-wise, fused: the pooling kernel pushes to the node-local reducers, which put on the rail
-            tr_work = _pool_work("embedding_twrw", B, sum(u.pooling for u in tr_units), D, eb, tables=len(tr_units),
+            tr_work = _pool_work("embedding_twrw", B, tr_lookups, dim_h, eb, tables=tr_tables,
                                  bags_per_wg=twrw_bags) if tr_units else None
-            tr_op = TwrwEmbeddingPush(tr_work, layout, twrw, r, B, twrw_bags, D, eb, spec.source)
+            tr_op = TwrwEmbeddingPush(tr_work, layout, twrw, r, B, twrw_bags, dim_h, eb, spec.source)
             tr_dep = rg.add(FusedNode(name="embedding_twrw_fused", op=tr_op, group="world", knobs=knobs,
                                       deps=(last,), wait_phase="a2a_twrw_fwd_exposed"))
         elif has_twrw:  # table-row-wise: pool, reduce inside the node (stage 1); stage 2 joins the All-to-All
             if tr_units:
-                tr_dep = comp(_pool_work("embedding_twrw", B, sum(u.pooling for u in tr_units), D, eb,
-                                         tables=len(tr_units)), "embedding_fwd")
+                tr_dep = comp(_pool_work("embedding_twrw", B, tr_lookups, dim_h, eb, tables=tr_tables),
+                              "embedding_fwd")
             tr_dep = rg.add(AllToAllVNode(name="a2a_fwd_intra", group="world", send_bytes=st1_fwd, stream="comm",
                                           deps=(tr_dep,)))
         if mode == "baseline":
@@ -316,7 +336,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                 pre_push = last
                 if twrw_h:  # table-row-wise gradients over the rail, relayed inside the holder node
                     push = PushKernel(pair[0], np.arange(n), bwd_sizes, tag="a2a_bwd_fused", layout=layout,
-                                      relay_bytes=bwd_sizes - ub_all, relay_in_bytes=twrw[r] * b * D * eb,
+                                      relay_bytes=bwd_sizes - ub_all, relay_in_bytes=twrw[r] * b * dim_h * eb,
                                       relay_channel="a2a_bwd_twrw")
                 else:
                     push = PushKernel(pair[0], np.arange(n), ub_all, tag="a2a_bwd_fused", layout=layout)
@@ -336,9 +356,9 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                                          deps=(last,)))
             tr_x = bwd_x
         elif twrw_h:  # the relayed table-row-wise gradients: their own exchange, on the communication stream
-            tr_x = rg.add(FusedNode(name="a2a_bwd_twrw", op=RelayWait("a2a_bwd_twrw", twrw[r] * b * D * eb, nodes, g),
-                                    group="world", stream="comm", knobs=knobs, wait_phase="a2a_bwd_twrw_wait",
-                                    deps=(pre_push,)))
+            relay = RelayWait("a2a_bwd_twrw", twrw[r] * b * dim_h * eb, nodes, g)
+            tr_x = rg.add(FusedNode(name="a2a_bwd_twrw", op=relay, group="world", stream="comm", knobs=knobs,
+                                    wait_phase="a2a_bwd_twrw_wait", deps=(pre_push,)))
         elif has_twrw:
             tr_x = rg.add(AllToAllVNode(name="a2a_bwd_rail", group="world", send_bytes=bwd_sizes - ub_all,
                                         stream="comm", deps=(last,)))
@@ -360,10 +380,10 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             comp(elementwise_work("emb_update", upd_bytes, B * ps * 3.0, spec.embedding_dtype,
                                   wgs=max(1, cols * B // (64 * D))), "embedding_update", deps=(bwd_x,))
         if tr_units:
-            ps = sum(u.pooling for u in tr_units) * D
-            upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + len(tr_units) * B * D * eb
+            ps = tr_lookups * dim_h  # lookups x columns
+            upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + tr_tables * B * dim_h * eb
             comp(elementwise_work("emb_update_twrw", upd_bytes, B * ps * 3.0, spec.embedding_dtype,
-                                  wgs=max(1, len(tr_units) * B // 64)), "embedding_update", deps=(tr_x,))
+                                  wgs=max(1, tr_tables * dim_h * B // (64 * D))), "embedding_update", deps=(tr_x,))
         for t in dp_tables:  # scatter-add of the local gradients, then the dense optimizer step over the table
             rows = spec.tables[t].rows
             nbytes = b * spec.tables[t].pooling * D * grad_eb + rows * D * (eb * (2.0 + 2.0 *

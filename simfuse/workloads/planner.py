@@ -17,6 +17,15 @@ nodes, ``D`` dim, ``P`` lookups per bag, ``e`` bytes per element):
   stage 1 reduces the partials inside the node over NVLink (reduce-scatter: ``N * b * D * e`` to each local
   peer), stage 2 sends the node's result across nodes on the rails (local rank ``j`` sends ``b * D * e`` to local
   rank ``j`` of every node);
+* ``grid`` (TorchRec's ``GRID_SHARD``): ``k`` column shards of ``D / k`` columns (``k = 2, 4, ...`` while
+  ``D / k >= MIN_COLUMN_DIM`` and ``k <= N``), each table-row-wise on the ``g`` GPUs of its own node (``k``
+  distinct nodes, ``k g`` holders); each holder pools ``B`` bags at ``P / g`` lookups over ``D / k`` columns;
+  stage 1 reduce-scatters inside the node (``N * b * (D / k) * e`` to each local peer), stage 2 sends
+  ``b * (D / k) * e`` on the rail to every remote node; a rank receives ``b * (D / k) * e`` from each of the
+  ``k`` holder nodes (its own node's share over NVLink when it is one of them).  A table-row-wise table is the
+  grid with ``k = 1``; the two share one cost formula (:func:`_hier_option`) and one code path in the DLRM
+  builder.  The grid spreads a table's pooling over ``k g`` GPUs instead of ``g`` and divides each holder's
+  stage-1 and rail bytes by ``k``; the bytes every rank receives are those of table-row-wise;
 * ``data_parallel``: a replica on every rank; local pooling of the ``b`` own bags, no embedding All-to-All, the
   table's gradient (``rows * D`` fp32) all-reduced on the data-parallel stream and a dense optimizer update.
 
@@ -37,18 +46,26 @@ data parallel and the same under every plan, so they are left out.
 **Partitioner** (greedy, documented heuristic): tables in decreasing order of their table-wise cost (ties: lower
 index first); for each table every option is tried against the loads placed so far: ``table_wise`` on the rank
 where it raises the cost least, ``column_wise`` shards one by one on the least-loaded ranks, ``table_row_wise`` on
-the node whose most-loaded rank ends lowest, ``row_wise`` and ``data_parallel`` on every rank; ranks whose
+the node whose most-loaded rank ends lowest, ``grid`` on the ``k`` nodes whose most-loaded ranks end lowest (column
+shard ``i`` on the ``i``-th of them in node order; ties to the lower node; only nodes where every GPU has the
+memory), ``row_wise`` and ``data_parallel`` on every rank; ranks whose
 embedding memory (``memory_bytes * embedding_memory_fraction``; rows x dim x dtype x (1 + optimizer state))
 would overflow are skipped.  The option with the lowest score wins: the larger of the resulting critical-rank (maximum)
 cost and the average rank cost once every remaining table is placed at its cheapest summed cost (a lookahead
 bound: without it the myopic choice spreads every table row-wise, whose partial sums multiply the traffic by the
 number of shards); ties go to the lowest increase of the summed cost, then to the order of :data:`SHARDINGS`.
 
-**Proposer**: three candidates (``greedy`` over every option the mode supports, ``table_wise`` (table-wise, row-wise
-where a table does not fit), ``row_wise`` (every table row-wise)); the one with the lowest estimated critical-rank
-cost is chosen.  Every option is open to both modes: in fused mode ``table_row_wise`` runs as the hierarchical
-push (``TwrwEmbeddingPush``: partial sums pushed to node-local reducers over NVLink as workgroups finish, reduced
-slices put on the rail as they complete), so its communication overlaps its pooling as the other fused shards' does.
+**Proposer**: four candidates (``greedy`` over every option the mode supports, ``greedy_no_grid`` (the same without
+``grid``), ``table_wise`` (table-wise, row-wise where a table does not fit), ``row_wise`` (every table row-wise));
+the one with the lowest estimated critical-rank cost is chosen (ties: that order).  ``greedy_no_grid`` is there
+because the greedy is myopic: a grid shard always lowers the critical rank of the moment (it halves or quarters a
+node's load), so the greedy takes it for the first tables even where, once every table is placed, whole
+table-row-wise nodes would balance as well without grid's extra index reads (equal tables on as many nodes); with
+it, offering grid never makes the estimated plan worse.  When the greedy plan has no grid table, ``greedy_no_grid``
+is that plan (every step's choice was open to it) and is not partitioned again.  Every option is open to both modes: in fused mode ``table_row_wise`` and ``grid`` run as the
+hierarchical push (``TwrwEmbeddingPush``: partial sums pushed to node-local reducers over NVLink as workgroups
+finish, reduced slices put on the rail as they complete), so their communication overlaps their pooling as the
+other fused shards' does.
 """
 
 from __future__ import annotations
@@ -64,7 +81,10 @@ from ..errors import SpecError
 from ..fused.knobs import DTYPE_BYTES
 from .placement import Unit
 
-SHARDINGS = ("table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel")
+SHARDINGS = ("table_wise", "row_wise", "column_wise", "table_row_wise", "grid", "data_parallel")
+#: sharding types whose shards are row shards over the ``g`` GPUs of a node, reduced inside the node (stage 1) and
+#: sent on the rails (stage 2): table-row-wise (one node, all columns) and grid (``k`` nodes, ``D / k`` columns each)
+HIER_SHARDINGS = ("table_row_wise", "grid")
 #: sharding types fused mode executes (see the module docstring): all of them since the hierarchical TWRW push
 FUSED_SHARDINGS = SHARDINGS
 #: bytes per lookup index: int64 ids, as the fused operator's ``index_bytes`` default (simfuse/fused/ops.py)
@@ -74,7 +94,7 @@ GRAD_BYTES = 4
 #: narrowest column shard: 32 columns x 4 B = one 128-byte cache line per row (narrower rows waste gathers, see
 #: facts.md: 128-256-byte rows are already the hard case for random gathers)
 MIN_COLUMN_DIM = 32
-CANDIDATES = ("greedy", "table_wise", "row_wise")
+CANDIDATES = ("greedy", "greedy_no_grid", "table_wise", "row_wise")
 
 
 @dataclass(frozen=True)
@@ -144,9 +164,9 @@ class RankUnits(Sequence):
     Entry ``i`` is one table's option and its holder ranks (shard ``s`` on ``holders[s]``); ``self[r]`` builds
     rank ``r``'s list of :class:`~simfuse.workloads.placement.Unit` in placement order, the order the per-rank
     lists of the straightforward construction have.  The per-rank summaries the DLRM builder needs
-    (:meth:`rank_classes`, :meth:`columns`, :meth:`count`, :meth:`tables_of`, :meth:`memory_bytes`) are computed
-    per entry with numpy and equal those of the materialised lists (``tests/workloads/test_planner_vectorised.py``
-    checks it against the per-rank construction)."""
+    (:meth:`rank_classes`, :meth:`columns`, :meth:`dims`, :meth:`count`, :meth:`tables_of`,
+    :meth:`memory_bytes`) are computed per entry with numpy and equal those of the materialised lists
+    (``tests/workloads/test_planner_vectorised.py`` checks it against the per-rank construction)."""
 
     def __init__(self, n_ranks: int):
         self.n = n_ranks
@@ -189,6 +209,10 @@ class RankUnits(Sequence):
     def columns(self, kinds, dim: int) -> np.ndarray:
         """Columns each rank holds in units of ``kinds`` (``u.dim or dim`` summed)."""
         return self._per_rank_sum(lambda u: (u.dim or dim) if u.kind in kinds else 0)
+
+    def dims(self, kinds, dim: int) -> list[int]:
+        """Sorted distinct column counts (``u.dim or dim``) of the units of ``kinds`` some rank holds."""
+        return sorted({u.dim or dim for u, h in self.entries if u.kind in kinds and len(h)})
 
     def count(self, kind: str) -> np.ndarray:
         """Units of ``kind`` on each rank."""
@@ -366,11 +390,12 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
             out.append(uniform_a2a("column_wise", k, tab.rows, D // k, tab.pooling))
             k *= 2
     if "table_row_wise" in allowed and N > 1 and g > 1:
-        rows, p = math.ceil(tab.rows / g), tab.pooling / g
-        s1 = 2.0 * N * b * D * eb * (g - 1)      # reduce-scatter inside the node, fwd + bwd
-        s2 = 2.0 * b * D * eb                     # per remote node on the rail, fwd + bwd
-        out.append(_Option("table_row_wise", g, rows, D, p, ctx.pool_update_bytes(B, p, D) / hbm, s1,
-                           (N - 1) * s2, s1, 0.0, s2 * (N - 1) / N, storage=ctx.storage(rows, D)))
+        out.append(_hier_option(ctx, t, "table_row_wise", 1))
+    if "grid" in allowed and g > 1:
+        k = 2
+        while k <= N and D % k == 0 and D // k >= MIN_COLUMN_DIM:
+            out.append(_hier_option(ctx, t, "grid", k))
+            k *= 2
     if "data_parallel" in allowed:
         local = b * tab.pooling * (D * eb + INDEX_BYTES) + b * D * eb      # pool own bags
         grad = b * tab.pooling * D * GRAD_BYTES                              # scatter-add into the dense grad
@@ -379,6 +404,21 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
                            u_comp_s=(local + grad + upd) / hbm, u_dp_s=ctx.dp_allreduce_s(tab.rows),
                            storage=ctx.storage(tab.rows, D)))
     return out
+
+
+def _hier_option(ctx: _Ctx, t: int, kind: str, k: int) -> _Option:
+    """Table ``t`` in ``k`` column shards of ``D / k`` columns, each row-sharded over the ``g`` GPUs of its own node
+    (``table_row_wise``: ``k = 1``; ``grid``: ``k`` nodes): each of the ``k g`` holders pools all ``B`` bags at
+    ``P / g`` lookups over ``D / k`` columns, reduce-scatters inside its node (``N b D / k`` to each local peer)
+    and sends its node's share on its rail (``b D / k`` to every remote node); fwd + bwd.  Every rank receives
+    ``b D / k`` from each of the ``k`` holder nodes but its own, ``k (N - 1) / N`` of them on average."""
+    tab = ctx.spec.tables[t]
+    b, eb, g, N = ctx.b, ctx.eb, ctx.g, ctx.N
+    rows, p, dim = math.ceil(tab.rows / g), tab.pooling / g, ctx.D // k
+    s1 = 2.0 * N * b * dim * eb * (g - 1)      # reduce-scatter inside the node, fwd + bwd
+    s2 = 2.0 * b * dim * eb                     # per remote node on the rail, fwd + bwd
+    return _Option(kind, k * g, rows, dim, p, ctx.pool_update_bytes(ctx.B, p, dim) / ctx.rates.hbm_bytes_per_s, s1,
+                   (N - 1) * s2, s1, 0.0, k * s2 * (N - 1) / N, storage=ctx.storage(rows, dim))
 
 
 # ---------------------------------------------------------------------------------------------------- partitioner
@@ -409,17 +449,20 @@ def _try(opt: _Option, L: _Loads):
         holders = np.arange(n)
         after = ctx.rank_cost(comp + opt.comp_s, L.si + opt.send_intra, L.se + opt.send_inter, ri, re) + dp
         return float(after.max()), float(after.sum() - before), holders
-    if opt.kind == "table_row_wise":
-        N = ctx.N
+    if opt.kind in HIER_SHARDINGS:  # whole nodes: the k nodes whose most-loaded rank ends lowest
+        N, k = ctx.N, opt.shards // g
         cand = ctx.rank_cost(comp + opt.comp_s, L.si + opt.send_intra, L.se + opt.send_inter,
                              ri + opt.recv_intra_holder, re) + dp
         node_ok = ok.reshape(N, g).all(axis=1)
-        if not node_ok.any():
+        if int(node_ok.sum()) < k:
             return None
         node_max = np.where(node_ok, cand.reshape(N, g).max(axis=1), np.inf)
-        k = int(np.argmin(node_max))
-        holders = np.arange(k * g, (k + 1) * g)
-        crit = max(float(base.max()), float(node_max[k]))
+        if k == 1:
+            sel = np.array([int(np.argmin(node_max))])
+        else:  # ties to the lower node; column shard i on the i-th selected node in node order
+            sel = np.sort(np.argsort(node_max, kind="stable")[:k])
+        holders = (sel[:, None] * g + np.arange(g)).reshape(-1)
+        crit = max(float(base.max()), float(node_max[sel].max()))
         inc = float(base.sum() - before + (cand[holders] - base[holders]).sum())
         return crit, inc, holders
     # table_wise / column_wise: shards one by one on the rank where the cost ends lowest
@@ -521,10 +564,13 @@ def plan_tables(spec, system, nodes: int, gpus_per_node: int, mode: str) -> Plan
         raise SpecError(spec.source, "global_batch", f"{spec.global_batch} is not divisible by the {n} GPUs")
     ctx = _context(spec, system, n, gpus_per_node, mode)
     full = SHARDINGS if mode == "baseline" else FUSED_SHARDINGS
-    allowed = {"greedy": full, "table_wise": ("table_wise", "row_wise"), "row_wise": ("row_wise",) if n > 1
-               else ("table_wise",)}
+    allowed = {"greedy": full, "greedy_no_grid": tuple(k for k in full if k != "grid"),
+               "table_wise": ("table_wise", "row_wise"), "row_wise": ("row_wise",) if n > 1 else ("table_wise",)}
     best, estimates = None, {}
     for name in CANDIDATES:
+        if name == "greedy_no_grid" and not any(tp.sharding == "grid" for tp in best.tables):
+            estimates[name] = best.estimated_critical_s  # the greedy plan itself (see the module docstring)
+            continue
         try:
             p = _partition(ctx, allowed[name], name)
         except SpecError:
@@ -579,8 +625,9 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
     """A plan from a CSV (``table``, ``sharding``, ``ranks``; optional ``mode``: rows of the other mode are
     skipped), e.g. a ``plan.csv`` written by ``simfuse run``, or from a TorchRec plan (its printed text, its JSON
     form or a ``ShardingPlan`` object: simfuse/workloads/torchrec_plan.py; the format is detected by content).
-    Every table exactly once; shard ``i`` of a table on the ``i``-th rank listed.  Errors name the file and the
-    field (with the CSV line)."""
+    Every table exactly once; shard ``i`` of a table on the ``i``-th rank listed (``grid``: column shard ``j``
+    on the ``j``-th run of ``g`` ranks, each run the ranks of one node, e.g. ``8-15;0-7``).  Errors name the file
+    and the field (with the CSV line)."""
     import pandas as pd
 
     from .torchrec_plan import plan_rows
@@ -631,9 +678,13 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
             raise SpecError(src, fld, f"column_wise over {k} ranks: dim {D} is not divisible by {k}")
         if kind == "table_row_wise" and (k != g or len({r // g for r in ranks}) != 1):
             raise SpecError(src, fld, f"table_row_wise needs the {g} ranks of one node")
+        if kind == "grid":
+            _check_grid_ranks(ranks, g, D, src, fld)
         rows = tab.rows if kind in ("table_wise", "column_wise", "data_parallel") else math.ceil(tab.rows / k)
         dim = D // k if kind == "column_wise" else D
         pooling = tab.pooling / k if kind in ("row_wise", "table_row_wise") else tab.pooling
+        if kind == "grid":  # k / g column shards of D g / k columns, each row-sharded over the g GPUs of a node
+            rows, dim, pooling = math.ceil(tab.rows / g), D // (k // g), tab.pooling / g
         for i, r in enumerate(ranks):
             per_rank[r].append(Unit(t, rows, pooling, i, k, kind, dim))
         tables[t] = TablePlan(t, kind, ranks, rows, dim, ctx.storage(rows, dim), float("nan"))
@@ -653,8 +704,27 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
     return plan
 
 
+def _check_grid_ranks(ranks, g: int, D: int, src: str, fld: str) -> None:
+    """A grid table's ranks: ``k`` runs of ``g``, run ``i`` (column shard ``i``) the ranks of one node (the
+    nodes are distinct: a run holds every rank of its node and no rank is listed twice), ``D`` divisible by
+    ``k``."""
+    k, rem = divmod(len(ranks), g)
+    if rem or not k:
+        raise SpecError(src, fld, f"grid needs whole nodes: a multiple of the {g} GPUs per node, got {len(ranks)} "
+                                  "ranks")
+    for i in range(k):
+        run = ranks[i * g:(i + 1) * g]
+        if len({r // g for r in run}) != 1:
+            raise SpecError(src, fld, f"grid column shard {i}: ranks {list(run)} are not the {g} ranks of one node "
+                                      "(list each node's ranks together)")
+    if D % k:
+        raise SpecError(src, fld, f"grid over {k} nodes: dim {D} is not divisible by {k}")
+
+
 def _option_for(ctx: _Ctx, units: list[Unit], t: int) -> _Option:
     u = next(x for x in units if x.table == t)
+    if u.kind in HIER_SHARDINGS:
+        return _hier_option(ctx, t, u.kind, u.shards // ctx.g)
     opts = {(o.kind, o.shards): o for o in enumerate_options(ctx, t, SHARDINGS)}
     return opts.get((u.kind, u.shards)) or _custom_option(ctx, u)
 

@@ -29,8 +29,12 @@ table's index (``t3``, ``3``, ``t_cat_3``, ``table_3``); every table exactly onc
   column widths, one shard per rank: what simfuse models; table-column-wise differs only in keeping the shards on
   one host);
 * ``table_row_wise`` -> ``table_row_wise`` (the shards must be the ranks of one node: the run's GPUs per node);
+* ``grid_shard`` -> ``grid``: ``k`` column blocks of equal width, each split into row shards over the ``g`` ranks of
+  its own node (TorchRec's layout: ``ranks`` and shards column block by column block, the node's ranks in row
+  order inside a block); simfuse's ranks are in that order (column block ``i`` on the ``i``-th run of ``g``
+  ranks), whatever order the shards are listed in.  ``k`` distinct nodes, even row shards;
 * ``data_parallel`` -> ``data_parallel`` (every rank);
-* ``grid_shard`` and anything else: a SpecError (simfuse has no two-level column x row sharding).
+* anything else: a SpecError naming the supported types.
 
 **Checks** (SpecError naming the file and the field ``<module>/<param>``, or the text line): unknown tables, a
 rank out of range, a plan for another GPU count (``world_size``, the ranks of row-wise / data-parallel tables),
@@ -50,8 +54,10 @@ from ..errors import SpecError
 
 #: TorchRec ShardingType value -> simfuse sharding
 TYPE_MAP = {"table_wise": "table_wise", "row_wise": "row_wise", "column_wise": "column_wise",
-            "table_column_wise": "column_wise", "table_row_wise": "table_row_wise", "data_parallel": "data_parallel"}
-UNSUPPORTED = {"grid_shard": "grid sharding (column shards, each row-sharded over a node) has no simfuse model"}
+            "table_column_wise": "column_wise", "table_row_wise": "table_row_wise", "grid_shard": "grid",
+            "data_parallel": "data_parallel"}
+#: TorchRec sharding types known but not modelled (value: why); none since grid_shard maps to ``grid``
+UNSUPPORTED: dict[str, str] = {}
 PARAM_HEADER = ("param", "sharding type", "compute kernel", "ranks")
 SHARD_HEADER = ("param", "shard offsets", "shard sizes", "placement")
 MAX_PLAN_BYTES = 64 << 20
@@ -339,6 +345,49 @@ def _check_cover(e: Entry, src: str, rows: int, dim: int, kind: str) -> list[int
     return [s.rank for s in _ordered(sh, axis)]
 
 
+def _check_grid_cover(e: Entry, src: str, rows: int, dim: int) -> list[int]:
+    """A grid shard's ranks in simfuse's order (column block by column block, rows in order inside one), after
+    checking that its shards tile the rows x dim table as a grid: column blocks of one width covering the columns,
+    each block's shards spanning exactly its columns and covering the rows."""
+    sh = e.shards or []
+    fld = f"{e.where} shards"
+    for s in sh:
+        if min(s.sizes) < 0 or min(s.offsets) < 0:
+            raise SpecError(src, fld, f"negative offset or size {list(s.offsets)} {list(s.sizes)}")
+    blocks: dict[int, list[Shard]] = {}
+    for s in sh:
+        blocks.setdefault(s.offsets[1], []).append(s)
+    pos, order = 0, []
+    for c0 in sorted(blocks):
+        if c0 != pos:
+            what = "overlap" if c0 < pos else "gap"
+            raise SpecError(src, fld, f"column blocks do not cover the table: {what} at column {min(pos, c0)}")
+        widths = {s.sizes[1] for s in blocks[c0]}
+        if len(widths) != 1:
+            raise SpecError(src, fld, f"column block at column {c0} has shards of widths {sorted(widths)}: a grid "
+                                      "block's row shards span the same columns")
+        width = widths.pop()
+        r = 0
+        for s in _ordered(blocks[c0], 0):
+            if s.offsets[0] != r:
+                what = "overlap" if s.offsets[0] < r else "gap"
+                raise SpecError(src, fld, f"column block at column {c0}: row shards {what} at row "
+                                          f"{min(r, s.offsets[0])}")
+            r += s.sizes[0]
+        if r != rows:
+            raise SpecError(src, fld, f"column block at column {c0} covers {r} rows; the model spec's table has "
+                                      f"{rows}")
+        order += [s.rank for s in _ordered(blocks[c0], 0)]
+        pos += width
+    if pos != dim:
+        raise SpecError(src, fld, f"shards cover {pos} columns; the model spec's table has {dim}")
+    widths = {s.sizes[1] for s in sh}
+    if len(widths) != 1:
+        raise SpecError(src, fld, f"column blocks of unequal widths {sorted(widths)}: simfuse models equal column "
+                                  "shards")
+    return order
+
+
 def to_rows(entries: list[Entry], src: str, spec, n_ranks: int, gpus_per_node: int,
             world_size: int | None = None) -> list[tuple[str, str, tuple[int, ...], str]]:
     """(table ``t<i>``, simfuse sharding, ranks, where) per entry, after the checks of the module docstring."""
@@ -370,6 +419,11 @@ def to_rows(entries: list[Entry], src: str, spec, n_ranks: int, gpus_per_node: i
             if sorted(ranks) != list(range(n)):
                 raise SpecError(src, f"{fld} ranks", f"data_parallel replicates the table on every rank: the plan "
                                                      f"lists {len(ranks)} ranks, the run has {n} GPUs")
+        elif e.shards and kind == "grid":
+            ranks = _check_grid_cover(e, src, rows, D)
+            if e.ranks is not None and sorted(e.ranks) != sorted(ranks):
+                raise SpecError(src, f"{fld} ranks", f"ranks {e.ranks[:8]} disagree with the shard placements "
+                                                     f"{ranks[:8]}")
         elif e.shards:
             ranks = _check_cover(e, src, rows, D, kind)
             if e.ranks is not None and sorted(e.ranks) != sorted(ranks):
@@ -395,17 +449,28 @@ def to_rows(entries: list[Entry], src: str, spec, n_ranks: int, gpus_per_node: i
         if kind == "table_row_wise" and (k != g or len({r // g for r in ranks}) != 1):
             raise SpecError(src, f"{fld} ranks", f"table_row_wise over {k} ranks {ranks[:8]}: simfuse needs the "
                                                  f"{g} ranks of one node (the run's GPUs per node)")
+        if kind == "grid":
+            blocks, rem = divmod(k, g)
+            runs = [ranks[i * g:(i + 1) * g] for i in range(blocks)]
+            if rem or not blocks or any(len({r // g for r in run}) != 1 for run in runs):
+                raise SpecError(src, f"{fld} ranks", f"grid_shard over ranks {ranks[:8]}: simfuse needs each column "
+                                                     f"block on the {g} ranks of one node (the run's GPUs per node)")
+            # (distinct nodes: the g ranks of a block are all of its node's, and no rank holds two shards)
+            if D % blocks:
+                raise SpecError(src, f"{fld} ranks", f"grid_shard over {blocks} nodes: dim {D} is not divisible by "
+                                                     f"{blocks}")
         if kind == "column_wise" and e.shards:
             widths = {s.sizes[1] for s in e.shards}
             if len(widths) != 1:
                 raise SpecError(src, f"{fld} shards", f"column shards of unequal widths {sorted(widths)}: simfuse "
                                                       "models equal column shards")
-        if kind in ("row_wise", "table_row_wise") and e.shards:
-            block = -(-rows // k)
+        if kind in ("row_wise", "table_row_wise", "grid") and e.shards:
+            block = -(-rows // (g if kind == "grid" else k))
             big = [s.sizes[0] for s in e.shards if s.sizes[0] > block]
             if big:
                 raise SpecError(src, f"{fld} shards", f"a row shard of {big[0]} rows is above the even split "
-                                                      f"ceil({rows} / {k}) = {block}: simfuse models even row shards")
+                                                      f"ceil({rows} / {g if kind == 'grid' else k}) = {block}: "
+                                                      "simfuse models even row shards")
         out.append((f"t{t}", kind, tuple(ranks), fld))
     missing = [t for t in range(T) if t not in seen]
     if missing:

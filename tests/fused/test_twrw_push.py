@@ -186,3 +186,38 @@ def test_bad_shard_counts_are_refused():
     with pytest.raises(SpecError) as exc:
         ops.TwrwEmbeddingPush(None, Layout(2, 2), [1, 1, 0, 0], 0, 64, 3, 8, 4)
     assert exc.value.field == "bags"
+
+
+def test_grid_stage_bytes_match_their_formulas(tmp_path, small, spy):
+    """A grid table (column shard 0 on node 0, shard 1 on node 1: D / 2 columns each) next to a table-row-wise
+    table on node 1: the hierarchical push moves, per holder, its columns held ``w`` (node 0: D / 2; node 1:
+    D / 2 + D): stage 1 ``N b w`` to each local peer, stage 2 ``b w`` to each rail peer; everything lands, and the
+    backward relay and rail push carry the bulk path's volumes."""
+    spec = _spec([(4000, 8), (8000, 5), (1000, 3), (50, 1)])
+    rows = [("t0", "grid", "0-3;4-7"), ("t1", "table_row_wise", "4-7"), ("t2", "table_wise", "1"),
+            ("t3", "data_parallel", "all")]
+    plan = _plan(tmp_path, rows, spec, small, "fused")
+    simulate_dlrm(spec, small, NODES, gpus_per_node=G, mode="fused", sim_mode="full", plan=plan)
+    bulk = build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode="fused", sim_mode="full", plan=plan,
+                            knobs=FusedKnobs(twrw_push="bulk"))
+    base_g = build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode="baseline", sim_mode="full", plan=plan)
+    ranks = np.arange(N_RANKS)
+    w = np.where(ranks >= 4, D // 2 + D, D // 2)
+    for tag in ("embedding_twrw_push", "embedding_twrw_push:rail", "a2a_bwd_fused", "a2a_bwd_fused:relay"):
+        np.testing.assert_allclose(_per_pair(spy, "recv", tag), _per_pair(spy, "sent", tag))  # all landed
+    st1 = _per_pair(spy, "sent", "embedding_twrw_push")
+    st2 = _per_pair(spy, "sent", "embedding_twrw_push:rail")
+    relay = _per_pair(spy, "sent", "a2a_bwd_fused:relay")
+    bwd = _per_pair(spy, "sent", "a2a_bwd_fused")
+    for r in range(N_RANKS):
+        peers = (ranks // G == r // G) & (ranks != r)
+        rail = (ranks % G == r % G) & (ranks != r)
+        np.testing.assert_allclose(st1[r], np.where(peers, NODES * B_RANK * w[r] * EB, 0.0))
+        np.testing.assert_allclose(st1[r], np.where(ranks != r, _node(bulk, r, "a2a_fwd_intra").send_bytes, 0))
+        np.testing.assert_allclose(st2[r], np.where(rail, B_RANK * w[r] * EB, 0.0))
+        np.testing.assert_allclose(st2[r], np.where(ranks != r, _node(bulk, r, "a2a_fwd_rail").send_bytes, 0))
+        np.testing.assert_allclose(bwd[r], np.where(ranks != r, _node(base_g, r, "a2a_bwd").send_bytes, 0))
+        np.testing.assert_allclose(relay[r], np.where(ranks != r, _node(bulk, r, "a2a_bwd_intra").send_bytes, 0))
+    # every bag owner gets, over the rails, its bags' rows of the columns held off its node: t0's other column
+    # block and, on node 0, all of t1 (its own node's share stays there)
+    np.testing.assert_allclose(st2.sum(axis=0), np.where(ranks >= 4, D // 2, D // 2 + D) * B_RANK * EB)

@@ -160,8 +160,10 @@ def test_plan_csv_round_trips(tmp_path, small):
     (("t9", "table_wise", "0"), "table (line 6)", "unknown table"),
     (("t0", "table_wise", "8"), "ranks (line 6)", "out of range"),
     (("t0", "table_wise", "0;1"), "ranks (line 6)", "exactly one rank"),
-    (("t0", "grid", "0"), "sharding (line 6)", "unknown"),
+    (("t0", "diagonal", "0"), "sharding (line 6)", "unknown"),
     (("t3", "table_row_wise", "2-5"), "ranks (line 6)", "one node"),
+    (("t3", "grid", "0-5"), "ranks (line 6)", "whole nodes"),
+    (("t3", "grid", "2-5;0;1;6;7"), "ranks (line 6)", "not the 4 ranks of one node"),
 ])
 def test_forced_plan_errors_name_file_and_field(tmp_path, small, row, field, text):
     rows = [r for r in FORCED if r[0] != row[0]] + [row]

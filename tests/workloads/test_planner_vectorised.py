@@ -15,7 +15,7 @@ from simfuse.spec import workload_from_dict
 from simfuse.system import System
 from simfuse.workloads.dlrm import build_dlrm_graph, simulate_dlrm
 from simfuse.workloads.placement import Unit, rank_classes
-from simfuse.workloads.planner import SHARDINGS, Plan, RankUnits, format_ranks, plan_tables
+from simfuse.workloads.planner import HIER_SHARDINGS, SHARDINGS, Plan, RankUnits, format_ranks, plan_tables
 
 from ..conftest import make_topology
 
@@ -39,6 +39,9 @@ def _reference_lists(plan, spec) -> list[list[Unit]]:
         pooling = tab.pooling / k if tp.sharding in ("row_wise", "table_row_wise") else tab.pooling
         rows = tab.rows if tp.sharding in ("table_wise", "column_wise", "data_parallel") else math.ceil(tab.rows / k)
         dim = spec.dim // k if tp.sharding == "column_wise" else spec.dim
+        if tp.sharding == "grid":  # k / g column shards, each row-sharded over the g GPUs of a node
+            g = plan.gpus_per_node
+            pooling, rows, dim = tab.pooling / g, math.ceil(tab.rows / g), spec.dim // (k // g)
         for i, r in enumerate(tp.ranks):
             per_rank[r].append(Unit(tp.table, rows, pooling, i, k, tp.sharding, dim))
     return per_rank
@@ -102,6 +105,9 @@ def _check_plan(plan, spec, system, nodes, g, mode, simulate):
                                                        dtype=float))
     assert np.array_equal(pr.count("table_row_wise"),
                           np.array([sum(u.kind == "table_row_wise" for u in us) for us in ref], dtype=float))
+    assert np.array_equal(pr.columns(HIER_SHARDINGS, D),
+                          np.array([sum(u.dim or D for u in us if u.kind in HIER_SHARDINGS) for us in ref], dtype=float))
+    assert pr.dims(HIER_SHARDINGS, D) == sorted({u.dim or D for us in ref for u in us if u.kind in HIER_SHARDINGS})
     assert pr.tables_of("data_parallel") == sorted({u.table for us in ref for u in us if u.kind == "data_parallel"})
     row_bytes = 4 * (1.0 + spec.optimizer_state_factor)  # fp32 tables
     assert spec.embedding_dtype == "fp32"

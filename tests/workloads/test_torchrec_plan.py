@@ -255,7 +255,9 @@ BAD = [
     ("table-row-wise across nodes", _set(3, ranks=[2, 3, 4, 5], shards=[
         {"offsets": [2000 * i, 0], "sizes": [2000, 32], "rank": 2 + i} for i in range(4)]),
      f"{MODULE}/t_cat_3 ranks", "the 4 ranks of one node"),
-    ("grid shard", _set(3, sharding_type="grid_shard"), f"{MODULE}/t_cat_3 sharding type", "not supported"),
+    ("grid shard on one node's rows", _set(3, sharding_type="grid_shard", ranks=[2, 3, 4, 5], shards=[
+        {"offsets": [2000 * i, 0], "sizes": [2000, 32], "rank": 2 + i} for i in range(4)]),
+     f"{MODULE}/t_cat_3 ranks", "the 4 ranks of one node"),
     ("unknown type", _set(3, sharding_type="diagonal"), f"{MODULE}/t_cat_3 sharding type", "unknown TorchRec"),
     ("bad placement", _set(0, shards=[{"offsets": [0, 0], "sizes": [1000, 32], "placement": "cuda:1"}]),
      f"{MODULE}/t_cat_0.shards[0].placement", "no rank in placement"),
@@ -364,3 +366,94 @@ def test_real_torchrec_sharding_plan(tmp_path, small, reference):
         _same(load_plan(_write(tmp_path, "p.json", json.dumps(plan._serialize())), _spec(), small, NODES, G,
                         "baseline"), reference)
     _same(load_plan(dump_json(plan, tmp_path / "d.json"), _spec(), small, NODES, G, "baseline"), reference)
+
+
+# ------------------------------------------------------------------------------------------------- grid_shard
+#: t3 (8,000 x 32) grid-sharded the way torchrec's sharding_plan.grid_shard(host_indexes=[1, 0]) lays it out: column
+#: block 0 (columns 0-15) row-sharded over node 1's ranks 4-7, block 1 (columns 16-31) over node 0's ranks 0-3
+GRID_RANKS = [4, 5, 6, 7, 0, 1, 2, 3]
+GRID_SHARDS = [([2000 * i, 16 * blk], [2000, 16], GRID_RANKS[4 * blk + i]) for blk in range(2) for i in range(4)]
+GRID_CSV = [r if r[0] != "t3" else ("t3", "grid", "4-7;0-3") for r in CSV_ROWS]
+
+
+@pytest.fixture(scope="module")
+def grid_reference(tmp_path_factory, small):
+    p = tmp_path_factory.mktemp("grid") / "plan.csv"
+    pd.DataFrame(GRID_CSV, columns=["table", "sharding", "ranks"]).to_csv(p, index=False)
+    return load_plan(p, _spec(), small, NODES, G, "baseline")
+
+
+def _grid_object_plan(shards=GRID_SHARDS, ranks=GRID_RANKS):
+    obj = _object_plan()
+    obj.plan[MODULE]["t_cat_3"] = SimpleNamespace(
+        sharding_type=SimpleNamespace(value="grid_shard"), compute_kernel="fused", ranks=ranks,  # a ShardingType enum
+        sharding_spec=SimpleNamespace(shards=[SimpleNamespace(shard_offsets=o, shard_sizes=z,
+                                                              placement=_RemoteDevice(r)) for o, z, r in shards]))
+    return obj
+
+
+def test_grid_shard_plan_object_is_the_equivalent_grid_csv_plan(tmp_path, small, grid_reference):
+    t3 = grid_reference.tables[3]
+    assert (t3.sharding, t3.ranks, t3.rows_per_shard, t3.dim_per_shard) == ("grid", tuple(GRID_RANKS), 2000, 16)
+    # each holder: a row shard (P / g lookups) over its node's column block (D / 2 columns)
+    assert [(u.pooling, u.dim, u.rows) for u in grid_reference.per_rank[0] if u.table == 3] == [(5 / G, 16, 2000)]
+    obj = _grid_object_plan()
+    _same(load_plan(obj, _spec(), small, NODES, G, "baseline"), grid_reference)
+    # the JSON dump and the shards listed in any order give the same plan (simfuse orders them block by block)
+    _same(load_plan(dump_json(obj, tmp_path / "g.json"), _spec(), small, NODES, G, "baseline"), grid_reference)
+    shuffled = [GRID_SHARDS[i] for i in (5, 0, 7, 2, 4, 1, 6, 3)]
+    _same(load_plan(_grid_object_plan(shuffled, sorted(GRID_RANKS)), _spec(), small, NODES, G, "baseline"),
+          grid_reference)
+    # without shards, the ranks in torchrec's order (block by block)
+    data = json.loads((tmp_path / "g.json").read_text())
+    data[MODULE]["t_cat_3"].pop("shards")
+    _same(load_plan(_write(tmp_path, "r.json", json.dumps(data)), _spec(), small, NODES, G, "baseline"), grid_reference)
+
+
+def test_grid_shard_printed_plan(tmp_path, small, grid_reference):
+    lines = TEXT.replace("t_cat_3 | table_row_wise | fused          | [4, 5, 6, 7]",
+                         "t_cat_3 | grid_shard     | fused          | [4, 5, 6, 7, 0, 1, 2, 3]").splitlines()
+    lines = [x for x in lines if not x.startswith("t_cat_3 | [")]
+    lines += [f"t_cat_3 | {o} | {z} | rank:{r}/cuda:{r % G}" for o, z, r in GRID_SHARDS]
+    _same(load_plan(_write(tmp_path, "g.txt", "\n".join(lines) + "\n"), _spec(), small, NODES, G, "baseline"),
+          grid_reference)
+
+
+def _grid_shards_edit(fn):
+    shards = [list(map(list, (o, z))) + [r] for o, z, r in GRID_SHARDS]
+    fn(shards)
+    return [(o, z, r) for o, z, r in shards]
+
+
+GRID_BAD = [
+    ("two blocks on one node", dict(shards=[(o, z, 4 + r % G) for o, z, r in GRID_SHARDS], ranks=[4, 5, 6, 7] * 2),
+     "ranks", "two grid_shard shards on one rank"),
+    ("block across nodes", dict(shards=[(o, z, {4: 0, 0: 4}.get(r, r)) for o, z, r in GRID_SHARDS],
+                                ranks=[0, 5, 6, 7, 4, 1, 2, 3]), "ranks", "the 4 ranks of one node"),
+    ("a partial block", dict(shards=GRID_SHARDS[:6], ranks=GRID_RANKS[:6]), "shards", "covers 4000 rows"),
+    ("row gap in a block", dict(shards=_grid_shards_edit(lambda s: s[1][1].__setitem__(0, 1500))), "shards",
+     "row shards gap at row 3500"),
+    ("column gap", dict(shards=_grid_shards_edit(lambda s: [x[0].__setitem__(1, 20) for x in s[4:]])), "shards",
+     "gap at column 16"),
+    ("uneven rows", dict(shards=_grid_shards_edit(lambda s: (s[0][1].__setitem__(0, 2500), s[1][0].__setitem__(0, 2500),
+                                                             s[1][1].__setitem__(0, 1500)))),
+     "shards", "above the even split"),
+]
+
+
+@pytest.mark.parametrize("case,kw,part,text", GRID_BAD, ids=[b[0] for b in GRID_BAD])
+def test_bad_grid_shard_plans_name_the_table(small, case, kw, part, text):
+    with pytest.raises(SpecError) as exc:
+        load_plan(_grid_object_plan(**kw), _spec(), small, NODES, G, "baseline")
+    assert exc.value.source == "<ShardingPlan>" and exc.value.field == f"{MODULE}/t_cat_3 {part}" and \
+        text in exc.value.message, exc.value
+
+
+def test_grid_shard_simulates_as_its_csv_plan(tmp_path, small):
+    csv = tmp_path / "plan.csv"
+    pd.DataFrame(GRID_CSV, columns=["table", "sharding", "ranks"]).to_csv(csv, index=False)
+    for mode in ("baseline", "fused"):
+        plans = [load_plan(src, _spec(), small, NODES, G, mode) for src in (_grid_object_plan(), csv)]
+        a, b = (simulate_dlrm(_spec(), small, NODES, gpus_per_node=G, mode=mode, sim_mode="full", plan=p)
+                for p in plans)
+        assert a.iteration_time_s == b.iteration_time_s and a.iteration_time_s > 0

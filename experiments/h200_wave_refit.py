@@ -33,7 +33,8 @@ PROFILE = ROOT / "profiles/h200_calibration.yaml"
 
 
 def _rel(p: Path) -> str:
-    return str(p.relative_to(ROOT))
+    """``p`` relative to the repository (the script runs from there: main() changes into it)."""
+    return str(Path(p).resolve().relative_to(ROOT))
 
 
 def fit(out_cv: Path) -> None:
@@ -42,7 +43,7 @@ def fit(out_cv: Path) -> None:
     from simfuse.calibrate.validate import campaign_validation
     from simfuse.calibrate.wavefit import fit_campaign, read_campaign
 
-    paths = [CAMPAIGN_DIR / c for c in TRAIN]
+    paths = [Path(_rel(CAMPAIGN_DIR / c)) for c in TRAIN]
     rows = []
     for p in paths:
         rows.extend(read_campaign(p))
@@ -72,7 +73,8 @@ def test(out: Path) -> None:
     from simfuse.calibrate.validate import campaign_validation
 
     fits = [w for _, w in sorted(load_profile(PROFILE).wave_fits.items())]
-    summary = campaign_validation([CAMPAIGN_DIR / c for c in TRAIN], out, heldout=CAMPAIGN_DIR / TEST, fits=fits)
+    summary = campaign_validation([_rel(CAMPAIGN_DIR / c) for c in TRAIN], out, heldout=_rel(CAMPAIGN_DIR / TEST),
+                                  fits=fits)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         print_campaign_summary(summary, _rel(out))
@@ -84,6 +86,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("stage", choices=("fit", "test"))
     a = ap.parse_args()
+    import os
+
+    os.chdir(ROOT)  # file names in the outputs relative to the repository
     if a.stage == "fit":
         fit(CAMPAIGN_DIR / "cv")
     else:

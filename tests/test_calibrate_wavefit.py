@@ -169,7 +169,7 @@ def test_shipped_campaign_cv_is_reproduced():
 
 @pytest.mark.slow
 def test_shipped_campaign_cv_is_reproduced_for_every_family():
-    """All families (about 8 minutes on the 2-core VM)."""
+    """All families (about 12 minutes on the 2-core VM)."""
     _reproduce(None)
 
 

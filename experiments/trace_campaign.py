@@ -93,10 +93,11 @@ class Campaign:
         fn(self.rec)
 
     # ------------------------------------------------------------------------------------------- embedding
-    def embedding(self, variant, dtype, dim, pooling, bags, cfg, table_rows=0, alloc=0):
+    def embedding(self, variant, dtype, dim, pooling, bags, cfg, table_rows=0, alloc=0, world=0):
         """``table_rows`` 0: the v1 default (1-16 Mi rows, about 512 MiB a table: far beyond the L2);
-        ``alloc``: a label for repeated measurements of one shape on freshly allocated tables."""
-        world = 4 if variant == "fused" else 1
+        ``alloc``: a label for repeated measurements of one shape on freshly allocated tables; ``world``: emulated
+        ranks of a fused launch (0: 4, the v1-v3 campaigns' count; compute launches run on 1)."""
+        world = (world or 4) if variant == "fused" else 1
         eb = DT[dtype].itemsize
         rows = table_rows or (1000 if self.smoke else int(min(16 * 2**20, max(2**20, 512 * 2**20 // (dim * eb)))))
         grp = sk.EmulatedGroup(world, self.dev)
@@ -129,7 +130,7 @@ class Campaign:
             self.maybe_trace(("emb", variant, dtype), lambda tr: call(*sets[0], tr=tr, wait=variant == "fused"))
 
     # ------------------------------------------------------------------------------------------- gemv
-    def gemv(self, variant, dtype, n, k, cfg, tokens=1):
+    def gemv(self, variant, dtype, n, k, cfg, tokens=1, alloc=0):
         world = 4 if variant == "fused" else 1
         grp = sk.EmulatedGroup(world, self.dev)
         eb = DT[dtype].itemsize
@@ -151,14 +152,14 @@ class Campaign:
         self.add(jit="gemv_kernel", kernel="gemv_all_reduce", variant=variant, dtype=dtype, world=world, dim=0,
                  pooling=0, bags=0, m=0, n=n, k=k, tokens=tokens, grid=tiles * cfg.split_k, bags_per_wg=0,
                  block_m=0, block_n=cfg.block_n, block_k=cfg.block_k, split_k=cfg.split_k, num_warps=cfg.num_warps,
-                 num_stages=cfg.num_stages, table_rows=0, alloc=0, flops_per_wg=2.0 * tokens * cfg.block_n * kk,
+                 num_stages=cfg.num_stages, table_rows=0, alloc=alloc, flops_per_wg=2.0 * tokens * cfg.block_n * kk,
                  bytes_per_wg=float(cfg.block_n * kk * eb + tokens * kk * eb + tokens * cfg.block_n * 4),
                  median_s=t[0] / world, p10_s=t[1] / world, p90_s=t[2] / world)
         if tiles * cfg.split_k >= 1024:
             self.maybe_trace(("gemv", variant, dtype), lambda tr: call(*sets[0], tr=tr, wait=variant == "fused"))
 
     # ------------------------------------------------------------------------------------------- gemm
-    def gemm(self, variant, dtype, m, n, k, cfg):
+    def gemm(self, variant, dtype, m, n, k, cfg, alloc=0):
         world = 4 if variant == "fused" else 1
         grp = sk.EmulatedGroup(world, self.dev)
         eb = DT[dtype].itemsize
@@ -183,7 +184,7 @@ class Campaign:
         self.add(jit="gemm_kernel", kernel="gemm_all_to_all", variant=variant, dtype=dtype, world=world, dim=0,
                  pooling=0, bags=0, m=mr, n=n, k=k, tokens=0, grid=grid, bags_per_wg=0, block_m=cfg.block_m,
                  block_n=cfg.block_n, block_k=cfg.block_k, split_k=0, num_warps=cfg.num_warps,
-                 num_stages=cfg.num_stages, table_rows=0, alloc=0, flops_per_wg=2.0 * cfg.block_m * cfg.block_n * k,
+                 num_stages=cfg.num_stages, table_rows=0, alloc=alloc, flops_per_wg=2.0 * cfg.block_m * cfg.block_n * k,
                  bytes_per_wg=float((cfg.block_m + cfg.block_n) * k * eb + cfg.block_m * cfg.block_n * eb),
                  median_s=t[0] / world, p10_s=t[1] / world, p90_s=t[2] / world)
         if grid >= 400 and k <= 4096:
@@ -306,6 +307,62 @@ def grid_points_v3(smoke):
     return pts
 
 
+def grid_points_v4(smoke):
+    """Fourth campaign (issue 12, fifth pass): what the fp16/bf16 embedding, the fused embedding and the fp16
+    GEMM/GEMV fits lacked.
+
+    * fp16 and bf16 embedding launch configurations at every row width, as v3 did for fp32: warps 2-16 x bags per
+      program 2-16 at poolings 8 and 64 (fp16: v3's fp32 widths and 128; bf16: the widths v3 lacked), 16 Ki bags,
+      512 MiB tables; poolings 1 and 256 at 3 configurations (4 bags x 4 / 8 warps, 8 bags x 8 warps) at every
+      fp16/bf16 width; table sizes 4 Ki-4 Mi rows at dim 128;
+    * fused embedding (fp32, bf16, fp16; 4 and 8 emulated ranks; 6 dim/pooling/bag counts; 8 bags x 8 warps and 4
+      bags x 8 warps: 132-8,192 programs);
+    * fp16 GEMM m 512-16,384 x n 512-8,192 x k 512-16,384, fp32 GEMM at k 256-1,024 (k = 512 was v1's weakest
+      region), fp16 GEMV n 256-32,768 x k 256-16,384 x split_k 1/4/8."""
+    if smoke:
+        return [("emb", "compute", "fp16", 24, 2, 64, {"cfg": {"bags_per_program": 2, "num_warps": 2}}),
+                ("emb", "fused", "bf16", 16, 2, 64, {"world": 8}),
+                ("gemv", "compute", "fp16", 256, 256, {"cfg": {"split_k": 1}}),
+                ("gemm", "compute", "fp16", 96, 64, 64, {})]
+    pts = []
+    wide = {"fp16": (8, 24, 48, 96, 128, 192, 384, 640, 768, 1536, 2048), "bf16": (8, 48, 128, 192, 640, 1536)}
+    for dt_, dims in wide.items():
+        for d in dims:
+            for p in (8, 64):
+                for nw in (2, 4, 8, 16):
+                    for bpp in (2, 4, 8, 16):
+                        pts.append(("emb", "compute", dt_, d, p, 16384,
+                                    {"cfg": {"bags_per_program": bpp, "num_warps": nw}}))
+    for dt_ in ("fp16", "bf16"):
+        for d in sorted(set(wide["fp16"]) | set(wide["bf16"]) | {24, 96, 384, 768, 2048}):
+            for p in (1, 256):
+                for bpp, nw in ((4, 4), (4, 8), (8, 8)):
+                    pts.append(("emb", "compute", dt_, d, p, 16384,
+                                {"cfg": {"bags_per_program": bpp, "num_warps": nw}}))
+        for lg in (12, 16, 19, 22):
+            pts.append(("emb", "compute", dt_, 128, 16, 16384, {"table_rows": 2**lg}))
+    for dt_ in ("fp32", "bf16", "fp16"):
+        for world in (4, 8):
+            for d, p, b in ((16, 4, 16384), (64, 32, 4096), (128, 16, 65536), (128, 64, 16384), (512, 8, 16384),
+                            (1024, 32, 4096)):
+                for bpp in (8, 4):
+                    pts.append(("emb", "fused", dt_, d, p, b, {"world": world,
+                                                              "cfg": {"bags_per_program": bpp, "num_warps": 8}}))
+    for m in (512, 2048, 4096, 8192, 16384):
+        for n in (512, 2048, 8192):
+            for k in (512, 1024, 4096, 16384):
+                pts.append(("gemm", "compute", "fp16", m, n, k, {}))
+    for m in (512, 2048, 8192):
+        for n in (512, 2048):
+            for k in (256, 512, 1024):
+                pts.append(("gemm", "compute", "fp32", m, n, k, {}))
+    for n in (256, 1024, 4096, 16384, 32768):
+        for k in (256, 1024, 4096, 16384):
+            for sk_ in (1, 4, 8):
+                pts.append(("gemv", "compute", "fp16", n, k, {"cfg": {"split_k": sk_}}))
+    return pts
+
+
 def grid_points_heldout(smoke, seed=2026):
     """Held-out shapes off every grid (random, log-uniform, fixed seed), several beyond the grids' ranges along
     one axis; never used for fitting."""
@@ -346,10 +403,17 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=480.0, help="stop measuring new shapes after this")
     ap.add_argument("--only", default="", help="comma list of families (emb,gemv,gemm)")
-    ap.add_argument("--grid", choices=("v1", "v2", "v3", "heldout"), default="v1",
+    ap.add_argument("--grid", choices=("v1", "v2", "v3", "v4", "heldout"), default="v1",
                     help="v1: the designed grid; v2: the axes v1 held fixed; v3: embedding launch configs at every "
-                         "row width; heldout: random off-grid shapes (--seed)")
-    ap.add_argument("--seed", type=int, default=2026, help="draw of the heldout grid (2026: heldout2, 2027: heldout3)")
+                         "row width; v4: fp16/bf16 embedding configs, fused embedding, fp16 GEMM/GEMV; heldout: "
+                         "random off-grid shapes (--seed)")
+    ap.add_argument("--seed", type=int, default=2026,
+                    help="draw of the heldout grid (2026: heldout2, 2027: heldout3, 2028: heldout4)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="measure every shape this many times, each on fresh allocations (alloc = 0, 1, ...), in "
+                         "separate shuffled passes over the grid (the spread between them is the noise)")
+    ap.add_argument("--shard", default="0/1", help="K/N: measure every N-th shape of the shuffled grid from the K-th "
+                                                  "(a grid split over several device calls)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -366,12 +430,21 @@ def main():
         cfgs["gemm"] = sk.GemmConfig(block_m=32, block_n=32, block_k=32)
         cfgs["gemv"] = sk.GemvConfig(block_n=64, block_k=64, split_k=2)
     only = set(filter(None, a.only.split(",")))
-    grid_fn = {"v1": grid_points, "v2": grid_points_v2, "v3": grid_points_v3,
+    grid_fn = {"v1": grid_points, "v2": grid_points_v2, "v3": grid_points_v3, "v4": grid_points_v4,
                "heldout": lambda smoke: grid_points_heldout(smoke, a.seed)}[a.grid]
     pts = [p for p in grid_fn(a.smoke) if not only or p[0] in only]
     import random
     random.Random(12).shuffle(pts)  # a time-budget cut then thins every family alike
-    log(f"{len(pts)} shapes")
+    k_, n_ = (int(x) for x in a.shard.split("/"))
+    pts = pts[k_::n_]
+    if a.repeats > 1:  # pass r measures every shape on fresh allocations, labelled alloc = r, in its own order
+        passes = []
+        for r in range(a.repeats):
+            q = [p[:-1] + (dict(p[-1], alloc=r),) if isinstance(p[-1], dict) else p + ({"alloc": r},) for p in pts]
+            random.Random(100 + r).shuffle(q)
+            passes.extend(q)
+        pts = passes
+    log(f"{len(pts)} shapes (shard {a.shard}, {a.repeats} pass(es))")
     t0 = time.time()
     for i, p in enumerate(pts):
         if C.over():
@@ -384,11 +457,11 @@ def main():
         try:
             if fam == "emb":
                 C.embedding(p[1], p[2], p[3], p[4], p[5], cfg, table_rows=extra.get("table_rows", 0),
-                            alloc=extra.get("alloc", 0))
+                            alloc=extra.get("alloc", 0), world=extra.get("world", 0))
             elif fam == "gemv":
-                C.gemv(p[1], p[2], p[3], p[4], cfg)
+                C.gemv(p[1], p[2], p[3], p[4], cfg, alloc=extra.get("alloc", 0))
             else:
-                C.gemm(p[1], p[2], p[3], p[4], p[5], cfg)
+                C.gemm(p[1], p[2], p[3], p[4], p[5], cfg, alloc=extra.get("alloc", 0))
             r = C.rows[-1]
             if i % 20 == 0:
                 log(f"[{time.time() - t0:6.1f}s] {i}/{len(pts)} {p}: {r['median_s'] * 1e6:.2f} us grid {r['grid']}"

@@ -186,7 +186,7 @@ def print_campaign_summary(summary: dict, out=None) -> None:
     """The text report of :func:`simfuse.calibrate.validate.campaign_validation` (``simfuse validate --campaign``):
     per family and region, then the held-out campaign's shapes; ``out``: where the files were written, if any."""
     t = summary["target"]
-    print(f"leave-region-out (each region = the lowest or highest value of one axis, 4x beyond the rest); target "
+    print(f"leave-region-out (each region = the points within 2x of the lowest or highest value of one axis); target "
           f"median <= {t['median_abs'] * 100:g}%, max <= {t['max_abs'] * 100:g}%")
     for fam in summary["families"]:
         flag = "met" if fam["meets_target"] else "MISSED"
@@ -210,17 +210,23 @@ def print_campaign_summary(summary: dict, out=None) -> None:
             extra = (f" (configurations the cost model prices, not spilling: {fc['points']}, median "
                      f"{fc['median_abs_pct']:.1f}%, max {fc['max_abs_pct']:.1f}%)"
                      if fc["points"] != s["points"] and fc["points"] else "")
+            noise = (f"; fresh-allocation repeats spread median {s['repeat_spread_median_pct']:.1f}%, max "
+                     f"{s['repeat_spread_max_pct']:.1f}%, error beyond half that spread median "
+                     f"{s['beyond_noise_median_abs_pct']:.1f}%, max {s['beyond_noise_max_abs_pct']:.1f}%"
+                     if "repeat_spread_median_pct" in s else "")
             print(f"  {fam}: {s['points']} shapes, median {s['median_abs_pct']:.1f}%, max "
-                  f"{s['max_abs_pct']:.1f}%{extra}")
+                  f"{s['max_abs_pct']:.1f}%{extra}{noise}")
         print("  worst:")
         for r in h["worst"]:
             shape = (f"dim {r['dim']:g} pooling {r['pooling']:g} bags {r['bags']:g} rows {r['table_rows']:g} "
                      f"bags/wg {r['bags_per_wg']:g} warps {r['num_warps']:g} spills {r['n_spills']:g}"
                      if r["family"].startswith("embedding") else
                      f"m {r['m']:g} n {r['n']:g} k {r['k']:g} split_k {r['split_k']:g}")
+            spread = f" (repeats spread {r['repeat_spread_pct']:.1f}%)" if r.get("repeats", 1) > 1 else ""
             print(f"    {r['family']} {shape} grid {r['grid']} slots {r['slots']}: measured "
                   f"{r['measured_s'] * 1e6:.2f} us, predicted {r['predicted_s'] * 1e6:.2f} us "
-                  f"({r['pct_error']:+.1f}%){' REFUSED by the cost model (would spill)' if r.get('rejected') else ''}")
+                  f"({r['pct_error']:+.1f}%){' REFUSED by the cost model (would spill)' if r.get('rejected') else ''}"
+                  f"{spread}")
     if out:
         print(f"  wrote {out}/campaign_cv.json, campaign_cv.csv" +
               (", heldout_validation.csv, heldout_summary.json" if h else ""))

@@ -397,7 +397,18 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
 
 HELDOUT_COLUMNS = ("family", "kernel", "variant", "dtype", "dim", "pooling", "bags", "table_rows", "bags_per_wg",
                    "m", "n", "k", "split_k", "num_warps", "grid", "slots", "n_spills", "fitted_config", "rejected",
-                   "measured_s", "predicted_s", "pct_error")
+                   "repeats", "repeat_spread_pct", "measured_s", "predicted_s", "pct_error")
+
+
+def repeat_spreads(rows: list[dict]) -> dict[tuple, tuple[int, float]]:
+    """Shape key (``wavefit.SHAPE_KEY``) -> (measurements, spread in %: slowest / fastest - 1) of the rows of a
+    campaign that measured some shapes more than once (``--repeats``: fresh allocations); one measurement: 0."""
+    from .wavefit import SHAPE_KEY, with_table_rows
+
+    by: dict[tuple, list[float]] = {}
+    for r in with_table_rows(rows):
+        by.setdefault(tuple(str(r.get(c, "")) for c in SHAPE_KEY), []).append(float(r["median_s"]))
+    return {k: (len(t), 100.0 * (max(t) / min(t) - 1.0)) for k, t in by.items()}
 
 
 def heldout_predictions(fits, rows: list[dict]) -> pd.DataFrame:
@@ -408,9 +419,10 @@ def heldout_predictions(fits, rows: list[dict]) -> pd.DataFrame:
     accumulator registers per thread than any fitted configuration -- it would spill); ``fitted_config`` is False
     for those and for a configuration that spilled beyond what is fitted (``wavefit.MAX_FIT_SPILLS``).  Every shape
     is predicted all the same (the formula, for the record).  A shape whose family has no model is an error naming it."""
-    from .wavefit import campaign_points, merge_repeats, spills_too_much
+    from .wavefit import SHAPE_KEY, campaign_points, merge_repeats, spills_too_much
 
     by = {(w.kernel, w.variant, w.dtype): w for w in fits}
+    spreads = repeat_spreads(rows)
     merged = merge_repeats(rows)
     pts = campaign_points(merged, keep_spilling=True)
     out = []
@@ -421,13 +433,14 @@ def heldout_predictions(fits, rows: list[dict]) -> pd.DataFrame:
                             f"no wave model fitted for this family; fitted: "
                             f"{', '.join(sorted('/'.join(k) for k in by)) or 'none'}")
         pred = w.launch_time_s(p.grid, p.feats, p.slots)
+        n_rep, spread = spreads.get(tuple(str(r.get(c, "")) for c in SHAPE_KEY), (1, 0.0))
         out.append({"family": f"{p.kernel}/{p.variant}/{p.dtype}", "kernel": p.kernel, "variant": p.variant,
                     "dtype": p.dtype, **{c: float(r.get(c) or 0) for c in ("dim", "pooling", "bags", "table_rows",
                                                                         "bags_per_wg", "m", "n", "k", "split_k",
                                                                         "num_warps", "n_spills")},
                     "grid": p.grid, "slots": p.slots,
                     "fitted_config": not spills_too_much(r) and w.rejection(p.feats) is None,
-                    "rejected": w.rejection(p.feats) is not None,
+                    "rejected": w.rejection(p.feats) is not None, "repeats": n_rep, "repeat_spread_pct": spread,
                     "measured_s": p.time_s, "predicted_s": pred, "pct_error": 100.0 * (pred / p.time_s - 1.0)})
     return pd.DataFrame(out, columns=list(HELDOUT_COLUMNS))
 
@@ -437,8 +450,16 @@ def heldout_summary(df: pd.DataFrame, source: str, worst: int = 10) -> dict:
     ``worst`` points overall."""
     def stats(g: pd.DataFrame) -> dict:
         e = g["pct_error"].abs().to_numpy()
-        return {"points": int(e.size), "median_abs_pct": float(np.median(e)) if e.size else None,
-                "max_abs_pct": float(np.max(e)) if e.size else None}
+        out = {"points": int(e.size), "median_abs_pct": float(np.median(e)) if e.size else None,
+               "max_abs_pct": float(np.max(e)) if e.size else None}
+        rep = g[g["repeats"] > 1] if "repeats" in g else g.iloc[:0]
+        if len(rep):  # measurement noise: the spread of the fresh-allocation repeats, and how far the error is beyond it
+            sp = rep["repeat_spread_pct"].to_numpy()
+            beyond = np.maximum(0.0, rep["pct_error"].abs().to_numpy() - sp / 2.0)
+            out.update(repeat_spread_median_pct=float(np.median(sp)), repeat_spread_max_pct=float(np.max(sp)),
+                       beyond_noise_median_abs_pct=float(np.median(beyond)),
+                       beyond_noise_max_abs_pct=float(np.max(beyond)))
+        return out
 
     fams = {}
     for fam, g in df.groupby("family", sort=True):

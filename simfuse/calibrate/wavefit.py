@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..costs.calibrated import CUS, WaveFit, _g, features, load, term_feature, waves
+from ..costs.calibrated import CUS, WaveFit, _g, features, layout_key, load, term_feature, waves
 from ..errors import SpecError
 from .fit import nnls_relative
 
@@ -85,11 +85,18 @@ TERMS: dict[str, dict[str, tuple]] = {
 MAX_FORMS: dict[str, tuple[dict[str, tuple], dict[str, tuple], tuple[float, ...]]] = {
     "embedding_all_to_all": ({"per_program": ("fixed",), "per_bag": (None, "cu")},
                              {"latency": (("per_step@fixed", "fixed"), ("per_step_l2@fixed", "fixed")),
-                              "mlp": (None, ("per_dram_byte@fixed", "fixed"), ("per_warp_byte@fixed", "fixed"),
-                                      ("per_warp_ld@fixed", "fixed")),
-                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_hbm_byte@dev16", "dev16"))},
+                              "mlp": (("per_dram_byte@fixed", "fixed"), ("per_warp_byte@fixed", "fixed")),
+                              "hbm": (("per_dram_byte@dev16", "dev16"), ("per_hbm_byte@dev16", "dev16"),
+                                      ("per_raw_byte@dev16", "dev16")),
+                              "rate": (("per_row_hbm@dev16", "dev16"),)},
                              (2.0, 4.0)),
 }
+#: Fifth pass (v4): the ``rate`` slot -- the device's random row-access rate (``per_row_hbm``: gathered rows that
+#: miss the L2; the campaigns' best rows per second level off at ~32 G/s for rows up to 64 B, while wide rows reach
+#: 4.1-4.2 TB/s: a row costs the soft maximum of a request and its bytes) -- and ``per_raw_byte`` (the rows at their
+#: own size) are new; the candidate set was pruned by plain leave-region-out over every form on the training
+#: campaigns (v1-v4, heldout2, heldout3; never heldout4): every family's best form has the rate term and a
+#: memory-parallelism term (``per_warp_ld@fixed`` and no such term were never among the best: left out), 48 forms.
 #: Families whose linear candidates (:data:`TERMS`) are not tried: the soft-max forms won every region of every
 #: embedding family on the v1 campaign (docs/calibration.md), and leaving the 66 linear term sets out keeps the
 #: nested cross-validation over 12 regions affordable.
@@ -443,9 +450,17 @@ def _predict(pts: list[Point], spec, coef: np.ndarray) -> np.ndarray:
     return _softmax_model(np.asarray(coef, dtype=float), f, m, spec)[0]
 
 
+#: A region holds the points within this factor of an axis' extreme value: the designed grids step 2-4x, so on a
+#: grid axis it is the extreme grid value alone, and an off-grid (held-out) shape near the extreme joins it instead of
+#: forming a region of its own (fifth pass, when heldout2/heldout3 joined the training data).
+REGION_SPAN = 2.0
+
+
 def regions(pts: list[Point]) -> dict[str, list[int]]:
-    """Region name -> indices: for each axis of the family, the points at its smallest and at its largest value
-    (only axes with at least 3 distinct values, so that the rest still spans the axis)."""
+    """Region name -> indices: for each axis of the family, the points at its smallest value (up to
+    :data:`REGION_SPAN` times it) and at its largest (down to 1 / :data:`REGION_SPAN` of it); an axis spanning less
+    than 8x (GEMV programs per SM, 1-3) takes its extreme values alone.  Only axes with at least 3 distinct values,
+    and only regions that leave at least 2 distinct values of the axis outside, so that the rest still spans it."""
     out: dict[str, list[int]] = {}
     if not pts:
         return out
@@ -453,8 +468,13 @@ def regions(pts: list[Point]) -> dict[str, list[int]]:
         vals = sorted({p.axes[ax] for p in pts})
         if len(vals) < 3:
             continue
-        for name, v in ((f"{ax}={vals[0]:g} (lowest)", vals[0]), (f"{ax}={vals[-1]:g} (highest)", vals[-1])):
-            out[name] = [i for i, p in enumerate(pts) if p.axes[ax] == v]
+        lo, hi = vals[0], vals[-1]
+        span = REGION_SPAN if hi >= 8 * lo else 1.0
+        low = {v for v in vals if v <= lo * span * (1 + 1e-9) and (span == 1.0 or v < lo * span * (1 - 1e-9))}
+        high = {v for v in vals if v >= hi / span * (1 - 1e-9) and (span == 1.0 or v > hi / span * (1 + 1e-9))}
+        for name, inside in ((f"{ax}={lo:g} (lowest)", low), (f"{ax}={hi:g} (highest)", high)):
+            if len(vals) - len(inside) >= 2:
+                out[name] = [i for i, p in enumerate(pts) if p.axes[ax] in inside]
     return out
 
 
@@ -548,11 +568,12 @@ def fit_group(pts: list[Point], acc_limit: float | None = None) -> WaveFit:
            "_errors": cv["errors"]}
     by_dim = slots_by_dim(pts)
     slots = max(by_dim.values()) if by_dim else slots
+    by_layout = slots_by_layout(pts)
     return WaveFit(pts[0].kernel, pts[0].variant, pts[0].dtype, slots, float(coef[0]), terms,
                    residual_log_quantiles=q, cv=cvs, residual_logs=_logs(cv["errors"]), slots_by_dim=by_dim,
                    max_terms=max_terms, max_order=spec.max_order if max_terms else 1.0,
                    max_acc_per_thread=float(acc_limit) if acc_limit is not None else
-                   max((p.feats.get("acc_per_thread", 0.0) for p in pts), default=0.0))
+                   max((p.feats.get("acc_per_thread", 0.0) for p in pts), default=0.0), slots_by_layout=by_layout)
 
 
 #: The embedding launch configuration the simulator's works stand for (``EmbeddingConfig`` defaults of the
@@ -575,6 +596,21 @@ def slots_by_dim(pts: list[Point]) -> dict[int, int]:
     return dict(sorted(out.items()))
 
 
+def slots_by_layout(pts: list[Point]) -> dict[str, int]:
+    """Embedding: resident programs per compiled configuration (:func:`simfuse.costs.calibrated.layout_key` of
+    dim, bags per program and warps) over the fitted points -- the slots of their compiled kernels' registers,
+    shared memory and warps (:func:`occupancy_slots`); where launches of one configuration disagree (a register
+    count that moved with the campaign's Triton build), the fewest.  Empty for other kernels."""
+    out: dict[str, int] = {}
+    for p in pts:
+        if p.kernel != "embedding_all_to_all" or "dim" not in p.axes:
+            continue
+        key = layout_key(p.axes["dim"], p.axes.get("bags_per_wg") or DEFAULT_EMB_CONFIG["bags_per_wg"],
+                         p.axes.get("num_warps") or DEFAULT_EMB_CONFIG["num_warps"])
+        out[key] = min(out.get(key, p.slots), p.slots)
+    return dict(sorted(out.items()))
+
+
 def group_points(pts: list[Point]) -> dict[tuple[str, str, str], list[Point]]:
     out: dict[tuple[str, str, str], list[Point]] = {}
     for p in pts:
@@ -584,7 +620,7 @@ def group_points(pts: list[Point]) -> dict[tuple[str, str, str], list[Point]]:
 
 def _scaled_cv(pts: list[Point], base: WaveFit) -> tuple[dict, np.ndarray]:
     """Leave-region-out of ``T = a + s * T_base`` over ``pts``; returns (cv summary, (a, s) fitted on all)."""
-    tb = np.array([base.launch_time_s(p.grid, p.feats, base.slots_for(p.axes)) for p in pts])
+    tb = np.array([base.launch_time_s(p.grid, p.feats, p.slots) for p in pts])
     y = np.array([p.time_s for p in pts])
     x = np.column_stack([np.ones(len(pts)), tb])
     out_regs, all_rel = {}, []
@@ -625,7 +661,7 @@ def fit_campaign(rows: Iterable[dict]) -> list[WaveFit]:
         if key[1] == "fused" and base is not None:
             cv, (a, sc) = _scaled_cv(pts, base)
             if _score(np.log1p(np.abs(cv["errors"]))) < _score(np.log1p(np.abs(np.array(own.cv.get("_errors", []))))):
-                pred = np.array([a + sc * base.launch_time_s(p.grid, p.feats, base.slots_for(p.axes)) for p in pts])
+                pred = np.array([a + sc * base.launch_time_s(p.grid, p.feats, p.slots) for p in pts])
                 rel = pred / np.array([p.time_s for p in pts]) - 1.0
                 cvs = {"median_abs": cv["median_abs"], "max_abs": cv["max_abs"], "points": cv["points"],
                        "fit_median_abs": _g(float(np.median(np.abs(rel)))),
@@ -634,7 +670,8 @@ def fit_campaign(rows: Iterable[dict]) -> list[WaveFit]:
                 own = WaveFit(key[0], key[1], key[2], base.slots, float(a + sc * base.launch_s),
                               {t: (k, c * sc) for t, (k, c) in base.terms.items()}, base.cus,
                               _quantiles(cv["errors"]), cvs, _logs(cv["errors"]), dict(base.slots_by_dim),
-                              base.max_terms, base.max_order, base.max_acc_per_thread)
+                              base.max_terms, base.max_order, base.max_acc_per_thread,
+                              {**base.slots_by_layout, **slots_by_layout(pts)})
         own.cv.pop("_errors", None)
         fits[key] = own
     return [fits[k] for k in sorted(fits)]

@@ -202,6 +202,18 @@ def embedding_layout(dim: float, elem_bytes: int, bags_per_program: float, num_w
             "useful_lane_fraction": float(useful), "acc_per_thread": float(elems) / threads}
 
 
+#: Bags per program when neither the shape nor the work terms say (``EmbeddingConfig.bags_per_program`` default).
+EMB_BAGS_PER_PROGRAM = 8
+
+
+def layout_key(dim: float, bags_per_program: float, num_warps: float) -> str:
+    """``"BLOCK_DxSUBxWARPS"`` of an embedding launch configuration: what its compiled kernel -- and so its registers,
+    shared memory and resident programs -- depends on (``embedding_kernel``'s constexprs: ``BLOCK_D = next_pow2(dim)``,
+    ``SUB = min(bags per program, 16)`` rounded up to a power of two, and the warps)."""
+    sub = _next_pow2(min(max(1.0, float(bags_per_program)), float(EMB_SUB_BAGS)))
+    return f"{_next_pow2(max(1.0, float(dim)))}x{sub}x{max(1, int(round(float(num_warps))))}"
+
+
 def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str | None = None) -> dict[str, float]:
     """Per-program work terms of one program of ``kernel`` (FLOP, requested bytes, operator shape, dtype)."""
     f = {"per_program": 1.0, "per_byte": float(nbytes)}
@@ -226,7 +238,10 @@ def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str |
         lay = embedding_layout(d, _EMB_ELEM_BYTES.get(dtype or "fp32", 4), bags, int(warps))
         # per thread: steps x unroll tile loads of ``loads_per_thread`` vector loads each (the layout's padded work)
         warp_ld = float(steps) * unroll * lay["loads_per_thread"]
+        # requested HBM bytes (rows at their own size, indices, pooled rows written), less the rows' L2 hits
+        raw = rows * row_b * (1.0 - h) + rows * 8.0 + rows / p * row_b
         f.update(per_row=rows, per_bag=bags, per_step=float(steps), per_dram_byte=dram,
+                 per_row_hbm=rows * (1.0 - h), per_raw_byte=raw,
                  per_l2_byte=dram, per_hbm_byte=dram - h * gathered,
                  per_step_l2=float(steps) * (L2_LATENCY_RATIO + (1.0 - L2_LATENCY_RATIO) * (1.0 - h)),
                  per_warp_byte=dram / warps, l2_hit=h, per_warp_ld=warp_ld, per_sm_ld=warp_ld * warps,
@@ -306,7 +321,8 @@ class WaveFit:
     cv: dict = field(default_factory=dict)  # leave-region-out summary (median/max |error| overall and per region)
     #: every leave-region-out log(measured / predicted), sorted: the law :meth:`CalibratedCostModel.draw` samples
     residual_logs: tuple[float, ...] = ()
-    #: embedding: slots per row width (registers grow with the dim: 1056 programs up to dim 128, 264 at 1024)
+    #: embedding: slots per row width (registers grow with the dim: 1056 programs up to dim 128, 264 at 1024) of the
+    #: default 8-bag, 8-warp configuration (profiles before issue 12's fifth pass; the fallback of ``slots_by_layout``)
     slots_by_dim: dict[int, int] = field(default_factory=dict)
     #: terms combined by a soft maximum instead of summed (empty: every term summed)
     max_terms: tuple[str, ...] = ()
@@ -317,6 +333,9 @@ class WaveFit:
     #: which no term prices, and is refused (:meth:`rejection`).  0: no limit (profiles before issue 12's fourth
     #: pass).
     max_acc_per_thread: float = 0.0
+    #: embedding: resident programs per launch configuration (:func:`layout_key` -> slots), from the compiled kernels'
+    #: registers, shared memory and warps (``wavefit.occupancy_slots``) of the campaign launches; empty: by dim only
+    slots_by_layout: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
         unknown = [t for t in self.max_terms if t not in self.terms]
@@ -326,6 +345,11 @@ class WaveFit:
             raise ValueError(f"max_order {self.max_order!r} must be a finite number >= 1")
         if not (math.isfinite(self.max_acc_per_thread) and self.max_acc_per_thread >= 0.0):
             raise ValueError(f"max_acc_per_thread {self.max_acc_per_thread!r} must be a finite number >= 0")
+        for k, v in self.slots_by_layout.items():
+            parts = str(k).split("x")
+            if len(parts) != 3 or not all(x.isdigit() and int(x) >= 1 for x in parts) or int(v) < 1:
+                raise ValueError(f"slots_by_layout entry {k!r}: {v!r}: expected 'BLOCK_DxSUBxWARPS' (positive "
+                                 f"integers) -> resident programs >= 1")
 
     def rejection(self, feats: dict[str, float]) -> str | None:
         """Why this model refuses to price a program with work terms ``feats`` (None: it prices it).  An embedding
@@ -341,9 +365,23 @@ class WaveFit:
                     f"bags per program")
         return None
 
-    def slots_for(self, shape: dict | None = None) -> int:
-        """Resident programs for a launch of this shape: the measured dim nearest (in log) to ``shape['dim']``."""
-        d = float((shape or {}).get("dim") or 0)
+    def slots_for(self, shape: dict | None = None, feats: dict | None = None) -> int:
+        """Resident programs for a launch of this shape.  Embedding: the measured configuration of the same compiled
+        layout (:data:`slots_by_layout`; bags per program from ``shape['bags_per_wg']`` or the work terms'
+        ``per_bag``, warps from ``shape['num_warps']``, defaults :data:`EMB_BAGS_PER_PROGRAM` and
+        :data:`EMB_NUM_WARPS`), else of the same bags and warps at the nearest row width (in log; a tie: the wider,
+        fewer slots), else the default configuration's at the nearest measured dim (``slots_by_dim``)."""
+        shape = shape or {}
+        d = float(shape.get("dim") or 0)
+        if self.slots_by_layout and d > 0:
+            bags = float(shape.get("bags_per_wg") or (feats or {}).get("per_bag") or EMB_BAGS_PER_PROGRAM)
+            key = layout_key(d, bags, float(shape.get("num_warps") or EMB_NUM_WARPS))
+            if key in self.slots_by_layout:
+                return int(self.slots_by_layout[key])
+            bd, rest = key.split("x", 1)
+            same = [(int(k.split("x", 1)[0]), v) for k, v in self.slots_by_layout.items() if k.split("x", 1)[1] == rest]
+            if same:
+                return int(min(same, key=lambda kv: (abs(math.log(kv[0] / int(bd))), -kv[0]))[1])
         if not self.slots_by_dim or d <= 0:
             return self.slots
         best = min(self.slots_by_dim, key=lambda k: (abs(math.log(k / d)), k))
@@ -371,6 +409,8 @@ class WaveFit:
             d.update(max_terms=list(self.max_terms), max_order=_g(self.max_order))
         if self.max_acc_per_thread:
             d.update(max_acc_per_thread=_g(self.max_acc_per_thread))
+        if self.slots_by_layout:
+            d.update(slots_by_layout={str(k): int(v) for k, v in sorted(self.slots_by_layout.items())})
         d.update({"residual_log_quantiles": {k: _g(v) for k, v in self.residual_log_quantiles.items()},
                   "residual_logs": [_g(x) for x in self.residual_logs],
                   "slots_by_dim": {int(k): int(v) for k, v in sorted(self.slots_by_dim.items())}, "cv": self.cv})
@@ -387,7 +427,8 @@ class WaveFit:
                    dict(d.get("cv") or {}), tuple(sorted(float(x) for x in d.get("residual_logs") or ())),
                    {int(k): int(v) for k, v in (d.get("slots_by_dim") or {}).items()},
                    tuple(str(t) for t in mt), float(d.get("max_order", 1.0)),
-                   float(d.get("max_acc_per_thread", 0.0)))
+                   float(d.get("max_acc_per_thread", 0.0)),
+                   {str(k): int(v) for k, v in (d.get("slots_by_layout") or {}).items()})
 
     def scaled(self, factor: float) -> WaveFit:
         """The same model with every time (launch and program) multiplied by ``factor`` (the soft maximum is
@@ -617,7 +658,7 @@ class CalibratedCostModel:
     def slots(self, work: KernelWork) -> int:
         w = self.wave_lookup(work)
         if w is not None:
-            return w.slots_for(work.shape_dict())
+            return w.slots_for(work.shape_dict(), self.wave_features(work))
         found = self.lookup(work)
         return found[0].slots if found else self.fallback.slots(work)
 
@@ -660,7 +701,7 @@ class CalibratedCostModel:
             why = w.rejection(feats)
             if why is not None:
                 raise UncalibratedConfig(f"{work.name}: {why}")
-            return factor * w.program_time_s(feats, concurrent_wgs, w.slots_for(work.shape_dict()))
+            return factor * w.program_time_s(feats, concurrent_wgs, w.slots_for(work.shape_dict(), feats))
         found = self.lookup(work)
         if found is None:
             return self.fallback.workgroup_time_s(work, concurrent_wgs)

@@ -99,11 +99,19 @@ def test_trace_campaign_smoke_grids(root, tmp_path):
         import trace_campaign as tc
     finally:
         sys.path.pop(0)
-    for grid, fn in (("v2", tc.grid_points_v2), ("heldout", tc.grid_points_heldout)):
+    for grid, fn, extra in (("v2", tc.grid_points_v2, ()), ("heldout", tc.grid_points_heldout, ("--repeats", "2")),
+                            ("v4", tc.grid_points_v4, ())):
         out = tmp_path / grid
-        _run(root, "experiments/trace_campaign.py", "--smoke", "--grid", grid, "--out", str(out))
+        _run(root, "experiments/trace_campaign.py", "--smoke", "--grid", grid, "--out", str(out), *extra)
         df = pd.read_csv(io.BytesIO(gzip.decompress((out / "campaign.csv.gz").read_bytes())))
-        assert len(df) == len(fn(True))
+        reps = 2 if extra else 1
+        assert len(df) == reps * len(fn(True))
+        if grid == "heldout":  # every shape once per pass, on fresh allocations labelled by the pass
+            assert sorted(df["alloc"].value_counts().tolist()) == [len(fn(True))] * 2
+            key = ["kernel", "dtype", "dim", "pooling", "bags", "m", "n", "k"]
+            assert (df.groupby(key).size() == 2).all()
+        if grid == "v4":  # fused launches on 8 emulated ranks, fp16 compute
+            assert 8 in set(df[df["variant"] == "fused"]["world"]) and "fp16" in set(df["dtype"])
         assert {"table_rows", "alloc"} <= set(df.columns)
         assert (df["median_s"] > 0).all()
         emb = df[df["kernel"] == "embedding_all_to_all"]
@@ -111,6 +119,12 @@ def test_trace_campaign_smoke_grids(root, tmp_path):
         if grid == "v2":
             assert sorted(emb["alloc"].unique().tolist())[:2] == [0, 1]
             assert set(emb["bags_per_wg"]) >= {2, 8}
+    # a shard K/N measures every N-th shape of the shuffled grid from the K-th
+    out = tmp_path / "shard"
+    _run(root, "experiments/trace_campaign.py", "--smoke", "--grid", "v4", "--shard", "1/2", "--only", "gemv,gemm",
+         "--out", str(out))
+    df = pd.read_csv(io.BytesIO(gzip.decompress((out / "campaign.csv.gz").read_bytes())))
+    assert len(df) == 1
     # the held-out draw is reproducible and off the v1 grid
     assert tc.grid_points_heldout(False) == tc.grid_points_heldout(False)
     v1 = {p[:6] for p in tc.grid_points(False)}

@@ -13,6 +13,12 @@ Usage:
 Simulation: baseline (bulk-synchronous) mode, as the submissions run; two placements: ``planned`` (the sharding
 planner, simfuse/workloads/planner.py) and ``table_wise``; the model file whose per-GPU batch matches the
 submission (models/dlrm_dcnv2_mlperf*.yaml) on topologies/h100_nvl8_ib_ndr.yaml (H200 rows: h200_nvl8_ib_ndr).
+A third column set, ``hugectr``: the HugeCTR execution the submissions run, every setting read from HugeCTR's
+source and the submission's scripts (docs/hugectr_baseline.md): models/dlrm_dcnv2_mlperf_hugectr*.yaml (fp16
+All-to-All payload and gradients, intra-iteration overlap, one grouped all-reduce, dense Adagrad), the submission's
+own sharding plan (models/plans/hugectr_<round>_<n>n.csv, experiments/hugectr_plans.py) and, on several nodes, IB
+SHARP (topologies/h100_nvl8_ib_ndr_sharp.yaml; the configs set NCCL_COLLNET_ENABLE=1).  ``--ablation`` also writes
+ablation.csv: each HugeCTR setting added in turn to the ``planned`` baseline, and each removed from the full one.
 """
 
 from __future__ import annotations
@@ -74,6 +80,30 @@ SUBMISSIONS = [
 ]
 PLACEMENTS = ("planned", "table_wise")
 TARGET = 0.15  # issue 11 item 6: within 15% at each point
+PLANS = ROOT / "models" / "plans"
+
+
+def hugectr_config(rnd: str, folder: str, nodes: int, model: str, topology: str) -> tuple[str, str, Path]:
+    """(model, topology, plan file) of the HugeCTR column for a submission: the HugeCTR model file of the node
+    count, the submission's plan, the SHARP variant of the H100 topology on several nodes."""
+    hmodel = model.replace("dlrm_dcnv2_mlperf", "dlrm_dcnv2_mlperf_hugectr")
+    htopo = "h100_nvl8_ib_ndr_sharp" if nodes > 1 and topology == "h100_nvl8_ib_ndr" else topology
+    plat = "_h200" if topology.startswith("h200") else ""
+    return hmodel, htopo, PLANS / f"hugectr_{rnd}{plat}_{nodes}n.csv"
+
+
+#: the HugeCTR settings (docs/hugectr_baseline.md), in the order --ablation adds them to the planned baseline:
+#: (label, what it changes: "plan" (the submission's plan), "topology" (SHARP) or a model-file field -> value)
+HUGECTR_STEPS = [
+    ("plan", "plan", None),
+    ("embedding tables: Adagrad state, 60 GB", "embedding", {"optimizer_state_factor": 1.0, "memory_fraction": 0.75}),
+    ("comm_dtype fp16", "embedding", {"comm_dtype": "fp16"}),
+    ("grad_dtype fp16", "root", {"grad_dtype": "fp16"}),
+    ("dense_allreduce grouped", "root", {"dense_allreduce": "grouped"}),
+    ("dense_optimizer adagrad", "root", {"dense_optimizer": "adagrad"}),
+    ("schedule overlap", "root", {"schedule": "overlap"}),
+    ("SHARP", "topology", None),
+]
 
 
 def derive_rows(rnd: str, folder: str, repo: str, commit: str, logs: list[tuple[str, str, str]]) -> list[dict]:
@@ -182,18 +212,31 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def simulate(model: str, topo: str, nodes: int, placement: str, global_batch: int | None = None) -> dict:
-    """Baseline iteration of one configuration: step time and the critical rank's phase breakdown."""
+def simulate(model: str, topo: str, nodes: int, placement: str, global_batch: int | None = None,
+             plan: Path | None = None, overrides: dict | None = None) -> dict:
+    """Baseline iteration of one configuration: step time and the critical rank's phase breakdown.  ``plan``: a
+    forced plan file; ``overrides``: model-file fields replaced (``{"root": {...}, "embedding": {...}}``)."""
+    import yaml
+
     from simfuse.fused.knobs import parse_execution
-    from simfuse.spec import load_workload
+    from simfuse.spec import load_workload, workload_from_dict
     from simfuse.system import System
     from simfuse.workloads.run import breakdown_rows, simulate_workload
 
-    spec = load_workload(ROOT / "models" / f"{model}.yaml")
+    path = ROOT / "models" / f"{model}.yaml"
+    if overrides:
+        data = yaml.safe_load(path.read_text())
+        data.update(overrides.get("root", {}))
+        data["embedding"].update(overrides.get("embedding", {}))
+        spec = workload_from_dict(data, f"{path} (with {overrides})")
+    else:
+        spec = load_workload(path)
     system = System.load(ROOT / "topologies" / f"{topo}.yaml")
     settings = {"mode": "baseline", "placement": placement}
     if global_batch is not None:
         settings["global_batch"] = str(global_batch)
+    if plan is not None:
+        settings["plan_file"] = str(plan)
     ex = parse_execution(settings, source="<dlrm_validation>")
     r = simulate_workload(spec, system, nodes, gpus_per_node=system.gpus_per_node, execution=ex)["baseline"]
     phases = {b["phase"]: b["time_s"] for b in breakdown_rows({"baseline": r})}
@@ -202,7 +245,51 @@ def simulate(model: str, topo: str, nodes: int, placement: str, global_batch: in
             "global_batch": r.global_batch}
 
 
-def run(out: Path, smoke: bool = False, derived: Path = DERIVED) -> pd.DataFrame:
+def _hugectr_sims(table, smoke: bool) -> list[dict]:
+    out = []
+    for r in table.itertuples():
+        hmodel, htopo, plan = hugectr_config(r.round, r.config, r.nodes, r.model, r.topology)
+        out.append(simulate(hmodel, htopo, r.nodes, "planned", global_batch=512 if smoke else None, plan=plan))
+    return out
+
+
+def _with_settings(r, active: set, smoke: bool) -> float:
+    """The planned baseline of submission row ``r`` with the HUGECTR_STEPS settings named in ``active``."""
+    _hmodel, htopo, plan = hugectr_config(r.round, r.config, r.nodes, r.model, r.topology)
+    ov: dict = {"root": {}, "embedding": {}}
+    for label, kind, val in HUGECTR_STEPS:
+        if label in active and kind in ("root", "embedding"):
+            ov[kind].update(val)
+    return simulate(r.model, htopo if "SHARP" in active else r.topology, r.nodes, "planned",
+                    512 if smoke else None, plan=plan if "plan" in active else None, overrides=ov)["step_s"]
+
+
+def ablation(table, smoke: bool = False) -> pd.DataFrame:
+    """Each HUGECTR_STEPS setting added in turn to the planned baseline (``added``; ``delta_s``: the change it
+    made) and each removed from the full HugeCTR configuration (``removed``; ``delta_s``: full minus without it),
+    step time and its ratio to the derived step.  The full configuration equals the ``hugectr`` column."""
+    rows = []
+    labels = [s[0] for s in HUGECTR_STEPS]
+    for r in table.itertuples():
+        prev = _with_settings(r, set(), smoke)
+        rows.append({"round": r.round, "gpus": r.gpus, "kind": "added", "setting": "(planned baseline)",
+                     "step_s": prev, "ratio": prev / r.derived_step_s, "delta_s": 0.0})
+        for i, lbl in enumerate(labels):
+            t = _with_settings(r, set(labels[:i + 1]), smoke)
+            rows.append({"round": r.round, "gpus": r.gpus, "kind": "added", "setting": lbl, "step_s": t,
+                         "ratio": t / r.derived_step_s, "delta_s": t - prev})
+            prev = t
+        if not math.isclose(prev, r.sim_hugectr_s, rel_tol=1e-9):
+            raise ValueError(f"{r.round} {r.gpus} GPUs: all HugeCTR settings give {prev} s, the HugeCTR model file "
+                             f"{r.sim_hugectr_s} s (HUGECTR_STEPS and the model files disagree)")
+        for lbl in labels:
+            t = _with_settings(r, set(labels) - {lbl}, smoke)
+            rows.append({"round": r.round, "gpus": r.gpus, "kind": "removed", "setting": lbl, "step_s": t,
+                         "ratio": t / r.derived_step_s, "delta_s": prev - t})
+    return pd.DataFrame(rows)
+
+
+def run(out: Path, smoke: bool = False, derived: Path = DERIVED, with_ablation: bool = False) -> pd.DataFrame:
     subs = [s for s in SUBMISSIONS if not smoke or s[4] == 1]
     table = derived_table(subs, derived)
     sims: dict = {}
@@ -211,8 +298,9 @@ def run(out: Path, smoke: bool = False, derived: Path = DERIVED) -> pd.DataFrame
             # smoke: the 1-node points at a global batch of 8 x 64 (the submissions' batch is checked below in the
             # full run only), so the test takes seconds
             sims[(*key, pl)] = simulate(*key, pl, global_batch=512 if smoke else None)
-    for pl in PLACEMENTS:
-        s = [sims[(r.model, r.topology, r.nodes, pl)] for r in table.itertuples()]
+    hsims = _hugectr_sims(table, smoke)
+    for pl in (*PLACEMENTS, "hugectr"):
+        s = hsims if pl == "hugectr" else [sims[(r.model, r.topology, r.nodes, pl)] for r in table.itertuples()]
         table[f"sim_{pl}_s"] = [x["step_s"] for x in s]
         table[f"ratio_{pl}"] = table[f"sim_{pl}_s"] / table["derived_step_s"]
         table[f"within_15pct_{pl}"] = (table[f"ratio_{pl}"] - 1).abs() <= TARGET
@@ -223,10 +311,14 @@ def run(out: Path, smoke: bool = False, derived: Path = DERIVED) -> pd.DataFrame
                    if x["global_batch"] != r.global_batch]
             if bad:
                 raise ValueError(f"simulated global batch differs from the log's: {bad}")
+    table["hugectr_plan"] = [_rel(hugectr_config(r.round, r.config, r.nodes, r.model, r.topology)[2])
+                             for r in table.itertuples()]
     table["date"] = date.today().isoformat()
     table["smoke"] = smoke
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "validation.csv", index=False, float_format="%.6g")
+    if with_ablation:
+        ablation(table, smoke).to_csv(out / "ablation.csv", index=False, float_format="%.6g")
     return table
 
 
@@ -236,6 +328,8 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="1-node fixtures, tiny simulated batch (CI)")
     ap.add_argument("--derived", default=str(DERIVED),
                     help="per-run step times (CSV, see DERIVED_COLUMNS); --extract writes it")
+    ap.add_argument("--ablation", action="store_true",
+                    help="also write ablation.csv: each HugeCTR setting added in turn, and each removed")
     ap.add_argument("--extract", metavar="MIRROR_ROOT",
                     help="re-derive the --derived CSV from mirrored repositories (<root>/<owner>+<name>/repo)")
     a = ap.parse_args(argv)
@@ -243,15 +337,15 @@ def main(argv=None) -> int:
         if a.extract:
             extract(Path(a.extract), Path(a.derived))
             return 0
-        t = run(Path(a.out), a.smoke, Path(a.derived))
+        t = run(Path(a.out), a.smoke, Path(a.derived), with_ablation=a.ablation)
     except (SpecError, MLLogError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cols = ["round", "config", "gpus", "global_batch", "derived_step_s", "sim_planned_s", "ratio_planned",
-            "sim_table_wise_s", "ratio_table_wise"]
+            "sim_table_wise_s", "ratio_table_wise", "sim_hugectr_s", "ratio_hugectr"]
     print(t[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     h100 = t[t["topology"] == "h100_nvl8_ib_ndr"]
-    for pl in PLACEMENTS:
+    for pl in (*PLACEMENTS, "hugectr"):
         s = h100.groupby("gpus")[f"sim_{pl}_s"].first()
         if {64, 128} <= set(s.index):
             print(f"{pl}: simulated step {'falls' if s[128] < s[64] else 'does not fall'} from 64 to 128 GPUs "

@@ -41,13 +41,15 @@ class EmbeddingAllToAll(PushOp):
 
     Each rank holds ``tables_per_gpu`` tables (``rows`` x ``dim``) and pools ``global_batch`` bags of
     ``pooling`` lookups for each; rank ``d`` owns batch slice ``d`` (``global_batch / ranks`` bags) and receives
-    its pooled rows from every rank.  A workgroup pools ``bags_per_wg`` bags of one table.
+    its pooled rows from every rank.  A workgroup pools ``bags_per_wg`` bags of one table.  ``dtype``: the
+    tables' element type (what pooling reads); ``comm_dtype``: the pooled rows' type on the wire (None: ``dtype``;
+    HugeCTR's mixed precision pools fp32 rows into fp16 outputs, docs/hugectr_baseline.md).
     """
 
     name = "embedding_all_to_all"
     collective = "all_to_all"
     defaults = {"tables_per_gpu": 8, "rows": 1_000_000, "dim": 128, "pooling": 32, "global_batch": 16384,
-                "dtype": "fp32", "bags_per_wg": 4, "index_bytes": 8}
+                "dtype": "fp32", "bags_per_wg": 4, "index_bytes": 8, "comm_dtype": None}
 
     def __init__(self, params: dict, layout: Layout, source: str = "<params>"):
         super().__init__(params, layout, source)
@@ -60,6 +62,7 @@ class EmbeddingAllToAll(PushOp):
             raise SpecError(source, "pooling", f"must be positive, got {p['pooling']!r}")
         self.B = _pos_int(p, "global_batch", source)
         self.eb = dtype_bytes(str(p["dtype"]), source)
+        self.ceb = self.eb if p["comm_dtype"] is None else dtype_bytes(str(p["comm_dtype"]), source)
         self.idx_b = _pos_int(p, "index_bytes", source)
         n = layout.n
         if self.B % n:
@@ -79,7 +82,7 @@ class EmbeddingAllToAll(PushOp):
         i = np.arange(self.W, dtype=np.int64)
         block = i % self.blocks_per_table
         dst = (block * self.bags) // self.local_b
-        return dst, np.full(self.W, float(self.bags * self.D * self.eb))
+        return dst, np.full(self.W, float(self.bags * self.D * self.ceb))
 
     def destination_summary(self, rank: int):
         """Closed form: every rank owns ``k = local_b / bags`` blocks of every table, ``T k`` workgroups."""
@@ -95,7 +98,7 @@ class EmbeddingAllToAll(PushOp):
         each destination's ``T x k`` workgroups in one run (index order inside it)."""
         n = self.layout.n
         k = self.local_b // self.bags
-        per = float(self.bags * self.D * self.eb)
+        per = float(self.bags * self.D * self.ceb)
         if tile_order == "natural":
             dst = np.tile(np.arange(n, dtype=np.int64), self.T)
             return dst, np.full(len(dst), k, dtype=np.int64), np.full(len(dst), per)
@@ -108,7 +111,7 @@ class EmbeddingAllToAll(PushOp):
         return dst, np.full(n, self.T * k, dtype=np.int64), np.full(n, per)
 
     def collective_size_bytes(self) -> float:
-        return float(self.B * self.T * self.D * self.eb)
+        return float(self.B * self.T * self.D * self.ceb)
 
 
 class GemmAllToAll(PushOp):

@@ -18,6 +18,16 @@ LLM_FUSED = ("gemm_rs", "ag_gemm")  # fusable operators of llm_tp_dp: GEMM+Reduc
 DTYPES = ("fp32", "bf16", "fp16")
 PLACEMENTS = ("table_wise", "row_wise", "planned")  # planned: simfuse.workloads.planner
 INTERACTIONS = ("dot", "dcn")
+#: DLRM iteration schedules (docs/hugectr_baseline.md): ``bulk`` issues the embedding kernel after the bottom MLP and
+#: waits for the forward All-to-All; ``overlap`` issues the model-parallel embedding kernel first and runs the bottom
+#: MLP while its All-to-All is in flight (HugeCTR's ``train_intra_iteration_overlap``)
+SCHEDULES = ("bulk", "overlap")
+#: dense gradient all-reduce: ``bucketed`` (DDP buckets as backward produces them) or ``grouped`` (one all-reduce of
+#: every dense and data-parallel-table gradient after the backward pass: HugeCTR's ``grouped_all_reduce``)
+DENSE_ALLREDUCES = ("bucketed", "grouped")
+#: dense optimizer step after the gradient all-reduce: ``none`` (not modelled) or ``adagrad`` (fp32 master
+#: weights and accumulator; with a non-fp32 dense dtype, the cast of the weights to it)
+DENSE_OPTIMIZERS = ("none", "adagrad")
 
 # Bounds checked at load time (far beyond any real model; they keep sizes, memory and loops finite).
 MAX_GLOBAL_BATCH = 2**24       # samples per iteration
@@ -58,8 +68,19 @@ class DLRMSpec:
     bucket_bytes: float = 25 * 2**20         # DDP gradient bucket
     bags_per_wg: int = 4
     fuse_backward: bool = True
+    embedding_comm_dtype: str = ""           # payload of the embedding All-to-Alls ("": embedding_dtype)
+    grad_dtype: str = "fp32"                 # dense and data-parallel-table gradients (all-reduce payload)
+    dense_allreduce: str = "bucketed"        # DENSE_ALLREDUCES
+    schedule: str = "bulk"                   # SCHEDULES
+    dense_optimizer: str = "none"            # DENSE_OPTIMIZERS
     kind: str = "dlrm"
     source: str = "<memory>"
+
+    @property
+    def comm_dtype(self) -> str:
+        """Element type of the pooled embeddings and their gradients on the wire (forward and backward
+        All-to-Alls); the tables and the pooling read ``embedding_dtype``."""
+        return self.embedding_comm_dtype or self.embedding_dtype
 
 
 @dataclass(frozen=True)
@@ -186,6 +207,7 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
     dim = emb.integer("dim", min_value=1, max_value=MAX_WIDTH)
     placement = emb.string("placement", "table_wise", choices=PLACEMENTS)
     emb_dtype = emb.string("dtype", "fp32", choices=DTYPES)
+    comm_dtype = emb.string("comm_dtype", emb_dtype, choices=DTYPES)
     memfrac = emb.number("memory_fraction", 0.5, positive=True, max_value=1.0)
     opt = emb.number("optimizer_state_factor", 1.0, min_value=0.0, max_value=1000.0)
     bags = emb.integer("bags_per_wg", 4, min_value=1, max_value=MAX_GLOBAL_BATCH)
@@ -214,6 +236,11 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
         bucket_bytes=root.number("ddp_bucket_mib", 25.0, positive=True, max_value=2**20) * 2**20,
         bags_per_wg=bags,
         fuse_backward=root.boolean("fuse_backward", True),
+        embedding_comm_dtype="" if comm_dtype == emb_dtype else comm_dtype,
+        grad_dtype=root.string("grad_dtype", "fp32", choices=DTYPES),
+        dense_allreduce=root.string("dense_allreduce", "bucketed", choices=DENSE_ALLREDUCES),
+        schedule=root.string("schedule", "bulk", choices=SCHEDULES),
+        dense_optimizer=root.string("dense_optimizer", "none", choices=DENSE_OPTIMIZERS),
         source=source,
     )
     if spec.bottom_mlp[-1] != dim:

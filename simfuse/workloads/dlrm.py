@@ -166,6 +166,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     b = B // n
     knobs = knobs or FusedKnobs()
     eb = DTYPE_BYTES[spec.embedding_dtype]
+    ceb = DTYPE_BYTES[spec.comm_dtype]  # the embedding All-to-Alls' payload (fwd and bwd), e.g. fp16 under HugeCTR AMP
     if plan is None and spec.placement == "planned":
         from .planner import plan_tables
 
@@ -205,7 +206,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         hcols = np.array([sum(u.dim or D for u in us if u.kind in _HIER_KINDS) for us in per_rank], dtype=float)
         h_dims = sorted({u.dim or D for us in per_rank for u in us if u.kind in _HIER_KINDS})
         dp_tables = sorted({u.table for us in per_rank for u in us if u.kind == "data_parallel"})
-    ub_all = uni_cols * b * eb
+    ub_all = uni_cols * b * ceb
     has_twrw = bool(hcols.any())
     # the hierarchical kernels in column-equivalent tables of ``dim_h`` columns (the gcd of the shards' widths, as
     # the All-to-All shards' EmbeddingAllToAll): a shard of ``w`` columns is ``w / dim_h`` tables of ``dim_h``
@@ -216,7 +217,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
 
     bottom, inter, inter_ew, top = _dense_layers(spec, b)
     dt = spec.dense_dtype
-    grad_eb = 4
+    grad_eb = DTYPE_BYTES[spec.grad_dtype]
 
     def fwd(layers):
         return [gemm_work(lbl, m, nn, k, dt) for (lbl, m, nn, k) in layers]
@@ -231,9 +232,19 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     top_bwd, top_grads = bwd(top)
     inter_bwd, inter_grads = bwd(inter)
     bot_bwd, bot_grads = bwd(bottom)
+    dense_params = sum(k * nn + nn for (_lbl, _m, nn, k) in top + inter + bottom)  # weights + biases
+    # grouped all-reduce: every dense gradient and every data-parallel table's (dense) gradient in one buffer
+    grouped_bytes = float(dense_params * grad_eb + sum(spec.tables[t].rows * D for t in dp_tables) * grad_eb)
+    # dense Adagrad step per parameter (HugeCTR adagrad_optimizer.cu ada_grad_update4_kernel): read the fp32 weight,
+    # the gradient and the fp32 accumulator, write weight and accumulator; with a non-fp32 dense dtype the weights
+    # are cast to it before the forward (HugeCTR model_pipeline.cpp network_init conv_weight_): read 4, write the
+    # dense element
+    dense_update_bytes = 4 + grad_eb + 4 + 4 + 4 + ((4 + DTYPE_BYTES[dt]) if dt != "fp32" else 0)
     buckets, closes = _buckets(top_grads + inter_grads + bot_grads, spec.bucket_bytes)
     closing = {last: k for k, last in closes.items()}
     fuse_bwd = mode == "fused" and spec.fuse_backward
+    overlap = spec.schedule == "overlap"
+    grouped = spec.dense_allreduce == "grouped"
     # fused mode: table-row-wise shards push hierarchically (TwrwEmbeddingPush; backward: the gradient push's relay)
     twrw_h = mode == "fused" and has_twrw and knobs.twrw_push == "hierarchical"
     twrw_bags = TwrwEmbeddingPush.bags_for(b, 4)  # _pool_work's 4 bags per workgroup, whole ones per rank
@@ -250,68 +261,99 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         rail = local_of == local_of[r]
         peers = node_of == node_of[r]
         # forward sends; the backward sends the transpose (gradients back to the shard holders)
-        fwd_sizes = np.full(n, ub_all[r]) + np.where(rail, twrw[r] * b * dim_h * eb, 0.0)
-        bwd_sizes = ub_all + np.where(rail, twrw * b * dim_h * eb, 0.0)
-        st1_fwd = np.where(peers, twrw[r] * nodes * b * dim_h * eb, 0.0)
-        st1_bwd = np.where(peers, twrw * nodes * b * dim_h * eb, 0.0)
+        fwd_sizes = np.full(n, ub_all[r]) + np.where(rail, twrw[r] * b * dim_h * ceb, 0.0)
+        bwd_sizes = ub_all + np.where(rail, twrw * b * dim_h * ceb, 0.0)
+        st1_fwd = np.where(peers, twrw[r] * nodes * b * dim_h * ceb, 0.0)
+        st1_bwd = np.where(peers, twrw * nodes * b * dim_h * ceb, 0.0)
 
         def comp(work, phase, deps=(), rg=rg):
             return rg.add(ComputeNode(name=work.name, work=work, phase=phase, deps=tuple(deps)))
 
-        def grad_done(layer_idx: int, dep: int, rg=rg):
-            k = closing.get(layer_idx)
+        grad_ars: list[int] = []  # the dense gradients' all-reduces (the dense optimizer step waits for them)
+
+        def grad_done(layer_idx: int, dep: int, rg=rg, grad_ars=grad_ars):
+            k = None if grouped else closing.get(layer_idx)
             if k is not None:
-                rg.add(CollectiveNode(name=f"ddp_allreduce{k}", op="all_reduce", group="world",
-                                      size_bytes=buckets[k], stream="comm_dp", phase=f"allreduce_bucket{k}",
-                                      deps=(dep,)))
+                grad_ars.append(rg.add(CollectiveNode(name=f"ddp_allreduce{k}", op="all_reduce", group="world",
+                                                      size_bytes=buckets[k], stream="comm_dp",
+                                                      phase=f"allreduce_bucket{k}", deps=(dep,))))
 
         # ---------------- forward
-        last = -1
-        for w in fwd(bottom):
-            last = comp(w, "bottom_mlp_fwd")
-        for t in dp_tables:  # data-parallel tables: local pooling of the own b bags
-            tab = spec.tables[t]
-            last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb, rows=tab.rows), "embedding_dp_fwd")
+        def bottom_and_dp(gate=()):
+            """The bottom MLP and the data-parallel tables' local pooling (own ``b`` bags); ``gate``: what the
+            first of them waits for.  Returns the last node's id."""
+            last = -1
+            for w in fwd(bottom):
+                last = comp(w, "bottom_mlp_fwd", deps=gate if last < 0 else ())
+            for t in dp_tables:
+                tab = spec.tables[t]
+                last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb, rows=tab.rows), "embedding_dp_fwd")
+            return last
+
+        def dp_and_bottom(gate=()):
+            """``overlap`` order (HugeCTR's issue order: the data-parallel lookups, then the bottom MLP)."""
+            last = -1
+            for t in dp_tables:
+                tab = spec.tables[t]
+                last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb, rows=tab.rows), "embedding_dp_fwd",
+                            deps=gate if last < 0 else ())
+            for w in fwd(bottom):
+                last = comp(w, "bottom_mlp_fwd", deps=gate if last < 0 else ())
+            return last
+
+        # bulk: bottom MLP and data-parallel pooling first, the model-parallel embedding after them; overlap
+        # (HugeCTR train_intra_iteration_overlap, docs/hugectr_baseline.md): the model-parallel embedding first,
+        # the rest while its All-to-All is in flight
+        last = bottom_and_dp() if not overlap else -1
+
+        def after(*ids):
+            return tuple(i for i in ids if i >= 0)
+
         if U > 0:
             dim_eq = math.gcd(*[u.dim or D for u in units])
             op = EmbeddingAllToAll({"tables_per_gpu": cols // dim_eq, "rows": max(u.rows for u in units),
                                     "dim": dim_eq, "pooling": sum(u.pooling * (u.dim or D) for u in units) / cols,
                                     "global_batch": B, "dtype": spec.embedding_dtype,
-                                    "bags_per_wg": spec.bags_per_wg}, layout, spec.source)
+                                    "comm_dtype": spec.comm_dtype, "bags_per_wg": spec.bags_per_wg}, layout,
+                                   spec.source)
             if mode == "fused":
                 graph.meta["fused_waves"] = max(graph.meta["fused_waves"],
                                                 -(-op.W // system.cost.slots(op.work("fused"))))
         tr_dep = last
+        gate = ()  # overlap: what the bottom MLP waits for (HugeCTR: the model forward, intra-node reduction included)
         if twrw_h:  # table-row-wise, fused: the pooling kernel pushes to the node-local reducers, which put on the rail
             tr_work = _pool_work("embedding_twrw", B, tr_lookups, dim_h, eb, tables=tr_tables,
                                  bags_per_wg=twrw_bags) if tr_units else None
-            tr_op = TwrwEmbeddingPush(tr_work, layout, twrw, r, B, twrw_bags, dim_h, eb, spec.source)
+            tr_op = TwrwEmbeddingPush(tr_work, layout, twrw, r, B, twrw_bags, dim_h, ceb, spec.source)
             tr_dep = rg.add(FusedNode(name="embedding_twrw_fused", op=tr_op, group="world", knobs=knobs,
-                                      deps=(last,), wait_phase="a2a_twrw_fwd_exposed"))
+                                      deps=after(last), wait_phase="a2a_twrw_fwd_exposed"))
         elif has_twrw:  # table-row-wise: pool, reduce inside the node (stage 1); stage 2 joins the All-to-All
             if tr_units:
                 tr_dep = comp(_pool_work("embedding_twrw", B, tr_lookups, dim_h, eb, tables=tr_tables),
                               "embedding_fwd")
             tr_dep = rg.add(AllToAllVNode(name="a2a_fwd_intra", group="world", send_bytes=st1_fwd, stream="comm",
-                                          deps=(tr_dep,)))
+                                          deps=after(tr_dep)))
+            gate = (tr_dep,)
         if mode == "baseline":
             if U > 0:
                 last = comp(op.work("compute"), "embedding_fwd")
             waits = (rg.add(AllToAllVNode(name="a2a_fwd", group="world", send_bytes=fwd_sizes, stream="comm",
-                                          deps=(max(last, tr_dep),))),)
+                                          deps=after(max(last, tr_dep)))),)
         else:  # the fused kernel pushes the All-to-All shards; table-row-wise stage 2 stays a bulk exchange
             if U > 0:
-                a2a = rg.add(FusedNode(name="embedding_fwd_fused", op=op, group="world", knobs=knobs, deps=(last,),
-                                       wait_phase="a2a_fwd_exposed"))
+                a2a = rg.add(FusedNode(name="embedding_fwd_fused", op=op, group="world", knobs=knobs,
+                                       deps=after(last), wait_phase="a2a_fwd_exposed"))
             else:
                 a2a = rg.add(AllToAllVNode(name="a2a_fwd", group="world", send_bytes=np.zeros(n), stream="comm",
-                                           deps=(last,)))
+                                           deps=after(last)))
             waits = (a2a,)
             if twrw_h:
                 waits += (tr_dep,)
             elif has_twrw:
                 waits += (rg.add(AllToAllVNode(name="a2a_fwd_rail", group="world", send_bytes=fwd_sizes - ub_all[r],
                                                stream="comm", deps=(tr_dep,))),)
+        if overlap:
+            dp_and_bottom(gate)
         first = True
         for w in fwd(inter):
             comp(w, "interaction_fwd", deps=waits if first else ())
@@ -336,7 +378,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                 pre_push = last
                 if twrw_h:  # table-row-wise gradients over the rail, relayed inside the holder node
                     push = PushKernel(pair[0], np.arange(n), bwd_sizes, tag="a2a_bwd_fused", layout=layout,
-                                      relay_bytes=bwd_sizes - ub_all, relay_in_bytes=twrw[r] * b * dim_h * eb,
+                                      relay_bytes=bwd_sizes - ub_all, relay_in_bytes=twrw[r] * b * dim_h * ceb,
                                       relay_channel="a2a_bwd_twrw")
                 else:
                     push = PushKernel(pair[0], np.arange(n), ub_all, tag="a2a_bwd_fused", layout=layout)
@@ -356,7 +398,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                                          deps=(last,)))
             tr_x = bwd_x
         elif twrw_h:  # the relayed table-row-wise gradients: their own exchange, on the communication stream
-            relay = RelayWait("a2a_bwd_twrw", twrw[r] * b * dim_h * eb, nodes, g)
+            relay = RelayWait("a2a_bwd_twrw", twrw[r] * b * dim_h * ceb, nodes, g)
             tr_x = rg.add(FusedNode(name="a2a_bwd_twrw", op=relay, group="world", stream="comm", knobs=knobs,
                                     wait_phase="a2a_bwd_twrw_wait", deps=(pre_push,)))
         elif has_twrw:
@@ -365,7 +407,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         if has_twrw and not (fuse_bwd and twrw_h):
             tr_x = rg.add(AllToAllVNode(name="a2a_bwd_intra", group="world", send_bytes=st1_bwd, stream="comm",
                                         deps=(tr_x,)))
-        for t in dp_tables:  # the replicated tables' gradients, all-reduced on the data-parallel stream
+        for t in dp_tables if not grouped else ():  # replicated tables' gradients, on the data-parallel stream
             rg.add(CollectiveNode(name=f"dp_table_allreduce{t}", op="all_reduce", group="world",
                                   size_bytes=float(spec.tables[t].rows * D * grad_eb), stream="comm_dp",
                                   phase="allreduce_dp_tables", deps=(dgrad,)))
@@ -374,23 +416,36 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                 last = comp(w, "bottom_mlp_bwd")
             grad_done(li, last)
             li += 1
+        if grouped:  # HugeCTR grouped_all_reduce: the data-parallel tables' local reduce into their dense
+            # gradients, then one all-reduce of every dense and data-parallel-table gradient (docs/hugectr_baseline.md)
+            for t in dp_tables:
+                last = comp(elementwise_work(f"emb_dp_local_reduce{t}", b * spec.tables[t].pooling * D * grad_eb,
+                                             b * spec.tables[t].pooling * D, spec.embedding_dtype,
+                                             wgs=max(1, b * int(math.ceil(spec.tables[t].pooling)) // 64)),
+                            "embedding_update")
+            grad_ars.append(rg.add(CollectiveNode(name="grouped_allreduce", op="all_reduce", group="world",
+                                                  size_bytes=grouped_bytes, stream="comm_dp",
+                                                  phase="allreduce_grouped", deps=(last,))))
         if U > 0:
             ps = sum(u.pooling * (u.dim or D) for u in units)  # lookups x columns
-            upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + B * cols * eb
+            upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + B * cols * ceb
             comp(elementwise_work("emb_update", upd_bytes, B * ps * 3.0, spec.embedding_dtype,
                                   wgs=max(1, cols * B // (64 * D))), "embedding_update", deps=(bwd_x,))
         if tr_units:
             ps = tr_lookups * dim_h  # lookups x columns
-            upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + tr_tables * B * dim_h * eb
+            upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + tr_tables * B * dim_h * ceb
             comp(elementwise_work("emb_update_twrw", upd_bytes, B * ps * 3.0, spec.embedding_dtype,
                                   wgs=max(1, tr_tables * dim_h * B // (64 * D))), "embedding_update", deps=(tr_x,))
         for t in dp_tables:  # scatter-add of the local gradients, then the dense optimizer step over the table
             rows = spec.tables[t].rows
-            nbytes = b * spec.tables[t].pooling * D * grad_eb + rows * D * (eb * (2.0 + 2.0 *
-                                                                                  spec.optimizer_state_factor)
-                                                                             + grad_eb)
+            nbytes = (0.0 if grouped else b * spec.tables[t].pooling * D * grad_eb) \
+                + rows * D * (eb * (2.0 + 2.0 * spec.optimizer_state_factor) + grad_eb)
             comp(elementwise_work(f"emb_update_dp{t}", nbytes, 3.0 * rows * D, spec.embedding_dtype,
-                                  wgs=max(1, rows * D // 8192)), "embedding_update", deps=(bwd_x,))
+                                  wgs=max(1, rows * D // 8192)), "embedding_update",
+                 deps=(grad_ars[-1],) if grouped else (bwd_x,))
+        if spec.dense_optimizer == "adagrad":
+            comp(elementwise_work("dense_update", dense_params * dense_update_bytes, 5.0 * dense_params, "fp32",
+                                  wgs=max(1, dense_params // 8192)), "dense_update", deps=tuple(grad_ars))
     return graph
 
 

@@ -6,7 +6,8 @@ partitions the shards over ranks greedily under the HBM limit and proposes whole
 module follows the same four steps with simfuse's own cost terms (read, not copied):
 
 **Sharding types** (``B`` global batch, ``b = B / n`` bags per rank, ``n`` ranks, ``g`` GPUs per node, ``N``
-nodes, ``D`` dim, ``P`` lookups per bag, ``e`` bytes per element):
+nodes, ``D`` dim, ``P`` lookups per bag, ``e`` bytes per element on the wire: ``embedding.comm_dtype``, by
+default the tables' dtype):
 
 * ``table_wise``: the whole table on one rank; it pools ``B`` bags and sends ``b * D * e`` to every rank;
 * ``row_wise``: ``n`` row shards, one per rank; each pools ``B`` bags at ``P / n`` lookups (uniform ids) and sends
@@ -27,7 +28,7 @@ nodes, ``D`` dim, ``P`` lookups per bag, ``e`` bytes per element):
   builder.  The grid spreads a table's pooling over ``k g`` GPUs instead of ``g`` and divides each holder's
   stage-1 and rail bytes by ``k``; the bytes every rank receives are those of table-row-wise;
 * ``data_parallel``: a replica on every rank; local pooling of the ``b`` own bags, no embedding All-to-All, the
-  table's gradient (``rows * D`` fp32) all-reduced on the data-parallel stream and a dense optimizer update.
+  table's gradient (``rows * D`` in ``grad_dtype``, fp32 by default) all-reduced on the data-parallel stream and a dense optimizer update.
 
 The backward pass sends the transposed volumes (pooled-embedding gradients back to the shard holders), so every
 All-to-All volume counts twice.
@@ -38,7 +39,7 @@ achievable HBM bandwidth (``hbm_bw_bytes_per_s * hbm_efficiency`` of the System'
 bytes sent and received per fabric tier (NVLink inside a node, the NICs between nodes) at that tier's per-GPU
 bandwidth (``scale_up.effective_bw_bytes_per_s``; ``nics_per_node * effective_nic_bw_bytes_per_s / g``).  A
 rank's cost is ``compute + comm`` in baseline mode (bulk-synchronous) and ``max(compute, comm)`` in fused mode (the
-fused kernel pushes while it pools), plus the data-parallel all-reduce (``2 (n-1)/n * rows * D * 4`` bytes per
+fused kernel pushes while it pools), plus the data-parallel all-reduce (``2 (n-1)/n * rows * D * grad bytes`` per
 rank, at the NIC rate when there are several nodes); receive volumes of uniform traffic are spread evenly
 (every rank receives ``b * D * e`` per shard; the intra/inter split is the average over ranks).  Dense layers are
 data parallel and the same under every plan, so they are left out.
@@ -89,8 +90,6 @@ HIER_SHARDINGS = ("table_row_wise", "grid")
 FUSED_SHARDINGS = SHARDINGS
 #: bytes per lookup index: int64 ids, as the fused operator's ``index_bytes`` default (simfuse/fused/ops.py)
 INDEX_BYTES = 8
-#: bytes per gradient element: fp32 gradients, as the DLRM builder's ``grad_eb``
-GRAD_BYTES = 4
 #: narrowest column shard: 32 columns x 4 B = one 128-byte cache line per row (narrower rows waste gathers, see
 #: facts.md: 128-256-byte rows are already the hard case for random gathers)
 MIN_COLUMN_DIM = 32
@@ -320,6 +319,8 @@ class _Ctx:
         self.B, self.D = spec.global_batch, spec.dim
         self.b = self.B // n
         self.eb = DTYPE_BYTES[spec.embedding_dtype]
+        self.ceb = DTYPE_BYTES[spec.comm_dtype]   # All-to-All payload (embedding.comm_dtype, default the table's)
+        self.geb = DTYPE_BYTES[spec.grad_dtype]   # data-parallel table gradients (grad_dtype, default fp32)
         self.opt = spec.optimizer_state_factor
         self.rates, self.budget, self.mode = rates, budget_bytes, mode
 
@@ -341,7 +342,7 @@ class _Ctx:
     def dp_allreduce_s(self, rows: int) -> float:
         if self.n == 1:
             return 0.0
-        size = rows * self.D * GRAD_BYTES
+        size = rows * self.D * self.geb
         bw = self.rates.nic_bytes_per_s if self.N > 1 else self.rates.nvlink_bytes_per_s
         return 2.0 * (self.n - 1) / self.n * size / bw
 
@@ -370,12 +371,13 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
     """Every sharding option of table ``t`` the context allows (enumerator + estimator)."""
     tab = ctx.spec.tables[t]
     B, b, D, eb, n, g, N = ctx.B, ctx.b, ctx.D, ctx.eb, ctx.n, ctx.g, ctx.N
+    ceb = ctx.ceb
     hbm = ctx.rates.hbm_bytes_per_s
     frac_intra, frac_inter = (g - 1) / n, (n - g) / n   # average share of a rank's received bytes per tier
     out = []
 
     def uniform_a2a(kind, shards, rows, dim, pooling):
-        x = 2.0 * b * dim * eb  # per destination, fwd + bwd
+        x = 2.0 * b * dim * ceb  # per destination, fwd + bwd
         return _Option(kind, shards, rows, dim, pooling, ctx.pool_update_bytes(B, pooling, dim) / hbm,
                        (g - 1) * x, (n - g) * x, 0.0, shards * x * frac_intra, shards * x * frac_inter,
                        storage=ctx.storage(rows, dim))
@@ -398,8 +400,8 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
             k *= 2
     if "data_parallel" in allowed:
         local = b * tab.pooling * (D * eb + INDEX_BYTES) + b * D * eb      # pool own bags
-        grad = b * tab.pooling * D * GRAD_BYTES                              # scatter-add into the dense grad
-        upd = tab.rows * D * eb * (2.0 + 2.0 * ctx.opt) + tab.rows * D * GRAD_BYTES  # dense optimizer step
+        grad = b * tab.pooling * D * ctx.geb                                 # scatter-add into the dense grad
+        upd = tab.rows * D * eb * (2.0 + 2.0 * ctx.opt) + tab.rows * D * ctx.geb  # dense optimizer step
         out.append(_Option("data_parallel", n, tab.rows, D, tab.pooling, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
                            u_comp_s=(local + grad + upd) / hbm, u_dp_s=ctx.dp_allreduce_s(tab.rows),
                            storage=ctx.storage(tab.rows, D)))
@@ -413,10 +415,10 @@ def _hier_option(ctx: _Ctx, t: int, kind: str, k: int) -> _Option:
     and sends its node's share on its rail (``b D / k`` to every remote node); fwd + bwd.  Every rank receives
     ``b D / k`` from each of the ``k`` holder nodes but its own, ``k (N - 1) / N`` of them on average."""
     tab = ctx.spec.tables[t]
-    b, eb, g, N = ctx.b, ctx.eb, ctx.g, ctx.N
+    b, ceb, g, N = ctx.b, ctx.ceb, ctx.g, ctx.N
     rows, p, dim = math.ceil(tab.rows / g), tab.pooling / g, ctx.D // k
-    s1 = 2.0 * N * b * dim * eb * (g - 1)      # reduce-scatter inside the node, fwd + bwd
-    s2 = 2.0 * b * dim * eb                     # per remote node on the rail, fwd + bwd
+    s1 = 2.0 * N * b * dim * ceb * (g - 1)     # reduce-scatter inside the node, fwd + bwd
+    s2 = 2.0 * b * dim * ceb                    # per remote node on the rail, fwd + bwd
     return _Option(kind, k * g, rows, dim, p, ctx.pool_update_bytes(ctx.B, p, dim) / ctx.rates.hbm_bytes_per_s, s1,
                    (N - 1) * s2, s1, 0.0, k * s2 * (N - 1) / N, storage=ctx.storage(rows, dim))
 
@@ -607,8 +609,13 @@ def estimate_plan(spec, system, plan_per_rank: list[list[Unit]], nodes: int, gpu
 def _custom_option(ctx: _Ctx, u: Unit) -> _Option:
     """The estimate of a shard count the enumerator does not produce (forced plans)."""
     dim = u.dim or ctx.D
-    x = 2.0 * ctx.b * dim * ctx.eb
+    x = 2.0 * ctx.b * dim * ctx.ceb
     n, g = ctx.n, ctx.g
+    if u.kind == "table_row_wise":  # on several whole nodes: each node as the one-node option, at its shard's load
+        s1, s2, N = 2.0 * ctx.N * ctx.b * dim * ctx.ceb * (g - 1), x, ctx.N
+        return _Option(u.kind, u.shards, u.rows, dim, u.pooling, ctx.pool_update_bytes(ctx.B, u.pooling, dim)
+                       / ctx.rates.hbm_bytes_per_s, s1, (N - 1) * s2, s1, 0.0, s2 * (N - 1) / N * u.shards / g,
+                       storage=ctx.storage(u.rows, dim))
     return _Option(u.kind, u.shards, u.rows, dim, u.pooling, ctx.pool_update_bytes(ctx.B, u.pooling, dim)
                    / ctx.rates.hbm_bytes_per_s, (g - 1) * x, (n - g) * x, 0.0, u.shards * x * (g - 1) / n,
                    u.shards * x * (n - g) / n, storage=ctx.storage(u.rows, dim))
@@ -676,8 +683,11 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
             raise SpecError(src, fld, "data_parallel replicates the table on every rank (write all)")
         if kind == "column_wise" and D % k:
             raise SpecError(src, fld, f"column_wise over {k} ranks: dim {D} is not divisible by {k}")
-        if kind == "table_row_wise" and (k != g or len({r // g for r in ranks}) != 1):
-            raise SpecError(src, fld, f"table_row_wise needs the {g} ranks of one node")
+        if kind == "table_row_wise" and (k % g or len({r // g for r in ranks}) != k // g):
+            # whole nodes: one node (TorchRec's table-row-wise) or several, each reducing its row shards' partial
+            # sums inside the node and sending them on the rails (HugeCTR's hierarchical embedding with a table
+            # on several nodes, docs/hugectr_baseline.md)
+            raise SpecError(src, fld, f"table_row_wise needs the {g} ranks of one node (or of several whole nodes)")
         if kind == "grid":
             _check_grid_ranks(ranks, g, D, src, fld)
         rows = tab.rows if kind in ("table_wise", "column_wise", "data_parallel") else math.ceil(tab.rows / k)
@@ -723,7 +733,7 @@ def _check_grid_ranks(ranks, g: int, D: int, src: str, fld: str) -> None:
 
 def _option_for(ctx: _Ctx, units: list[Unit], t: int) -> _Option:
     u = next(x for x in units if x.table == t)
-    if u.kind in HIER_SHARDINGS:
+    if u.kind == "grid" or (u.kind == "table_row_wise" and u.shards == ctx.g):
         return _hier_option(ctx, t, u.kind, u.shards // ctx.g)
     opts = {(o.kind, o.shards): o for o in enumerate_options(ctx, t, SHARDINGS)}
     return opts.get((u.kind, u.shards)) or _custom_option(ctx, u)

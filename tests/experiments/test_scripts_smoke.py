@@ -77,6 +77,9 @@ def test_dlrm_validation_smoke(root, tmp_path):
     v30 = df[df["config"] == "dgxh100_ngc23.04_merlin_hugectr"].iloc[0]  # from the committed derived_steps.csv
     assert v30["global_batch"] == 55296 and v30["runs"] == 10 and abs(v30["derived_step_s"] - 3.81e-3) < 0.02e-3
     assert (df["sim_planned_s"] > 0).all() and (df["sim_table_wise_s"] > 0).all()
+    assert (df["sim_hugectr_s"] > 0).all()  # the HugeCTR column: the submission's own plan, per round
+    assert df["hugectr_plan"].tolist() == [f"models/plans/hugectr_{r}_1n.csv" for r in ("v3.0", "v3.1", "v4.0")] \
+        + ["models/plans/hugectr_v4.0_h200_1n.csv"]
     assert df["source"].str.startswith("github:mlcommons/training_results_v").all()
     assert (df["fixture"] == "experiments/results/dlrm_validation/derived_steps.csv").all()
 

@@ -63,7 +63,8 @@ def _pool_work(label: str, bags: int, lookups: float, dim: int, eb: int, tables:
 
     wgs = max(1, tables * math.ceil(bags / bags_per_wg))
     total = bags * lookups * (dim * eb + 8) + tables * bags * dim * eb
-    return KernelWork("embedding_bag", wgs, bags * lookups * dim / wgs * tables, total / wgs,
+    # one workgroup pools ``bags_per_wg`` bags of one table: the FLOP (and rows gathered) are split over all of them
+    return KernelWork("embedding_bag", wgs, bags * lookups * dim / wgs, total / wgs,
                       "fp32" if eb == 4 else "fp16", "compute", (("bags", bags), ("dim", dim),
                                                                 ("pooling", lookups / tables), ("tables", tables))
                       + ((("rows", rows),) if rows else ()))

@@ -335,3 +335,24 @@ def test_grid_needs_a_dim_divisible_by_its_nodes(tmp_path):
     with pytest.raises(SpecError) as exc:
         _plan(tmp_path, rows, spec, system, "baseline", nodes=3, g=2)
     assert exc.value.field == "ranks (line 2)" and "not divisible by 3" in exc.value.message
+
+
+def test_hierarchical_pooling_kernel_flop_and_rows_per_workgroup(tmp_path, small):
+    """The table-row-wise / grid pooling kernel: one workgroup pools 4 bags of one (column-equivalent) table, so it
+    gathers 4 x that table's share of the lookups; the kernel's FLOP are B x (lookups x columns) summed over the
+    rank's shards, whatever the number of tables (a kernel of several tables once priced each workgroup as all of
+    them)."""
+    spec = _spec(TABLES)
+    B, g = 1024, G
+    plan = _plan(tmp_path, MIXED, spec, small, "baseline")
+    graph = build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode="baseline", sim_mode="full", plan=plan)
+    P1, P2 = TABLES[1][1], TABLES[2][1]
+    nodes = graph.programs[5].nodes
+    pool = nodes[_node(graph, 5, "a2a_fwd_intra").deps[0]].work
+    # rank 5 holds t1's 32-column block and t2's 64-column row shard: 1 + 2 column-equivalent tables of 32 columns
+    w = D // 2
+    assert pool.num_workgroups == 3 * (B // 4)
+    assert pool.flops_per_wg * pool.num_workgroups == pytest.approx(B * (P1 / g * w + P2 / g * D))
+    # rows per workgroup = FLOP / columns = 4 bags x the mean per-table share of the lookups
+    assert pool.flops_per_wg / w == pytest.approx(4 * (P1 / g + 2 * P2 / g) / 3)
+    assert dict(pool.shape)["pooling"] == pytest.approx((P1 / g + 2 * P2 / g) / 3)

@@ -202,6 +202,11 @@ def _wave_fit(item, source: str, where: str):
     w.integer("slots", min_value=1)
     w.integer("cus", 132, min_value=1)
     w.number("launch_s", min_value=0.0)
+    for key in ("slots_by_dim", "slots_by_layout"):  # resident programs per row width / compiled layout
+        if w.has(key):
+            m = w.sub(key)
+            for k in list(m.data):
+                m.integer(k, min_value=1)
     terms = w.sub("terms")
     for t in list(terms.data):
         tt = terms.sub(t)

@@ -74,7 +74,8 @@ class EmbeddingAllToAll(PushOp):
 
     def work(self, variant: str) -> KernelWork:
         bags, P, D, eb = self.bags, self.P, self.D, self.eb
-        bytes_wg = bags * P * (D * eb + self.idx_b) + bags * D * eb
+        # the pooled rows are written in the All-to-All payload's dtype (HugeCTR: fp16 outputs of fp32 tables)
+        bytes_wg = bags * P * (D * eb + self.idx_b) + bags * D * self.ceb
         return KernelWork("embedding_bag", self.W, bags * P * D, bytes_wg, "fp32" if eb == 4 else "fp16",
                           variant, (("bags", self.B), ("dim", D), ("pooling", P), ("tables", self.T), ("rows", self.rows)))
 
@@ -88,7 +89,7 @@ class EmbeddingAllToAll(PushOp):
         """Closed form: every rank owns ``k = local_b / bags`` blocks of every table, ``T k`` workgroups."""
         n = self.layout.n
         return (np.arange(n, dtype=np.int64), np.full(n, self.T * (self.local_b // self.bags), dtype=np.int64),
-                np.full(n, float(self.bags * self.D * self.eb)))
+                np.full(n, float(self.bags * self.D * self.ceb)))
 
     def wg_runs(self, rank: int, fabric, tile_order: str):
         """Closed form of :func:`~simfuse.fused.base.wg_runs` (no per-workgroup arrays: ``W`` reaches tens of

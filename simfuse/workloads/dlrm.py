@@ -20,7 +20,10 @@ or ``D / k`` of them) share one path: a rank's volumes scale with the columns it
 ``N b w e`` to each local peer, stage 2 ``b w e`` on the rail, ``w`` those columns).  Their kernels count a shard
 of ``w`` columns as ``w / dim_h`` tables of ``dim_h`` columns, ``dim_h`` the gcd of the widths in the plan (the
 convention of the All-to-All shards' kernel): exact when every such shard has one width (table-row-wise only, or
-grid at one ``k``); with mixed widths a wide shard's index reads count once per column-equivalent table.
+grid at one ``k``); with mixed widths a wide shard is priced as ``w / dim_h`` narrower tables: its index
+reads count once per column-equivalent table, and a calibrated kernel model also sees more, narrower rows
+(the per-row terms and the slots of a narrower compiled layout; roughly +10% pooling time for a 128-column fp32
+shard priced at ``dim_h`` 64, by the review of 2026-12-03 -- not measured).
 
 Simulation modes: ``classes``: ranks with the same table load (and node composition) form a class, one
 representative per class is simulated (exact for even placements, where there is one class; see
@@ -56,13 +59,15 @@ _HIER_KINDS = HIER_SHARDINGS
 
 
 def _pool_work(label: str, bags: int, lookups: float, dim: int, eb: int, tables: int = 1, bags_per_wg: int = 4,
-               rows: int | None = None):
+               rows: int | None = None, out_eb: int | None = None):
     """An embedding-bag pooling kernel: ``bags`` bags of ``lookups`` rows (summed over ``tables``), int64 ids;
-    ``rows``: rows per table when known (the calibrated model's L2-hit term; None: a table far beyond the L2)."""
+    ``rows``: rows per table when known (the calibrated model's L2-hit term; None: a table far beyond the L2);
+    ``out_eb``: bytes per element of the pooled rows written (the All-to-All payload's dtype, HugeCTR's fp16
+    outputs of fp32 tables; None: the table's ``eb``)."""
     from ..costs import KernelWork
 
     wgs = max(1, tables * math.ceil(bags / bags_per_wg))
-    total = bags * lookups * (dim * eb + 8) + tables * bags * dim * eb
+    total = bags * lookups * (dim * eb + 8) + tables * bags * dim * (eb if out_eb is None else out_eb)
     # one workgroup pools ``bags_per_wg`` bags of one table: the FLOP (and rows gathered) are split over all of them
     return KernelWork("embedding_bag", wgs, bags * lookups * dim / wgs, total / wgs,
                       "fp32" if eb == 4 else "fp16", "compute", (("bags", bags), ("dim", dim),
@@ -324,13 +329,13 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         gate = ()  # overlap: what the bottom MLP waits for (HugeCTR: the model forward, intra-node reduction included)
         if twrw_h:  # table-row-wise, fused: the pooling kernel pushes to the node-local reducers, which put on the rail
             tr_work = _pool_work("embedding_twrw", B, tr_lookups, dim_h, eb, tables=tr_tables,
-                                 bags_per_wg=twrw_bags) if tr_units else None
+                                 bags_per_wg=twrw_bags, out_eb=ceb) if tr_units else None
             tr_op = TwrwEmbeddingPush(tr_work, layout, twrw, r, B, twrw_bags, dim_h, ceb, spec.source)
             tr_dep = rg.add(FusedNode(name="embedding_twrw_fused", op=tr_op, group="world", knobs=knobs,
                                       deps=after(last), wait_phase="a2a_twrw_fwd_exposed"))
         elif has_twrw:  # table-row-wise: pool, reduce inside the node (stage 1); stage 2 joins the All-to-All
             if tr_units:
-                tr_dep = comp(_pool_work("embedding_twrw", B, tr_lookups, dim_h, eb, tables=tr_tables),
+                tr_dep = comp(_pool_work("embedding_twrw", B, tr_lookups, dim_h, eb, tables=tr_tables, out_eb=ceb),
                               "embedding_fwd")
             tr_dep = rg.add(AllToAllVNode(name="a2a_fwd_intra", group="world", send_bytes=st1_fwd, stream="comm",
                                           deps=after(tr_dep)))
@@ -408,10 +413,16 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         if has_twrw and not (fuse_bwd and twrw_h):
             tr_x = rg.add(AllToAllVNode(name="a2a_bwd_intra", group="world", send_bytes=st1_bwd, stream="comm",
                                         deps=(tr_x,)))
-        for t in dp_tables if not grouped else ():  # replicated tables' gradients, on the data-parallel stream
-            rg.add(CollectiveNode(name=f"dp_table_allreduce{t}", op="all_reduce", group="world",
-                                  size_bytes=float(spec.tables[t].rows * D * grad_eb), stream="comm_dp",
-                                  phase="allreduce_dp_tables", deps=(dgrad,)))
+        dp_ars = {}  # bucketed: each replicated table's gradient all-reduce (its optimizer step waits for it)
+        for t in dp_tables if not grouped else ():  # replicated tables: scatter-add of the local gradients into
+            # the table's dense gradient, then its all-reduce on the data-parallel stream
+            red = comp(elementwise_work(f"emb_dp_local_reduce{t}", b * spec.tables[t].pooling * D * grad_eb,
+                                        b * spec.tables[t].pooling * D, spec.embedding_dtype,
+                                        wgs=max(1, b * int(math.ceil(spec.tables[t].pooling)) // 64)),
+                       "embedding_update", deps=(dgrad,))
+            dp_ars[t] = rg.add(CollectiveNode(name=f"dp_table_allreduce{t}", op="all_reduce", group="world",
+                                              size_bytes=float(spec.tables[t].rows * D * grad_eb), stream="comm_dp",
+                                              phase="allreduce_dp_tables", deps=(red,)))
         for pair in bot_bwd:
             for w in pair:
                 last = comp(w, "bottom_mlp_bwd")
@@ -437,13 +448,12 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + tr_tables * B * dim_h * ceb
             comp(elementwise_work("emb_update_twrw", upd_bytes, B * ps * 3.0, spec.embedding_dtype,
                                   wgs=max(1, tr_tables * dim_h * B // (64 * D))), "embedding_update", deps=(tr_x,))
-        for t in dp_tables:  # scatter-add of the local gradients, then the dense optimizer step over the table
+        for t in dp_tables:  # the optimizer step over the table, once its reduced gradient is in
             rows = spec.tables[t].rows
-            nbytes = (0.0 if grouped else b * spec.tables[t].pooling * D * grad_eb) \
-                + rows * D * (eb * (2.0 + 2.0 * spec.optimizer_state_factor) + grad_eb)
+            nbytes = rows * D * (eb * (2.0 + 2.0 * spec.optimizer_state_factor) + grad_eb)
             comp(elementwise_work(f"emb_update_dp{t}", nbytes, 3.0 * rows * D, spec.embedding_dtype,
                                   wgs=max(1, rows * D // 8192)), "embedding_update",
-                 deps=(grad_ars[-1],) if grouped else (bwd_x,))
+                 deps=(grad_ars[-1],) if grouped else (bwd_x, dp_ars[t]))
         if spec.dense_optimizer == "adagrad":
             comp(elementwise_work("dense_update", dense_params * dense_update_bytes, 5.0 * dense_params, "fp32",
                                   wgs=max(1, dense_params // 8192)), "dense_update", deps=tuple(grad_ars))

@@ -329,9 +329,9 @@ class _Ctx:
 
     def pool_update_bytes(self, bags: int, lookups: float, dim: int) -> float:
         """HBM bytes of forward pooling and the sparse update of one shard (the builder's formulas)."""
-        eb = self.eb
-        pool = bags * lookups * (dim * eb + INDEX_BYTES) + bags * dim * eb
-        upd = bags * lookups * dim * eb * (2.0 + 2.0 * self.opt) + bags * dim * eb
+        eb, ceb = self.eb, self.ceb  # pooled rows written and their gradients read in the payload's dtype
+        pool = bags * lookups * (dim * eb + INDEX_BYTES) + bags * dim * ceb
+        upd = bags * lookups * dim * eb * (2.0 + 2.0 * self.opt) + bags * dim * ceb
         return pool + upd
 
     def rank_cost(self, comp, si, se, ri, re):

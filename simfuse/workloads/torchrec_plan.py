@@ -456,6 +456,15 @@ def to_rows(entries: list[Entry], src: str, spec, n_ranks: int, gpus_per_node: i
                 raise SpecError(src, f"{fld} ranks", f"grid_shard over ranks {ranks[:8]}: simfuse needs each column "
                                                      f"block on the {g} ranks of one node (the run's GPUs per node)")
             # (distinct nodes: the g ranks of a block are all of its node's, and no rank holds two shards)
+            if e.shards:  # the ranks come block by block: each TorchRec column block must be one run of g
+                per_block: dict[int, int] = {}
+                for s_ in e.shards:
+                    per_block[s_.offsets[1]] = per_block.get(s_.offsets[1], 0) + 1
+                if len(per_block) != blocks or set(per_block.values()) != {g}:
+                    raise SpecError(src, f"{fld} shards", f"grid_shard with {len(per_block)} column blocks of "
+                                                          f"{sorted(set(per_block.values()))} row shards: simfuse "
+                                                          f"needs each column block row-sharded over the {g} "
+                                                          "GPUs of one node")
             if D % blocks:
                 raise SpecError(src, f"{fld} ranks", f"grid_shard over {blocks} nodes: dim {D} is not divisible by "
                                                      f"{blocks}")

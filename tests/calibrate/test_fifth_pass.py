@@ -65,9 +65,15 @@ def test_slots_by_layout_round_trips_and_bad_entries_are_refused():
     w = _emb_fit(slots_by_layout={"1024x4x8": 396})
     assert WaveFit.from_dict(w.to_dict()).slots_by_layout == {"1024x4x8": 396}
     assert "slots_by_layout" not in _emb_fit().to_dict()  # older profiles keep their layout
-    for bad in ({"1024x4": 396}, {"1024x4x8": 0}, {"ax4x8": 10}):
+    for bad in ({"1024x4": 396}, {"1024x4x8": 0}, {"ax4x8": 10}, ["1024x4x8", 396], {"1024x4x8": 2.7},
+                {"1024x4x8": "many"}):
         d = {"simfuse_calibration": 1, "wave_kernels": [dict(w.to_dict(), slots_by_layout=bad)]}
-        with pytest.raises(SpecError, match="wave_kernels"):
+        with pytest.raises(SpecError, match="wave_kernels") as exc:
+            profile_from_dict(d, "<test>")
+        assert "slots_by_layout" in exc.value.field or "slots_by_layout" in str(exc.value)
+    for bad in ([1024, 264], {1024: 0.5}):
+        d = {"simfuse_calibration": 1, "wave_kernels": [dict(w.to_dict(), slots_by_dim=bad)]}
+        with pytest.raises(SpecError, match="slots_by_dim"):
             profile_from_dict(d, "<test>")
 
 

@@ -113,9 +113,19 @@ def test_all_to_all_bytes_scale_with_comm_dtype(tmp_path, small, comm):
         # the backward is the transpose of the forward
         np.testing.assert_allclose(_named(graph, r, "a2a_bwd").send_bytes,
                                    [_named(graph, o, "a2a_fwd").send_bytes[r] for o in range(n)])
-        # pooling kernels: the same work as with fp32 on the wire
-        pools = [nd.work for nd in _nodes(graph, r, ComputeNode, "embedding")]
-        assert pools and pools == [nd.work for nd in _nodes(rgraph, r, ComputeNode, "embedding")]
+        # pooling kernels: the same rows read (fp32) and FLOP; the pooled rows that go on the wire are written in
+        # the comm dtype (B bags x the rank's All-to-All / table-row-wise columns), the data-parallel ones not
+        pools = _nodes(graph, r, ComputeNode, "embedding")
+        refs = _nodes(rgraph, r, ComputeNode, "embedding")
+        assert pools and len(pools) == len(refs)
+        saved = 0.0
+        for p, q in zip(pools, refs, strict=True):
+            w, v = p.work, q.work
+            assert (w.num_workgroups, w.flops_per_wg) == (v.num_workgroups, v.flops_per_wg)
+            if dict(w.shape)["bags"] == b:  # a data-parallel table's local pooling: its output stays local
+                assert w == v
+            saved += (v.bytes_per_wg - w.bytes_per_wg) * w.num_workgroups
+        assert saved == pytest.approx(B * (cols + (4 <= r) * D) * (4 - e))
 
 
 def test_planner_prices_the_wire_in_comm_dtype(small):
@@ -127,7 +137,14 @@ def test_planner_prices_the_wire_in_comm_dtype(small):
         for key, o in a.items():
             assert h[key].send_inter == pytest.approx(o.send_inter / 2)
             assert h[key].send_intra == pytest.approx(o.send_intra / 2)
-            assert h[key].comp_s == o.comp_s and h[key].storage == o.storage
+            assert h[key].storage == o.storage
+            # the pooled rows written and their gradients read in fp16: less compute, never more
+            assert h[key].comp_s < o.comp_s
+    # the estimator's bytes are the builder's: pooling B bags of P lookups over D columns and its sparse update
+    for c, e in ((ctx32, 4), (ctx16, 2)):
+        B, P, D = 1024, 8.0, DIM
+        assert c.pool_update_bytes(B, P, D) == pytest.approx(
+            B * P * (D * 4 + 8) + B * D * e + B * P * D * 4 * (2 + 2 * 1.0) + B * D * e)
 
 
 def test_fused_operator_pushes_comm_dtype(small):
@@ -138,7 +155,14 @@ def test_fused_operator_pushes_comm_dtype(small):
     a = EmbeddingAllToAll(p, Layout(NODES, G))
     h = EmbeddingAllToAll({**p, "comm_dtype": "fp16"}, Layout(NODES, G))
     assert h.collective_size_bytes() == a.collective_size_bytes() / 2 == 1024 * 2 * 64 * 2
-    assert h.work("fused") == a.work("fused")  # pooling reads fp32 rows either way
+    # pooling reads fp32 rows either way and writes its pooled rows in the payload's dtype
+    wa, wh = a.work("fused"), h.work("fused")
+    assert (wh.num_workgroups, wh.flops_per_wg) == (wa.num_workgroups, wa.flops_per_wg)
+    assert wa.bytes_per_wg - wh.bytes_per_wg == pytest.approx(a.bags * 64 * (4 - 2))
+    # the closed-form destination summary carries the payload's dtype too (the default reads wg_destinations)
+    from simfuse.fused.base import FusedOp
+    for op in (a, h):
+        np.testing.assert_array_equal(op.destination_summary(1)[2], FusedOp.destination_summary(op, 1)[2])
     np.testing.assert_array_equal(h.wg_destinations(0)[1] * 2, a.wg_destinations(0)[1])
 
 
@@ -171,6 +195,31 @@ def test_grouped_all_reduce_is_one_call_of_every_gradient(tmp_path, small):
         # the data-parallel table's optimizer step (after the all-reduce) and, before it, its local reduce
         assert [nd.deps for nd in nodes if nd.phase == "embedding_update" and ar in nd.deps] == [(ar,)]
         assert sum(1 for nd in nodes[:ar] if nd.phase == "embedding_update") == 1
+
+
+def test_bucketed_data_parallel_table_reduces_all_reduces_then_updates(tmp_path, small):
+    """bucketed (DDP-style): a data-parallel table's local gradients are scatter-added into its dense gradient
+    (after the interaction backward), that gradient is all-reduced, and the table's optimizer step waits for the
+    all-reduce; the bytes of the scatter-add and the step together are those of the grouped path."""
+    for grad in ("fp32", "fp16"):
+        spec = _spec(grad_dtype=grad)
+        e = 4 if grad == "fp32" else 2
+        plan = load_plan(_plan_csv(tmp_path, FORCED), spec, small, NODES, G, "baseline")
+        graph = build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode="baseline", sim_mode="full", plan=plan)
+        b, P, rows = 1024 // N_RANKS, TABLES[4][1], TABLES[4][0]
+        for r in range(N_RANKS):
+            nodes = graph.programs[r].nodes
+            ar = _named(graph, r, "dp_table_allreduce4")
+            (red,) = [nodes[i] for i in ar.deps]
+            (upd,) = [nd for nd in nodes if ar.id in nd.deps]
+            assert isinstance(red, ComputeNode) and red.phase == upd.phase == "embedding_update"
+            assert ar.size_bytes == rows * DIM * e
+            assert red.work.bytes_per_wg * red.work.num_workgroups == pytest.approx(b * P * DIM * e)
+            assert upd.work.bytes_per_wg * upd.work.num_workgroups == pytest.approx(
+                rows * DIM * (4 * (2 + 2 * 1.0) + e))
+            # the scatter-add follows the interaction backward (the kernel producing d(embeddings))
+            inter = [nd.id for nd in nodes if isinstance(nd, ComputeNode) and nd.phase == "interaction_bwd"]
+            assert red.deps and red.deps[0] == max(inter)
 
 
 def test_dense_optimizer_bytes_and_dependencies(small):

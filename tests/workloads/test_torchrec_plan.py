@@ -435,6 +435,11 @@ GRID_BAD = [
      "row shards gap at row 3500"),
     ("column gap", dict(shards=_grid_shards_edit(lambda s: [x[0].__setitem__(1, 20) for x in s[4:]])), "shards",
      "gap at column 16"),
+    # 4 column blocks of 8 columns, each row-sharded over 2 GPUs: the ranks still come in node runs of 4, which
+    # once read as 2 column shards of 16 columns
+    ("column blocks not one per node", dict(shards=[([4000 * i, 8 * blk], [4000, 8], GRID_RANKS[2 * blk + i])
+                                                    for blk in range(4) for i in range(2)]),
+     "shards", "4 column blocks of [2] row shards"),
     ("uneven rows", dict(shards=_grid_shards_edit(lambda s: (s[0][1].__setitem__(0, 2500), s[1][0].__setitem__(0, 2500),
                                                              s[1][1].__setitem__(0, 1500)))),
      "shards", "above the even split"),

@@ -272,11 +272,13 @@ def ablation(table, smoke: bool = False) -> pd.DataFrame:
     labels = [s[0] for s in HUGECTR_STEPS]
     for r in table.itertuples():
         prev = _with_settings(r, set(), smoke)
-        rows.append({"round": r.round, "gpus": r.gpus, "kind": "added", "setting": "(planned baseline)",
+        rows.append({"round": r.round, "config": r.config, "gpus": r.gpus, "kind": "added",
+                     "setting": "(planned baseline)",
                      "step_s": prev, "ratio": prev / r.derived_step_s, "delta_s": 0.0})
         for i, lbl in enumerate(labels):
             t = _with_settings(r, set(labels[:i + 1]), smoke)
-            rows.append({"round": r.round, "gpus": r.gpus, "kind": "added", "setting": lbl, "step_s": t,
+            rows.append({"round": r.round, "config": r.config, "gpus": r.gpus, "kind": "added", "setting": lbl,
+                         "step_s": t,
                          "ratio": t / r.derived_step_s, "delta_s": t - prev})
             prev = t
         if not math.isclose(prev, r.sim_hugectr_s, rel_tol=1e-9):
@@ -284,7 +286,8 @@ def ablation(table, smoke: bool = False) -> pd.DataFrame:
                              f"{r.sim_hugectr_s} s (HUGECTR_STEPS and the model files disagree)")
         for lbl in labels:
             t = _with_settings(r, set(labels) - {lbl}, smoke)
-            rows.append({"round": r.round, "gpus": r.gpus, "kind": "removed", "setting": lbl, "step_s": t,
+            rows.append({"round": r.round, "config": r.config, "gpus": r.gpus, "kind": "removed", "setting": lbl,
+                         "step_s": t,
                          "ratio": t / r.derived_step_s, "delta_s": prev - t})
     return pd.DataFrame(rows)
 

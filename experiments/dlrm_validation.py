@@ -271,24 +271,22 @@ def ablation(table, smoke: bool = False) -> pd.DataFrame:
     rows = []
     labels = [s[0] for s in HUGECTR_STEPS]
     for r in table.itertuples():
+        def row(kind, setting, step_s, delta_s, r=r):
+            rows.append({"round": r.round, "config": r.config, "gpus": r.gpus, "kind": kind, "setting": setting,
+                         "step_s": step_s, "ratio": step_s / r.derived_step_s, "delta_s": delta_s})
+
         prev = _with_settings(r, set(), smoke)
-        rows.append({"round": r.round, "config": r.config, "gpus": r.gpus, "kind": "added",
-                     "setting": "(planned baseline)",
-                     "step_s": prev, "ratio": prev / r.derived_step_s, "delta_s": 0.0})
+        row("added", "(planned baseline)", prev, 0.0)
         for i, lbl in enumerate(labels):
             t = _with_settings(r, set(labels[:i + 1]), smoke)
-            rows.append({"round": r.round, "config": r.config, "gpus": r.gpus, "kind": "added", "setting": lbl,
-                         "step_s": t,
-                         "ratio": t / r.derived_step_s, "delta_s": t - prev})
+            row("added", lbl, t, t - prev)
             prev = t
         if not math.isclose(prev, r.sim_hugectr_s, rel_tol=1e-9):
             raise ValueError(f"{r.round} {r.gpus} GPUs: all HugeCTR settings give {prev} s, the HugeCTR model file "
                              f"{r.sim_hugectr_s} s (HUGECTR_STEPS and the model files disagree)")
         for lbl in labels:
             t = _with_settings(r, set(labels) - {lbl}, smoke)
-            rows.append({"round": r.round, "config": r.config, "gpus": r.gpus, "kind": "removed", "setting": lbl,
-                         "step_s": t,
-                         "ratio": t / r.derived_step_s, "delta_s": prev - t})
+            row("removed", lbl, t, prev - t)
     return pd.DataFrame(rows)
 
 

@@ -254,6 +254,12 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     # fused mode: table-row-wise shards push hierarchically (TwrwEmbeddingPush; backward: the gradient push's relay)
     twrw_h = mode == "fused" and has_twrw and knobs.twrw_push == "hierarchical"
     twrw_bags = TwrwEmbeddingPush.bags_for(b, 4)  # _pool_work's 4 bags per workgroup, whole ones per rank
+    # a replicated table's local reduce: the scatter-add of its ``b`` bags' lookup gradients into its dense gradient,
+    # parallel over the lookups (before its all-reduce, bucketed, or the grouped one)
+    dp_reduce = {t: elementwise_work(f"emb_dp_local_reduce{t}", b * spec.tables[t].pooling * D * grad_eb,
+                                     b * spec.tables[t].pooling * D, spec.embedding_dtype,
+                                     wgs=max(1, b * int(math.ceil(spec.tables[t].pooling)) // 64))
+                 for t in dp_tables}
 
     for r in ranks:
         units = [u for u in per_rank[r] if u.kind in _A2A_KINDS]
@@ -414,12 +420,9 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             tr_x = rg.add(AllToAllVNode(name="a2a_bwd_intra", group="world", send_bytes=st1_bwd, stream="comm",
                                         deps=(tr_x,)))
         dp_ars = {}  # bucketed: each replicated table's gradient all-reduce (its optimizer step waits for it)
-        for t in dp_tables if not grouped else ():  # replicated tables: scatter-add of the local gradients into
-            # the table's dense gradient, then its all-reduce on the data-parallel stream
-            red = comp(elementwise_work(f"emb_dp_local_reduce{t}", b * spec.tables[t].pooling * D * grad_eb,
-                                        b * spec.tables[t].pooling * D, spec.embedding_dtype,
-                                        wgs=max(1, b * int(math.ceil(spec.tables[t].pooling)) // 64)),
-                       "embedding_update", deps=(dgrad,))
+        for t in dp_tables if not grouped else ():  # replicated tables: local reduce, then the table's all-reduce
+            # on the data-parallel stream
+            red = comp(dp_reduce[t], "embedding_update", deps=(dgrad,))
             dp_ars[t] = rg.add(CollectiveNode(name=f"dp_table_allreduce{t}", op="all_reduce", group="world",
                                               size_bytes=float(spec.tables[t].rows * D * grad_eb), stream="comm_dp",
                                               phase="allreduce_dp_tables", deps=(red,)))
@@ -431,10 +434,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         if grouped:  # HugeCTR grouped_all_reduce: the data-parallel tables' local reduce into their dense
             # gradients, then one all-reduce of every dense and data-parallel-table gradient (docs/hugectr_baseline.md)
             for t in dp_tables:
-                last = comp(elementwise_work(f"emb_dp_local_reduce{t}", b * spec.tables[t].pooling * D * grad_eb,
-                                             b * spec.tables[t].pooling * D, spec.embedding_dtype,
-                                             wgs=max(1, b * int(math.ceil(spec.tables[t].pooling)) // 64)),
-                            "embedding_update")
+                last = comp(dp_reduce[t], "embedding_update")
             grad_ars.append(rg.add(CollectiveNode(name="grouped_allreduce", op="all_reduce", group="world",
                                                   size_bytes=grouped_bytes, stream="comm_dp",
                                                   phase="allreduce_grouped", deps=(last,))))

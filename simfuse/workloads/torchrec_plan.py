@@ -345,10 +345,11 @@ def _check_cover(e: Entry, src: str, rows: int, dim: int, kind: str) -> list[int
     return [s.rank for s in _ordered(sh, axis)]
 
 
-def _check_grid_cover(e: Entry, src: str, rows: int, dim: int) -> list[int]:
+def _check_grid_cover(e: Entry, src: str, rows: int, dim: int, g: int) -> list[int]:
     """A grid shard's ranks in simfuse's order (column block by column block, rows in order inside one), after
     checking that its shards tile the rows x dim table as a grid: column blocks of one width covering the columns,
-    each block's shards spanning exactly its columns and covering the rows."""
+    each block's shards spanning exactly its columns and covering the rows, ``g`` row shards a block (one node's
+    GPUs: the caller checks the ranks of each run of ``g``)."""
     sh = e.shards or []
     fld = f"{e.where} shards"
     for s in sh:
@@ -385,6 +386,10 @@ def _check_grid_cover(e: Entry, src: str, rows: int, dim: int) -> list[int]:
     if len(widths) != 1:
         raise SpecError(src, fld, f"column blocks of unequal widths {sorted(widths)}: simfuse models equal column "
                                   "shards")
+    counts = sorted({len(b) for b in blocks.values()})
+    if counts != [g]:
+        raise SpecError(src, fld, f"grid_shard with {len(blocks)} column blocks of {counts} row shards: simfuse "
+                                  f"needs each column block row-sharded over the {g} GPUs of one node")
     return order
 
 
@@ -420,7 +425,7 @@ def to_rows(entries: list[Entry], src: str, spec, n_ranks: int, gpus_per_node: i
                 raise SpecError(src, f"{fld} ranks", f"data_parallel replicates the table on every rank: the plan "
                                                      f"lists {len(ranks)} ranks, the run has {n} GPUs")
         elif e.shards and kind == "grid":
-            ranks = _check_grid_cover(e, src, rows, D)
+            ranks = _check_grid_cover(e, src, rows, D, g)
             if e.ranks is not None and sorted(e.ranks) != sorted(ranks):
                 raise SpecError(src, f"{fld} ranks", f"ranks {e.ranks[:8]} disagree with the shard placements "
                                                      f"{ranks[:8]}")
@@ -456,15 +461,6 @@ def to_rows(entries: list[Entry], src: str, spec, n_ranks: int, gpus_per_node: i
                 raise SpecError(src, f"{fld} ranks", f"grid_shard over ranks {ranks[:8]}: simfuse needs each column "
                                                      f"block on the {g} ranks of one node (the run's GPUs per node)")
             # (distinct nodes: the g ranks of a block are all of its node's, and no rank holds two shards)
-            if e.shards:  # the ranks come block by block: each TorchRec column block must be one run of g
-                per_block: dict[int, int] = {}
-                for s_ in e.shards:
-                    per_block[s_.offsets[1]] = per_block.get(s_.offsets[1], 0) + 1
-                if len(per_block) != blocks or set(per_block.values()) != {g}:
-                    raise SpecError(src, f"{fld} shards", f"grid_shard with {len(per_block)} column blocks of "
-                                                          f"{sorted(set(per_block.values()))} row shards: simfuse "
-                                                          f"needs each column block row-sharded over the {g} "
-                                                          "GPUs of one node")
             if D % blocks:
                 raise SpecError(src, f"{fld} ranks", f"grid_shard over {blocks} nodes: dim {D} is not divisible by "
                                                      f"{blocks}")

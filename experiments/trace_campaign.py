@@ -363,7 +363,33 @@ def grid_points_v4(smoke):
     return pts
 
 
-def grid_points_heldout(smoke, seed=2026):
+def grid_points_v5(smoke):
+    """Fifth campaign (issue 12, sixth pass): where the fifth pass's models missed most.
+
+    * embedding grids below one wave with long dependent chains (the worst heldout4 16-bit shapes: 72-456 programs
+      of 1,188-2,112 slots, poolings 177-443): fp32/bf16/fp16, dims 24-320, poolings 32-512, 512-8,192 bags at
+      4 bags x 8 warps and 8 bags x 4 warps (32-2,048 programs);
+    * bf16 GEMV at v4's fp16 grid (n 256-32,768 x k 256-16,384 x split_k 1/4/8): bf16 had only n >= 6 Ki (v2) and
+      v1's few shapes below a wave."""
+    if smoke:
+        return [("emb", "compute", "bf16", 24, 32, 64, {"cfg": {"bags_per_program": 4, "num_warps": 8}}),
+                ("gemv", "compute", "bf16", 256, 256, {"cfg": {"split_k": 1}})]
+    pts = []
+    for dt_ in ("fp32", "bf16", "fp16"):
+        for d in (24, 72, 128, 320):
+            for p in (32, 128, 512):
+                for b in (512, 1024, 4096, 8192):
+                    for bpp, nw in ((4, 8), (8, 4)):
+                        pts.append(("emb", "compute", dt_, d, p, b,
+                                    {"cfg": {"bags_per_program": bpp, "num_warps": nw}}))
+    for n in (256, 1024, 4096, 16384, 32768):
+        for k in (256, 1024, 4096, 16384):
+            for sk_ in (1, 4, 8):
+                pts.append(("gemv", "compute", "bf16", n, k, {"cfg": {"split_k": sk_}}))
+    return pts
+
+
+def grid_points_heldout(smoke, seed=2026, scale=1):
     """Held-out shapes off every grid (random, log-uniform, fixed seed), several beyond the grids' ranges along
     one axis; never used for fitting."""
     import numpy as np
@@ -377,17 +403,17 @@ def grid_points_heldout(smoke, seed=2026):
         return int(max(lo, round(float(np.exp(rng.uniform(np.log(lo), np.log(hi)))) / mult) * mult))
 
     pts = []
-    for _ in range(40):
+    for _ in range(40 * scale):
         dt_ = str(rng.choice(["fp32", "fp32", "bf16", "fp16"]))
         d, p, b = lu(8, 2048, 8), lu(1, 512), lu(512, 131072, 64)
         cfg = {"bags_per_program": int(rng.choice([2, 4, 8, 16])), "num_warps": int(rng.choice([4, 8]))}
         if b * p * d * 4 <= 2**31:
             pts.append(("emb", "compute", dt_, d, p, b, {"cfg": cfg}))
-    for _ in range(30):
+    for _ in range(30 * scale):
         dt_ = str(rng.choice(["bf16", "fp32", "fp16"]))
         pts.append(("gemv", "compute", dt_, lu(256, 65536, 64), lu(256, 32768, 64),
                     {"cfg": {"split_k": int(rng.choice([1, 2, 4, 8]))}}))
-    for _ in range(30):
+    for _ in range(30 * scale):
         dt_ = str(rng.choice(["bf16", "bf16", "fp16", "fp32"]))
         m, n, k = lu(256, 32768, 64), lu(256, 16384, 64), lu(256, 32768, 64)
         if m * n * k <= (2**40 if dt_ != "fp32" else 2**37):
@@ -403,12 +429,15 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=480.0, help="stop measuring new shapes after this")
     ap.add_argument("--only", default="", help="comma list of families (emb,gemv,gemm)")
-    ap.add_argument("--grid", choices=("v1", "v2", "v3", "v4", "heldout"), default="v1",
+    ap.add_argument("--grid", choices=("v1", "v2", "v3", "v4", "v5", "heldout"), default="v1",
                     help="v1: the designed grid; v2: the axes v1 held fixed; v3: embedding launch configs at every "
-                         "row width; v4: fp16/bf16 embedding configs, fused embedding, fp16 GEMM/GEMV; heldout: "
-                         "random off-grid shapes (--seed)")
+                         "row width; v4: fp16/bf16 embedding configs, fused embedding, fp16 GEMM/GEMV; v5: sub-wave "
+                         "embedding chains, bf16 GEMV below a wave; heldout: random off-grid shapes (--seed)")
     ap.add_argument("--seed", type=int, default=2026,
-                    help="draw of the heldout grid (2026: heldout2, 2027: heldout3, 2028: heldout4)")
+                    help="draw of the heldout grid (2026: heldout2, 2027: heldout3, 2028: heldout4, 2029 with "
+                         "--heldout-scale 3: heldout5)")
+    ap.add_argument("--heldout-scale", type=int, default=1,
+                    help="draw this many times the heldout grid's shapes per family (1: the earlier draws)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="measure every shape this many times, each on fresh allocations (alloc = 0, 1, ...), in "
                          "separate shuffled passes over the grid (the spread between them is the noise)")
@@ -431,7 +460,8 @@ def main():
         cfgs["gemv"] = sk.GemvConfig(block_n=64, block_k=64, split_k=2)
     only = set(filter(None, a.only.split(",")))
     grid_fn = {"v1": grid_points, "v2": grid_points_v2, "v3": grid_points_v3, "v4": grid_points_v4,
-               "heldout": lambda smoke: grid_points_heldout(smoke, a.seed)}[a.grid]
+               "v5": grid_points_v5,
+               "heldout": lambda smoke: grid_points_heldout(smoke, a.seed, a.heldout_scale)}[a.grid]
     pts = [p for p in grid_fn(a.smoke) if not only or p[0] in only]
     import random
     random.Random(12).shuffle(pts)  # a time-budget cut then thins every family alike

@@ -4,11 +4,12 @@ and (a separate, later stage) predict the held-out test campaign with the frozen
     python experiments/h200_wave_refit.py fit    # fit on TRAIN; write profiles/h200_calibration.yaml's
                                                  # wave_kernels + sources and cv/ (campaign_cv.*, validate_campaign.txt)
     python experiments/h200_wave_refit.py test   # predict TEST with the wave models the shipped profile holds
-                                                 # (no refit); write cv/heldout4/
+                                                 # (no refit); write cv/heldout5/
 
-Issue 12, fifth pass: TRAIN is v1, its repeat, v2, v3, v4 and the former held-out campaigns heldout2 and heldout3
-(test sets of earlier passes, looked at then: training data now); TEST is heldout4 (seed 2028, every shape on two
-fresh allocations), predicted once after the models were frozen.  Only ``wave_kernels``, ``created_utc`` and the
+Issue 12, sixth pass: TRAIN is v1, its repeat, v2, v3, v4, v5 and the former held-out campaigns heldout2, heldout3
+and heldout4 (test sets of earlier passes, looked at then: training data now); TEST is heldout5 (seed 2029, three
+times heldout4's shapes per family, every shape on two fresh allocations), predicted once after the models were
+frozen.  (Fifth pass: TRAIN without v5 and heldout4, TEST heldout4; its report is in cv/heldout4_fifth_pass/.)  Only ``wave_kernels``, ``created_utc`` and the
 campaign entries of ``sources`` of the profile change; the rest of it (classic fits, dense, points) is kept.
 """
 
@@ -27,8 +28,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN_DIR = ROOT / "experiments/results/h200_campaign"
 TRAIN = ("campaign.csv.gz", "repeat/campaign.csv.gz", "v2/campaign.csv.gz", "v3/campaign.csv.gz",
-         "v4/campaign.csv.gz", "heldout2/campaign.csv.gz", "heldout3/campaign.csv.gz")
-TEST = "heldout4/campaign.csv.gz"
+         "v4/campaign.csv.gz", "v5/campaign.csv.gz", "heldout2/campaign.csv.gz", "heldout3/campaign.csv.gz",
+         "heldout4/campaign.csv.gz")
+TEST = "heldout5/campaign.csv.gz"
 PROFILE = ROOT / "profiles/h200_calibration.yaml"
 
 
@@ -92,7 +94,7 @@ def main() -> int:
     if a.stage == "fit":
         fit(CAMPAIGN_DIR / "cv")
     else:
-        test(CAMPAIGN_DIR / "cv/heldout4")
+        test(CAMPAIGN_DIR / "cv/heldout5")
     return 0
 
 

@@ -207,6 +207,10 @@ def _wave_fit(item, source: str, where: str):
             m = w.sub(key)
             for k in list(m.data):
                 m.integer(k, min_value=1)
+    if w.has("latency_by_layout"):  # per compiled layout, a factor on the dependent-step chain (sixth pass)
+        m = w.sub("latency_by_layout")
+        for k in list(m.data):
+            m.number(k, positive=True)
     terms = w.sub("terms")
     for t in list(terms.data):
         tt = terms.sub(t)

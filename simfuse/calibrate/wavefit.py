@@ -45,7 +45,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ..costs.calibrated import CUS, WaveFit, _g, features, layout_key, load, term_feature, waves
+from ..costs.calibrated import (
+    CUS,
+    LATENCY_FEATURES,
+    WaveFit,
+    _g,
+    features,
+    layout_factor,
+    layout_key,
+    layout_key_of,
+    load,
+    term_feature,
+    waves,
+)
 from ..errors import SpecError
 from .fit import nnls_relative
 
@@ -57,7 +69,7 @@ TERMS: dict[str, dict[str, tuple]] = {
     "embedding_all_to_all": {"per_program": ("fixed",), "per_bag": (None, "cu"),
                              "per_row": (None, "fixed", "cu"),
                              "per_byte": (None, *_DEV, *(("per_dram_byte", k) for k in _DEV))},
-    "gemv_all_reduce": {"per_program": ("fixed",), "per_k": (None, "fixed", "cu"),
+    "gemv_all_reduce": {"per_program": ("fixed",), "per_slot": (None, "fixed"), "per_k": (None, "fixed", "cu"),
                         "per_byte": (None, "dev2", "dev4", "dev8", "dev16", "cu")},
     "gemm_all_to_all": {"per_program": ("fixed",), "per_k": (None, "fixed", "cu"), "per_flop": (None, "cu"),
                         "per_byte": (None, "dev2", "dev4", "dev8", "cu")},
@@ -90,6 +102,15 @@ MAX_FORMS: dict[str, tuple[dict[str, tuple], dict[str, tuple], tuple[float, ...]
                                       ("per_raw_byte@dev16", "dev16")),
                               "rate": (("per_row_hbm@dev16", "dev16"),)},
                              (2.0, 4.0)),
+    # GEMV (sixth pass): a program streams its ``block_n x k/split_k`` slice in k-steps of ``block_k``; alone on
+    # the device it runs at its own pipeline's rate (the chain of k-steps, ~55-60 GB/s a program in v4/v5's 2-32
+    # program launches, however idle HBM is), in a full grid at its share of HBM (4.2-4.3 TB/s): the soft maximum
+    # of the two instead of the linear model's one byte term scaled by a fixed SM-sharing rule (``devH``), which
+    # cannot price both a 2-program and a 3-per-SM launch (fifth pass: the programs-per-SM regions 12-42% off).
+    "gemv_all_reduce": ({"per_program": ("fixed",), "per_slot": (None, "fixed")},
+                        {"latency": (("per_k@fixed", "fixed"),),
+                         "hbm": tuple((f"per_byte@{k}", k) for k in ("dev2", "dev4", "dev8", "dev16"))},
+                        (2.0, 4.0)),
 }
 #: Fifth pass (v4): the ``rate`` slot -- the device's random row-access rate (``per_row_hbm``: gathered rows that
 #: miss the L2; the campaigns' best rows per second level off at ~32 G/s for rows up to 64 B, while wide rows reach
@@ -307,7 +328,9 @@ def campaign_points(rows: Iterable[dict], keep_spilling: bool = False) -> list[P
                     "bags_per_wg": num("bags_per_wg"), "num_warps": num("num_warps")}
         elif k == "gemv_all_reduce":
             kk = num("flops_per_wg") / (2.0 * max(1.0, num("tokens")) * num("block_n"))
-            shape = {"tokens": num("tokens"), "rows_per_wg": num("block_n"), "k_per_wg": kk}
+            shape = {"tokens": num("tokens"), "rows_per_wg": num("block_n"), "k_per_wg": kk,
+                     "reduce_slots": max(1.0, num("split_k")) * (max(1.0, num("world")) if r["variant"] == "fused"
+                                                                 else 1.0)}
             axes = {"n": num("n"), "k": num("k")}
         else:
             shape = {"k": num("k")}
@@ -450,6 +473,80 @@ def _predict(pts: list[Point], spec, coef: np.ndarray) -> np.ndarray:
     return _softmax_model(np.asarray(coef, dtype=float), f, m, spec)[0]
 
 
+#: Per-layout latency factors (sixth pass): searched on this log grid, with a penalty ``LAYOUT_PENALTY x points x
+#: log(factor)^2`` that keeps a layout whose launches the latency term does not limit at 1, and fitted only for
+#: layouts with at least ``LAYOUT_MIN_POINTS`` fitted launches.
+LAYOUT_GRID = tuple(float(x) for x in np.exp(np.linspace(np.log(0.2), np.log(5.0), 49)))
+LAYOUT_PENALTY = 0.005
+LAYOUT_MIN_POINTS = 4
+
+
+def _latency_columns(spec: Spec) -> list[int]:
+    return [j for j, (t, _) in enumerate(spec.items()) if term_feature(t) in LATENCY_FEATURES]
+
+
+def with_layout_factors(pts: list[Point], factors: dict[str, float]) -> list[Point]:
+    """``pts`` with their latency work terms (:data:`LATENCY_FEATURES`) multiplied by their layout's factor (the
+    nearest-width rule of :func:`simfuse.costs.calibrated.layout_factor`): what ``WaveFit.latency_by_layout`` does
+    at prediction time."""
+    if not factors:
+        return pts
+    out = []
+    for p in pts:
+        if not p.feats.get("layout_block_d"):
+            out.append(p)
+            continue
+        g = layout_factor(factors, layout_key_of(p.feats))
+        out.append(Point(p.kernel, p.variant, p.dtype, p.grid, p.slots,
+                         {**p.feats, **{k: p.feats[k] * g for k in LATENCY_FEATURES if k in p.feats}}, p.axes,
+                         p.time_s))
+    return out
+
+
+def fit_layout_factors(pts: list[Point], spec, iters: int = 3) -> tuple[np.ndarray, dict[str, float]]:
+    """Coefficients of ``spec`` and a factor per compiled layout on its latency terms, by alternation: fit the
+    coefficients, then per layout (``LAYOUT_MIN_POINTS`` launches or more) the factor on :data:`LAYOUT_GRID`
+    minimising its launches' squared log errors plus the penalty, ``iters`` times.  The dependent-step chain's time
+    per step differs between compiled configurations at equal counts (H200 v5: 8 bags x 4 warps about 0.85-1.0 us a
+    step, 4 bags x 8 warps 0.35-0.5, nearly whatever the row width) in a way no layout count explained; the
+    factors measure it per kernel, like the slots.  No latency term in ``spec`` or no layouts: ``({})``."""
+    spec = _as_spec(spec)
+    lat = _latency_columns(spec)
+    coef = _fit(pts, spec)
+    keys = [layout_key_of(p.feats) if p.feats.get("layout_block_d") else None for p in pts]
+    groups: dict[str, list[int]] = {}
+    for i, k in enumerate(keys):
+        if k is not None:
+            groups.setdefault(k, []).append(i)
+    groups = {k: v for k, v in groups.items() if len(v) >= LAYOUT_MIN_POINTS}
+    if not lat or not groups:
+        return coef, {}
+    factors: dict[str, float] = {}
+    y = np.array([p.time_s for p in pts])
+    grid = np.array(LAYOUT_GRID)
+    for _ in range(iters):
+        for key in sorted(groups):
+            idx = groups[key]
+            sub = [pts[i] for i in idx]
+            f, m = _tensor(sub, spec)
+            best = None
+            for g in grid:
+                f2 = f.copy()
+                f2[:, :, lat] *= g
+                if spec.linear:
+                    x = np.column_stack([np.ones(len(sub))] + [(m * f2[:, :, j]).sum(-1) for j in range(f2.shape[2])])
+                    t = x @ coef
+                else:
+                    t = _softmax_model(coef, f2, m, spec)[0]
+                r = np.log(np.maximum(t, 1e-15) / y[idx])
+                cost = float(r @ r) + LAYOUT_PENALTY * len(idx) * float(np.log(g)) ** 2
+                if best is None or cost < best[0] - 1e-15:
+                    best = (cost, float(g))
+            factors[key] = _g(best[1])
+        coef = _fit(with_layout_factors(pts, factors), spec)
+    return coef, factors
+
+
 #: A region holds the points within this factor of an axis' extreme value: the designed grids step 2-4x, so on a
 #: grid axis it is the extreme grid value alone, and an off-grid (held-out) shape near the extreme joins it instead of
 #: forming a region of its own (fifth pass, when heldout2/heldout3 joined the training data).
@@ -525,28 +622,42 @@ def select_spec(pts: list[Point], regs: dict[str, list[int]], candidates: list[S
     return best[1]
 
 
-def cross_validate(pts: list[Point], candidates: list[Spec] | None = None) -> dict:
+def _cv_summary(out_regs: dict, all_rel: list[float]) -> dict:
+    a = np.abs(np.array(all_rel)) if all_rel else np.array([float("nan")])
+    return {"regions": out_regs, "errors": all_rel, "median_abs": _g(float(np.median(a))),
+            "max_abs": _g(float(np.max(a))), "points": len(all_rel)}
+
+
+def cross_validate(pts: list[Point], candidates: list[Spec] | None = None, layouts: bool = False) -> dict:
     """Nested leave-region-out: per region, the spec chosen on the other regions (among ``candidates``, default
     all of the family's), fitted outside the region, predicting it.  Returns {'regions': {name: {...}}, 'errors':
-    [rel errors], 'median_abs', 'max_abs'}."""
+    [rel errors], 'median_abs', 'max_abs'}; with ``layouts``, also 'layout': the same summary of the same specs
+    fitted with per-layout latency factors (:func:`fit_layout_factors`, on the training regions only)."""
     regs = regions(pts)
-    out_regs = {}
-    all_rel = []
+    out_regs, lay_regs = {}, {}
+    all_rel, lay_rel = [], []
     for name, idx in regs.items():
         s = set(idx)
         train = [p for i, p in enumerate(pts) if i not in s]
         test = [pts[i] for i in idx]
+        y = np.array([p.time_s for p in test])
         spec = select_spec(train, inner_regions(train), candidates)
         coef = _fit(train, spec)
-        pred = _predict(test, spec, coef)
-        rel = pred / np.array([p.time_s for p in test]) - 1.0
+        rel = _predict(test, spec, coef) / y - 1.0
         all_rel.extend(rel.tolist())
         out_regs[name] = {"points": len(test), "median_abs": _g(float(np.median(np.abs(rel)))),
                           "max_abs": _g(float(np.max(np.abs(rel)))), "spec": spec, "model": spec.describe(),
                           "programs_per_sm": programs_per_sm(test), "train_programs_per_sm": programs_per_sm(train)}
-    a = np.abs(np.array(all_rel)) if all_rel else np.array([float("nan")])
-    return {"regions": out_regs, "errors": all_rel, "median_abs": _g(float(np.median(a))),
-            "max_abs": _g(float(np.max(a))), "points": len(all_rel)}
+        if layouts:
+            c2, fac = fit_layout_factors(train, spec)
+            rel2 = _predict(with_layout_factors(test, fac), spec, c2) / y - 1.0
+            lay_rel.extend(rel2.tolist())
+            lay_regs[name] = {**out_regs[name], "median_abs": _g(float(np.median(np.abs(rel2)))),
+                              "max_abs": _g(float(np.max(np.abs(rel2))))}
+    out = _cv_summary(out_regs, all_rel)
+    if layouts:
+        out["layout"] = _cv_summary(lay_regs, lay_rel)
+    return out
 
 
 def fit_group(pts: list[Point], acc_limit: float | None = None) -> WaveFit:
@@ -555,17 +666,29 @@ def fit_group(pts: list[Point], acc_limit: float | None = None) -> WaveFit:
     the embedding's ``max_acc_per_thread`` (:func:`acc_limits`; None: the largest tile of ``pts``)."""
     spec = select_spec(pts, inner_regions(pts))
     coef = _fit(pts, spec)
-    cv = cross_validate(pts)
+    layouts = bool(_latency_columns(spec)) and any(p.feats.get("layout_block_d") for p in pts)
+    cv = cross_validate(pts, layouts=layouts)
+    factors: dict[str, float] = {}
+    if layouts:  # per-layout latency factors where they cross-validate better (same specs, same regions)
+        lay = cv.pop("layout")
+        if _score(np.log1p(np.abs(lay["errors"]))) < _score(np.log1p(np.abs(np.array(cv["errors"])))):
+            coef, factors = fit_layout_factors(pts, spec)
+            cv = {**lay, "without_layout_factors": {"median_abs": cv["median_abs"], "max_abs": cv["max_abs"]}}
+        else:
+            cv["with_layout_factors"] = {"median_abs": lay["median_abs"], "max_abs": lay["max_abs"]}
     q = _quantiles(cv["errors"])
     slots = pts[0].slots
     terms = {t: (kind, float(c)) for (t, kind), c in zip(spec.items(), coef[1:], strict=True)}
     max_terms = tuple(t for t, _ in spec.items() if t in spec.max_terms)
-    pred = _predict(pts, spec, coef)
+    pred = _predict(with_layout_factors(pts, factors), spec, coef)
     rel = pred / np.array([p.time_s for p in pts]) - 1.0
     cvs = {"median_abs": cv["median_abs"], "max_abs": cv["max_abs"], "points": cv["points"],
            "fit_median_abs": _g(float(np.median(np.abs(rel)))), "fit_max_abs": _g(float(np.max(np.abs(rel)))),
            "regions": {k: {kk: vv for kk, vv in v.items() if kk != "spec"} for k, v in cv["regions"].items()},
            "_errors": cv["errors"]}
+    for k in ("with_layout_factors", "without_layout_factors"):
+        if k in cv:
+            cvs[k] = cv[k]
     by_dim = slots_by_dim(pts)
     slots = max(by_dim.values()) if by_dim else slots
     by_layout = slots_by_layout(pts)
@@ -573,7 +696,8 @@ def fit_group(pts: list[Point], acc_limit: float | None = None) -> WaveFit:
                    residual_log_quantiles=q, cv=cvs, residual_logs=_logs(cv["errors"]), slots_by_dim=by_dim,
                    max_terms=max_terms, max_order=spec.max_order if max_terms else 1.0,
                    max_acc_per_thread=float(acc_limit) if acc_limit is not None else
-                   max((p.feats.get("acc_per_thread", 0.0) for p in pts), default=0.0), slots_by_layout=by_layout)
+                   max((p.feats.get("acc_per_thread", 0.0) for p in pts), default=0.0), slots_by_layout=by_layout,
+                   latency_by_layout=factors)
 
 
 #: The embedding launch configuration the simulator's works stand for (``EmbeddingConfig`` defaults of the
@@ -671,7 +795,7 @@ def fit_campaign(rows: Iterable[dict]) -> list[WaveFit]:
                               {t: (k, c * sc) for t, (k, c) in base.terms.items()}, base.cus,
                               _quantiles(cv["errors"]), cvs, _logs(cv["errors"]), dict(base.slots_by_dim),
                               base.max_terms, base.max_order, base.max_acc_per_thread,
-                              {**base.slots_by_layout, **slots_by_layout(pts)})
+                              {**base.slots_by_layout, **slots_by_layout(pts)}, dict(base.latency_by_layout))
         own.cv.pop("_errors", None)
         fits[key] = own
     return [fits[k] for k in sorted(fits)]

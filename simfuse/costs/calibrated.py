@@ -206,6 +206,27 @@ def embedding_layout(dim: float, elem_bytes: int, bags_per_program: float, num_w
 EMB_BAGS_PER_PROGRAM = 8
 
 
+#: Work terms of the dependent-step chain (the wave models' latency slot) that a per-layout factor scales.
+LATENCY_FEATURES = frozenset({"per_step", "per_step_l2"})
+
+
+def layout_key_of(feats: dict[str, float]) -> str:
+    """:func:`layout_key` of a program from its work terms (``layout_block_d``, ``layout_sub``, ``layout_warps``)."""
+    return f"{int(feats['layout_block_d'])}x{int(feats['layout_sub'])}x{int(feats['layout_warps'])}"
+
+
+def layout_factor(factors: dict[str, float], key: str) -> float:
+    """``factors[key]``; else the factor of the same bags and warps at the nearest row width (in log; a tie: the
+    wider), else 1.0 (the rule ``WaveFit.slots_for`` uses for slots)."""
+    if key in factors:
+        return float(factors[key])
+    bd, rest = key.split("x", 1)
+    same = [(int(k.split("x", 1)[0]), v) for k, v in factors.items() if k.split("x", 1)[1] == rest]
+    if not same:
+        return 1.0
+    return float(min(same, key=lambda kv: (abs(math.log(kv[0] / int(bd))), -kv[0]))[1])
+
+
 def layout_key(dim: float, bags_per_program: float, num_warps: float) -> str:
     """``"BLOCK_DxSUBxWARPS"`` of an embedding launch configuration: what its compiled kernel -- and so its registers,
     shared memory and resident programs -- depends on (``embedding_kernel``'s constexprs: ``BLOCK_D = next_pow2(dim)``,
@@ -246,10 +267,16 @@ def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str |
                  per_step_l2=float(steps) * (L2_LATENCY_RATIO + (1.0 - L2_LATENCY_RATIO) * (1.0 - h)),
                  per_warp_byte=dram / warps, l2_hit=h, per_warp_ld=warp_ld, per_sm_ld=warp_ld * warps,
                  acc_per_thread=lay["acc_per_thread"])
+        # the compiled configuration (:func:`layout_key`), for the per-layout latency factors of a wave model
+        bd, sb, nw = (float(x) for x in layout_key(d, bags, warps).split("x"))
+        f.update(layout_block_d=bd, layout_sub=sb, layout_warps=nw)
     elif kernel == "gemv_all_reduce":
         tokens = float(shape.get("tokens") or 1)
         rows = float(shape.get("rows_per_wg") or shape.get("block_n") or 1)
-        f.update(per_k=float(shape.get("k_per_wg") or flops / (2.0 * tokens * rows)))
+        # the fp32 partial slots the tile's last-arriving program sums (split-k x ranks in the bundled kernel:
+        # ``world * SPLIT_K`` volatile loads after an acq_rel counter; 1 = its own partial, no split)
+        f.update(per_k=float(shape.get("k_per_wg") or flops / (2.0 * tokens * rows)),
+                 per_slot=float(shape.get("reduce_slots") or 1.0))
     elif kernel == "gemm_all_to_all":
         f.update(per_k=float(shape.get("k") or 0.0), per_flop=float(flops))
     return f
@@ -336,6 +363,11 @@ class WaveFit:
     #: embedding: resident programs per launch configuration (:func:`layout_key` -> slots), from the compiled kernels'
     #: registers, shared memory and warps (``wavefit.occupancy_slots``) of the campaign launches; empty: by dim only
     slots_by_layout: dict[str, int] = field(default_factory=dict)
+    #: embedding: per compiled configuration (:func:`layout_key`), a factor on the latency terms (the dependent-step
+    #: chain, :data:`LATENCY_FEATURES`): the chain's time per step measured per compiled kernel, fitted with the
+    #: other coefficients (``wavefit.fit_layout_factors``); a layout not in it takes the nearest row width's of
+    #: the same bags and warps, else 1.  Empty: no factors (profiles before issue 12's sixth pass).
+    latency_by_layout: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         unknown = [t for t in self.max_terms if t not in self.terms]
@@ -350,6 +382,18 @@ class WaveFit:
             if len(parts) != 3 or not all(x.isdigit() and int(x) >= 1 for x in parts) or int(v) < 1:
                 raise ValueError(f"slots_by_layout entry {k!r}: {v!r}: expected 'BLOCK_DxSUBxWARPS' (positive "
                                  f"integers) -> resident programs >= 1")
+        for k, v in self.latency_by_layout.items():
+            parts = str(k).split("x")
+            if (len(parts) != 3 or not all(x.isdigit() and int(x) >= 1 for x in parts)
+                    or not (math.isfinite(float(v)) and float(v) > 0.0)):
+                raise ValueError(f"latency_by_layout entry {k!r}: {v!r}: expected 'BLOCK_DxSUBxWARPS' (positive "
+                                 f"integers) -> a finite factor > 0")
+
+    def latency_factor(self, feats: dict[str, float]) -> float:
+        """The :data:`latency_by_layout` factor of a program with work terms ``feats`` (1.0 without factors)."""
+        if not self.latency_by_layout or not feats.get("layout_block_d"):
+            return 1.0
+        return layout_factor(self.latency_by_layout, layout_key_of(feats))
 
     def rejection(self, feats: dict[str, float]) -> str | None:
         """Why this model refuses to price a program with work terms ``feats`` (None: it prices it).  An embedding
@@ -390,9 +434,12 @@ class WaveFit:
     def program_time_s(self, feats: dict[str, float], n: float, slots: int | None = None) -> float:
         s = slots or self.slots
 
+        lat = self.latency_factor(feats)
+
         def u(t: str) -> float:
             kind, c = self.terms[t]
-            return c * feats.get(term_feature(t), 0.0) * load(kind, n, s, self.cus)
+            f = feats.get(term_feature(t), 0.0) * (lat if term_feature(t) in LATENCY_FEATURES else 1.0)
+            return c * f * load(kind, n, s, self.cus)
 
         add = sum(u(t) for t in self.terms if t not in self.max_terms)
         return add + soft_max([u(t) for t in self.max_terms], self.max_order) if self.max_terms else add
@@ -411,6 +458,8 @@ class WaveFit:
             d.update(max_acc_per_thread=_g(self.max_acc_per_thread))
         if self.slots_by_layout:
             d.update(slots_by_layout={str(k): int(v) for k, v in sorted(self.slots_by_layout.items())})
+        if self.latency_by_layout:
+            d.update(latency_by_layout={str(k): _g(v) for k, v in sorted(self.latency_by_layout.items())})
         d.update({"residual_log_quantiles": {k: _g(v) for k, v in self.residual_log_quantiles.items()},
                   "residual_logs": [_g(x) for x in self.residual_logs],
                   "slots_by_dim": {int(k): int(v) for k, v in sorted(self.slots_by_dim.items())}, "cv": self.cv})
@@ -428,7 +477,8 @@ class WaveFit:
                    {int(k): int(v) for k, v in (d.get("slots_by_dim") or {}).items()},
                    tuple(str(t) for t in mt), float(d.get("max_order", 1.0)),
                    float(d.get("max_acc_per_thread", 0.0)),
-                   {str(k): int(v) for k, v in (d.get("slots_by_layout") or {}).items()})
+                   {str(k): int(v) for k, v in (d.get("slots_by_layout") or {}).items()},
+                   {str(k): float(v) for k, v in (d.get("latency_by_layout") or {}).items()})
 
     def scaled(self, factor: float) -> WaveFit:
         """The same model with every time (launch and program) multiplied by ``factor`` (the soft maximum is

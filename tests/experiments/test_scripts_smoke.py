@@ -103,7 +103,7 @@ def test_trace_campaign_smoke_grids(root, tmp_path):
     finally:
         sys.path.pop(0)
     for grid, fn, extra in (("v2", tc.grid_points_v2, ()), ("heldout", tc.grid_points_heldout, ("--repeats", "2")),
-                            ("v4", tc.grid_points_v4, ())):
+                            ("v4", tc.grid_points_v4, ()), ("v5", tc.grid_points_v5, ())):
         out = tmp_path / grid
         _run(root, "experiments/trace_campaign.py", "--smoke", "--grid", grid, "--out", str(out), *extra)
         df = pd.read_csv(io.BytesIO(gzip.decompress((out / "campaign.csv.gz").read_bytes())))
@@ -132,3 +132,9 @@ def test_trace_campaign_smoke_grids(root, tmp_path):
     assert tc.grid_points_heldout(False) == tc.grid_points_heldout(False)
     v1 = {p[:6] for p in tc.grid_points(False)}
     assert not any(p[:-1] in v1 for p in tc.grid_points_heldout(False))
+    # --heldout-scale 1 is the earlier draws (heldout4 = seed 2028: 93 shapes); 3 draws three times the shapes per
+    # family from its own seed (heldout5 = seed 2029), still off the v1 grid
+    assert tc.grid_points_heldout(False, 2028, 1) == tc.grid_points_heldout(False, 2028) and \
+        len(tc.grid_points_heldout(False, 2028)) == 93
+    h5 = tc.grid_points_heldout(False, 2029, 3)
+    assert len(h5) > 2 * 93 and not any(p[:-1] in v1 for p in h5)

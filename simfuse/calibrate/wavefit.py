@@ -7,8 +7,9 @@ and warps) runs ``floor(G / S)`` full waves and one partial wave of ``G mod S`` 
 
 ``phi_j`` are per-program work terms that follow how the kernels spend time (:data:`TERMS`): embedding -- per
 program, per bag (offsets, store, flag), per gathered row (a dependent index load and a row load: latency),
-per byte (requested, or at the HBM access granularity: ``per_dram_byte``, CV picks); GEMV -- per program, per K
-element of the program's slice (the k-steps), per byte; GEMM -- per program (tile prologue/epilogue), per K element (k-steps), per FLOP, per byte.  ``sigma_j(n)`` says how term ``j``
+per byte (requested, or at the HBM access granularity: ``per_dram_byte``, CV picks); GEMV -- per program, per
+partial slot its tile's last program sums (split-k x ranks), per K element of the program's slice (the
+k-steps), per byte; GEMM -- per program (tile prologue/epilogue), per K element (k-steps), per FLOP, per byte.  ``sigma_j(n)`` says how term ``j``
 speeds up when only ``n < S`` programs are resident (the last, partial wave, or a grid smaller than a wave):
 
 * ``fixed`` -- not at all (latency: a program's dependent loads take as long however many run);

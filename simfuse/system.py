@@ -34,7 +34,8 @@ class System:
             from .calibrate.profile import apply_to_topology, cost_model_for, load_profile
 
             profile = load_profile(topology.calibration)
-            return cls(apply_to_topology(topology, profile), FusedFloor(cost_model_for(topology)), profile, topology)
+            return cls(apply_to_topology(topology, profile), FusedFloor(cost_model_for(topology, profile=profile)),
+                       profile, topology)
         nominal = topology.replace(calibration=None) if topology.calibration else topology
         return cls(nominal, FusedFloor(RooflineCostModel(topology.device)), None, topology)
 

@@ -149,3 +149,23 @@ def cm_points(path):
     from simfuse.calibrate.profile import load_profile
 
     return load_profile(path).points
+
+
+def test_system_reads_its_profile_once(profile_dict, h200, tmp_path, monkeypatch):
+    """``System.from_topology`` hands the profile it loaded to ``cost_model_for`` (the 100 KB H200 profile was
+    parsed twice per ``simfuse run``); the cost model is the same as one built from the file."""
+    import simfuse.calibrate.profile as prof
+    from simfuse.system import System
+
+    path = tmp_path / "p.yaml"
+    write_yaml_atomic(path, profile_dict)
+    spec = h200.replace(calibration=str(path))
+    reads = []
+    real = prof.load_profile
+    monkeypatch.setattr(prof, "load_profile", lambda p: reads.append(p) or real(p))
+    system = System.from_topology(spec)
+    assert len(reads) == 1
+    work = KernelWork("embedding_bag", 10_000, 0.0, 65536.0, dtype="fp32", variant="fused")
+    direct = cost_model_for(spec)
+    assert len(reads) == 2
+    assert system.cost.inner.workgroup_time_s(work, 100) == direct.workgroup_time_s(work, 100)

@@ -350,15 +350,18 @@ def _bw_overrides(level: str, bw_field: str, nominal: float, fitted: float) -> d
     return {f"{level}.{bw_field}": fitted, f"{level}.efficiency": 1.0}
 
 
-def cost_model_for(spec: TopologySpec, *, extrapolate: bool = False) -> CostModel:
+def cost_model_for(spec: TopologySpec, *, extrapolate: bool = False,
+                   profile: CalibrationProfile | None = None) -> CostModel:
     """Calibrated cost model when ``spec.calibration`` names a profile, otherwise the roofline.
 
     By default a fit is used only near the shapes it was traced on (see
     :data:`~simfuse.costs.calibrated.EXTRAPOLATION_FACTOR`), the roofline elsewhere; ``extrapolate=True`` uses
-    the fits everywhere (``simfuse validate`` does, and flags the points outside the traced range)."""
+    the fits everywhere (``simfuse validate`` does, and flags the points outside the traced range).  ``profile``:
+    the profile ``spec.calibration`` names, when the caller has loaded it already (read from the file otherwise)."""
     if not spec.calibration:
         return RooflineCostModel(spec.device)
-    profile = load_profile(spec.calibration)
+    if profile is None:
+        profile = load_profile(spec.calibration)
     calibrated_spec = apply_to_topology(spec, profile)
     from ..costs.calibrated import EXTRAPOLATION_FACTOR
 

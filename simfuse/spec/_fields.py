@@ -36,7 +36,27 @@ class _Refused(yaml.YAMLError):
         self.problem_mark = mark
 
 
-class StrictLoader(yaml.SafeLoader):
+class _StrictConstructor:
+    """Mapping construction that refuses duplicate keys (mixed into both loaders)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    dup = key in seen
+                except TypeError:  # unhashable key: the base constructor reports it
+                    continue
+                if dup:
+                    raise _Refused(f"duplicate key {short_repr(key)}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class StrictLoader(_StrictConstructor, yaml.SafeLoader):
     """``yaml.SafeLoader`` with duplicate-key, depth and alias-expansion limits (see the module docstring)."""
 
     def __init__(self, stream):
@@ -57,21 +77,42 @@ class StrictLoader(yaml.SafeLoader):
         _check_expanded_size(node)
         return node
 
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, MappingNode):
-            seen: set = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    dup = key in seen
-                except TypeError:  # unhashable key: the base constructor reports it
-                    continue
-                if dup:
-                    raise _Refused(f"duplicate key {short_repr(key)}", key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+
+if getattr(yaml, "__with_libyaml__", False):
+
+    class StrictCLoader(_StrictConstructor, yaml.CSafeLoader):
+        """The same limits over libyaml's parser and composer (about 10x faster on the 100 KB calibration
+        profile).  libyaml composes the whole node graph itself (it refuses nesting beyond 1,000 levels), so depth
+        and alias expansion are checked on that graph before any object is constructed."""
+
+        def get_single_data(self):
+            node = self.get_single_node()
+            if node is None:
+                return None
+            _check_depth(node)
+            _check_expanded_size(node)
+            return self.construct_document(node)
+
+    _FAST_LOADER: type | None = StrictCLoader
+else:  # pragma: no cover - PyYAML wheels ship libyaml
+    _FAST_LOADER = None
+
+
+def _check_depth(root) -> None:
+    """Refuse a node graph nested deeper than :data:`MAX_DEPTH`, counted as written (as :class:`StrictLoader`
+    counts it): a pre-order walk in document order meets a shared node first where its anchor is written, and
+    walks it only there."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _Refused(f"nested deeper than {MAX_DEPTH} levels", node.start_mark)
+        if id(node) in seen or isinstance(node, ScalarNode):
+            continue
+        seen.add(id(node))
+        children = node.value if isinstance(node, SequenceNode) else [n for kv in node.value for n in kv]
+        stack.extend((c, depth + 1) for c in reversed(children))
 
 
 def _check_expanded_size(root) -> None:
@@ -135,7 +176,7 @@ def check_finite(data: Any, source: str, prefix: str = "") -> None:
 def parse_yaml_text(text: str, source: str) -> Any:
     """Parse YAML with :class:`StrictLoader`; errors become one-line :class:`SpecError` naming ``source``."""
     try:
-        data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
+        data = yaml.load(text, Loader=_FAST_LOADER or StrictLoader)  # noqa: S506 - both are SafeLoaders
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 
 def _run(root, *args):
@@ -138,3 +139,40 @@ def test_trace_campaign_smoke_grids(root, tmp_path):
         len(tc.grid_points_heldout(False, 2028)) == 93
     h5 = tc.grid_points_heldout(False, 2029, 3)
     assert len(h5) > 2 * 93 and not any(p[:-1] in v1 for p in h5)
+
+
+def test_dlrm_dense_step_predict(root, tmp_path):
+    """The prediction half of experiments/dlrm_dense_step.py on the committed H200 measurement (the measuring
+    half needs a GPU): one simulated time per measured GEMM, every GEMM shape the DLRM builder emits, and the
+    GEMM sum equal to the sum of the builder's forward, dgrad and wgrad kernels priced alone."""
+    import importlib.util
+
+    from simfuse.engine.compute import _wave_times, effective_slots
+    from simfuse.spec import load_workload
+    from simfuse.system import System
+    from simfuse.workloads.dense import gemm_work
+    from simfuse.workloads.dlrm import _dense_layers
+
+    out = tmp_path / "pred.csv"
+    csv_in = "experiments/results/dlrm_dense_step/dense_step_NVIDIA_H200.csv"
+    _run(root, "experiments/dlrm_dense_step.py", "predict", csv_in, "--out", str(out))
+    df = pd.read_csv(out)
+    gm = df[df.what == "gemm"]
+    assert gm.sim_time_s.notna().all() and (gm.sim_time_s > 0).all()
+    spec_ = importlib.util.spec_from_file_location("dds", root / "experiments/dlrm_dense_step.py")
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    model = load_workload(root / "models/dlrm_dcnv2_mlperf.yaml")
+    system = System.load(root / "topologies/h200_nvl8_ib_ndr.yaml")
+    summary = pd.read_csv(tmp_path / "pred_summary.csv")
+    for b in mod.BATCHES:
+        bo, it, _ew, to = _dense_layers(model, b)
+        assert mod._layers(b) == bo + it + to
+        total = 0.0
+        for lbl, m, n, k in bo + it + to:
+            for w in (gemm_work(lbl, m, n, k, "bf16"), gemm_work(lbl, m, k, n, "bf16"), gemm_work(lbl, k, n, m, "bf16")):
+                slots = effective_slots(system.cost, w)
+                full_t, rem_t = _wave_times(system.cost, w, slots)
+                waves = -(-w.num_workgroups // slots)
+                total += system.cost.launch_latency_s(w) + (waves - (1 if rem_t else 0)) * full_t + rem_t
+        assert summary.set_index("batch").loc[b, "sim_gemms_s"] == pytest.approx(total, rel=1e-9)

@@ -1,0 +1,241 @@
+"""The DLRM-DCNv2 dense step measured on a GPU, and the simulator's GEMM times for the same layers (issue 11).
+
+Why: the 1-node validation points are compute-bound, and the H200 model's dense GEMM times rest on isolated
+``torch.mm`` calls that re-read operands from a warm L2 (``experiments/results/h200_traces/
+torch_profiler_dense_h200.README.md``).  This measures the dense part of a real training step -- bottom MLP,
+DCNv2 low-rank cross layers, top MLP, forward + backward + SGD step, bf16, the pooled embeddings a random input
+that needs a gradient -- at MLPerf's per-GPU batches (6,912 / 2,112 / 1,056: 1 / 8 / 16 nodes), and next to it
+every GEMM of that step alone.  It is a measurement: nothing is fitted to MLPerf step times.
+
+Two parts:
+
+* ``python experiments/dlrm_dense_step.py measure OUT_DIR`` (GPU machine): writes ``dense_step_<gpu>.csv`` --
+  per batch, the whole step under a CUDA graph (``what=step``), the sum of its kernels by class from a Kineto
+  trace of graph replays (``what=kernels_gemm`` / ``kernels_other``) and every GEMM of the step isolated
+  (``what=gemm``: ``torch.mm`` of the layer's forward, dgrad and wgrad shapes, CUDA graph of 20 calls, warm L2).
+* ``python experiments/dlrm_dense_step.py predict CSV --model M --topology T [--out CSV]`` (any machine): the
+  simulator's kernel time (launch included) for every ``gemm`` row, from the topology's cost model -- the
+  same :func:`simfuse.workloads.dense.gemm_work` shapes the DLRM graph builder emits -- and the step sums.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCHES = (6912, 2112, 1056)  # MLPerf DGX H100 per-GPU batches at 1, 8, 16 nodes (models/dlrm_dcnv2_mlperf*.yaml)
+FIELDS = ["gpu", "batch", "what", "label", "m", "n", "k", "time_s", "reps"]
+
+
+def _layers(b: int, dense_features=13, bottom=(512, 256, 128), top=(1024, 1024, 512, 256, 1), tables=26, dim=128,
+            dcn_layers=3, low_rank=512):
+    """Forward GEMMs (label, m, n, k) as simfuse.workloads.dlrm._dense_layers lists them (DCN interaction)."""
+    out, d_in = [], dense_features
+    for i, o in enumerate(bottom):
+        out.append((f"bottom{i}", b, o, d_in))
+        d_in = o
+    x = (tables + 1) * dim
+    for i in range(dcn_layers):
+        out += [(f"dcn{i}_v", b, low_rank, x), (f"dcn{i}_u", b, x, low_rank)]
+    d_in = x
+    for i, o in enumerate(top):
+        out.append((f"top{i}", b, o, d_in))
+        d_in = o
+    return out
+
+
+def _gemm_shapes(b: int):
+    """Every GEMM of one step: forward (m, n, k), dgrad (m, k, n), wgrad (k, n, m) -- the builder's shapes."""
+    rows = []
+    for lbl, m, n, k in _layers(b):
+        rows += [(lbl, m, n, k), (lbl + "_dgrad", m, k, n), (lbl + "_wgrad", k, n, m)]
+    return rows
+
+
+def _kernel_sums(g, torch):  # pragma: no cover - needs a GPU
+    """GEMM and other kernel time per replay of graph ``g`` (s), from the exported Kineto trace of 10 replays
+    (its ``kernel`` events: robust across torch versions' event APIs), and the kernels per replay."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            g.replay()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        prof.export_chrome_trace(f"{tmp}/t.json")
+        trace = json.loads(Path(f"{tmp}/t.json").read_text())
+    kern = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
+    gemm_us = sum(e["dur"] for e in kern if any(s in e["name"].lower() for s in ("gemm", "cutlass", "xmma", "nvjet")))
+    other_us = sum(e["dur"] for e in kern) - gemm_us
+    return gemm_us / 1e7, other_us / 1e7, len(kern) / 10
+
+
+def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
+    import torch
+    from torch import nn
+
+    dev = torch.device("cuda")
+    gpu = torch.cuda.get_device_name().replace(" ", "_")
+    dt = torch.bfloat16
+    torch.manual_seed(0)
+    rows = []
+
+    class DCN(nn.Module):
+        def __init__(self, x, r, n):
+            super().__init__()
+            self.v = nn.ModuleList(nn.Linear(x, r, bias=False) for _ in range(n))
+            self.u = nn.ModuleList(nn.Linear(r, x) for _ in range(n))
+
+        def forward(self, x0):
+            x = x0
+            for v, u in zip(self.v, self.u, strict=True):
+                x = x0 * u(v(x)) + x
+            return x
+
+    def mlp(sizes, last_relu=True):
+        mods = []
+        for i in range(len(sizes) - 1):
+            mods.append(nn.Linear(sizes[i], sizes[i + 1]))
+            if last_relu or i < len(sizes) - 2:
+                mods.append(nn.ReLU())
+        return nn.Sequential(*mods)
+
+    def graph_time(fn, reps=50, warm=10):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(warm):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        for _ in range(5):
+            g.replay()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(5):  # median of 5 timings of ``reps`` replays
+            a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(reps):
+                g.replay()
+            e.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(e) / 1e3 / reps)
+        return sorted(times)[2], g
+
+    for b in BATCHES:
+        bottom = mlp([13, 512, 256, 128]).to(dev, dt)
+        dcn = DCN(27 * 128, 512, 3).to(dev, dt)
+        top = mlp([27 * 128, 1024, 1024, 512, 256, 1], last_relu=False).to(dev, dt)
+        params = [*bottom.parameters(), *dcn.parameters(), *top.parameters()]
+        opt = torch.optim.SGD(params, lr=1e-3, foreach=True)
+        dense_x = torch.randn(b, 13, device=dev, dtype=dt)
+        emb = torch.randn(b, 26 * 128, device=dev, dtype=dt, requires_grad=True)
+        label = torch.randint(0, 2, (b, 1), device=dev).to(torch.float32)
+        lossf = nn.BCEWithLogitsLoss()
+
+        def step(top=top, dcn=dcn, bottom=bottom, dense_x=dense_x, emb=emb, lossf=lossf, label=label, opt=opt):
+            y = top(dcn(torch.cat([bottom(dense_x), emb], dim=1)))
+            loss = lossf(y.float(), label)
+            loss.backward()
+            opt.step()
+
+        for p in params:
+            p.grad = None
+        emb.grad = None
+        try:
+            t, g = graph_time(step)
+        except Exception as exc:  # noqa: BLE001 - report it and go on with the isolated GEMMs
+            print(f"batch {b}: step capture failed: {exc}", flush=True)
+            t, g = float("nan"), None
+        rows.append([gpu, b, "step", "fwd+bwd+sgd", "", "", "", t, 50 if g is not None else 0])
+        if g is not None:
+            gemm_s, other_s, per_step = _kernel_sums(g, torch)
+            rows.append([gpu, b, "kernels_gemm", f"{per_step:g} kernels/step", "", "", "", gemm_s, 10])
+            rows.append([gpu, b, "kernels_other", "", "", "", "", other_s, 10])
+            print(f"batch {b}: step {t * 1e3:.3f} ms, gemm kernels {gemm_s * 1e3:.3f} ms, other {other_s * 1e3:.3f} ms",
+                  flush=True)
+            del g
+        # every GEMM of the step alone (warm L2: the same operands every call)
+        for lbl, m, n, k in _gemm_shapes(b):
+            a = torch.randn(m, k, device=dev, dtype=dt)
+            w = torch.randn(k, n, device=dev, dtype=dt)
+            t, _ = graph_time(lambda a=a, w=w: torch.mm(a, w), reps=20, warm=3)
+            rows.append([gpu, b, "gemm", lbl, m, n, k, t, 20])
+    out = Path(out_dir) / f"dense_step_{gpu}.csv"
+    with out.open("w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(FIELDS)
+        wr.writerows(rows)
+    print("wrote", out)
+
+
+def predict(csv_path: str, model: str, topology: str, out: str | None) -> None:
+    sys.path.insert(0, str(ROOT))
+    import pandas as pd
+
+    from simfuse.engine.compute import _wave_times, effective_slots
+    from simfuse.spec import load_workload
+    from simfuse.system import System
+    from simfuse.workloads.dense import gemm_work
+    from simfuse.workloads.dlrm import _dense_layers
+
+    spec = load_workload(model)
+    system = System.load(topology)
+
+    def kernel_s(w):
+        slots = effective_slots(system.cost, w)
+        full_t, rem_t = _wave_times(system.cost, w, slots)
+        waves = -(-int(w.num_workgroups) // slots)
+        return system.cost.launch_latency_s(w) + (waves - (1 if rem_t else 0)) * full_t + rem_t
+
+    df = pd.read_csv(csv_path)
+    df["sim_time_s"] = [kernel_s(gemm_work(r.label, int(r.m), int(r.n), int(r.k), spec.dense_dtype))
+                        if r.what == "gemm" else float("nan") for r in df.itertuples()]
+    df["ratio_sim_over_measured"] = df["sim_time_s"] / df["time_s"]
+    summary = []
+    for b, g in df.groupby("batch", sort=False):
+        gm = g[g.what == "gemm"]
+        # the dense kernels other than GEMMs that the DLRM builder emits: the interaction's element-wise kernel,
+        # forward and backward (simfuse.workloads.dlrm._dense_layers); the dense optimizer only under adagrad
+        _bo, _it, inter_ew, _to = _dense_layers(spec, int(b))
+        summary.append({"batch": b, "step_measured_s": g[g.what == "step"].time_s.iloc[0],
+                        "gemm_kernels_in_step_measured_s": g[g.what == "kernels_gemm"].time_s.iloc[0],
+                        "sim_gemms_s": gm.sim_time_s.sum(),
+                        "other_kernels_in_step_measured_s": g[g.what == "kernels_other"].time_s.iloc[0],
+                        "sim_interaction_elementwise_fwd_bwd_s": 2 * kernel_s(inter_ew),
+                        "isolated_gemms_measured_s": gm.time_s.sum()})
+    s = pd.DataFrame(summary)
+    print(s.to_string(index=False))
+    if out:
+        df.to_csv(out, index=False)
+        s.to_csv(Path(out).with_name(Path(out).stem + "_summary.csv"), index=False)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("out_dir")
+    p = sub.add_parser("predict")
+    p.add_argument("csv")
+    p.add_argument("--model", default=str(ROOT / "models/dlrm_dcnv2_mlperf.yaml"))
+    p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
+    p.add_argument("--out")
+    a = ap.parse_args(argv)
+    if a.cmd == "measure":
+        measure(a.out_dir)
+    else:
+        predict(a.csv, a.model, a.topology, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

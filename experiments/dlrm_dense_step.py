@@ -12,7 +12,8 @@ Two parts:
 * ``python experiments/dlrm_dense_step.py measure OUT_DIR`` (GPU machine): writes ``dense_step_<gpu>.csv`` --
   per batch, the whole step under a CUDA graph (``what=step``), the sum of its kernels by class from a Kineto
   trace of graph replays (``what=kernels_gemm`` / ``kernels_other``) and every GEMM of the step isolated
-  (``what=gemm``: ``torch.mm`` of the layer's forward, dgrad and wgrad shapes, CUDA graph of 20 calls, warm L2).
+  (``what=gemm``: ``torch.mm`` of the layer's forward, dgrad and wgrad shapes, CUDA graph of 20 calls, warm L2);
+  and ``dense_step_kernels_<gpu>.csv``: the graphed step's kernels by name (calls and time per step).
 * ``python experiments/dlrm_dense_step.py predict CSV --model M --topology T [--out CSV]`` (any machine): the
   simulator's kernel time (launch included) for every ``gemm`` row, from the topology's cost model -- the
   same :func:`simfuse.workloads.dense.gemm_work` shapes the DLRM graph builder emits -- and the step sums.
@@ -73,7 +74,10 @@ def _kernel_sums(g, torch):  # pragma: no cover - needs a GPU
     kern = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
     gemm_us = sum(e["dur"] for e in kern if any(s in e["name"].lower() for s in ("gemm", "cutlass", "xmma", "nvjet")))
     other_us = sum(e["dur"] for e in kern) - gemm_us
-    return gemm_us / 1e7, other_us / 1e7, len(kern) / 10
+    by_name: dict[str, list[float]] = {}
+    for e in kern:
+        by_name.setdefault(e["name"], []).append(e["dur"])
+    return gemm_us / 1e7, other_us / 1e7, len(kern) / 10, by_name
 
 
 def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
@@ -85,6 +89,7 @@ def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
     dt = torch.bfloat16
     torch.manual_seed(0)
     rows = []
+    kernel_rows = []  # per kernel name of the graphed step: calls and time per step
 
     class DCN(nn.Module):
         def __init__(self, x, r, n):
@@ -157,7 +162,9 @@ def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
             t, g = float("nan"), None
         rows.append([gpu, b, "step", "fwd+bwd+sgd", "", "", "", t, 50 if g is not None else 0])
         if g is not None:
-            gemm_s, other_s, per_step = _kernel_sums(g, torch)
+            gemm_s, other_s, per_step, by_name = _kernel_sums(g, torch)
+            for name, durs in sorted(by_name.items(), key=lambda kv: -sum(kv[1])):
+                kernel_rows.append([gpu, b, name, len(durs) / 10, sum(durs) / 1e7])
             rows.append([gpu, b, "kernels_gemm", f"{per_step:g} kernels/step", "", "", "", gemm_s, 10])
             rows.append([gpu, b, "kernels_other", "", "", "", "", other_s, 10])
             print(f"batch {b}: step {t * 1e3:.3f} ms, gemm kernels {gemm_s * 1e3:.3f} ms, other {other_s * 1e3:.3f} ms",
@@ -174,7 +181,12 @@ def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
         wr = csv.writer(f)
         wr.writerow(FIELDS)
         wr.writerows(rows)
-    print("wrote", out)
+    kout = Path(out_dir) / f"dense_step_kernels_{gpu}.csv"
+    with kout.open("w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(["gpu", "batch", "kernel", "calls_per_step", "time_per_step_s"])
+        wr.writerows(kernel_rows)
+    print("wrote", out, kout)
 
 
 def predict(csv_path: str, model: str, topology: str, out: str | None) -> None:

@@ -189,15 +189,44 @@ def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
     print("wrote", out, kout)
 
 
+#: op class of a kernel of the measured step, by its name (PyTorch ATen kernel names; GEMMs excluded)
+_MEASURED_CLASSES = (("add", "CUDAFunctor_add"), ("mul", "MulFunctor"), ("reduce", "reduce_kernel"),
+                     ("relu_bwd", "threshold"), ("relu", "clamp"), ("copy", "CatArrayBatchedCopy"),
+                     ("optimizer", "multi_tensor_apply"))
+_GEMM_WORDS = ("gemm", "cutlass", "xmma", "nvjet")
+
+
+def _measured_class(name: str) -> str:
+    low = name.lower()
+    if any(w in low for w in _GEMM_WORDS):
+        return "gemm"
+    for cls, key in _MEASURED_CLASSES:
+        if key in name:
+            return cls
+    return "other"
+
+
+def _label_class(label: str) -> str:
+    """Op class of a simulated element-wise kernel, from its label (simfuse.workloads.dlrm.dense_elementwise)."""
+    for cls, keys in (("relu_bwd", ("relu_bwd", "reverse_relu")), ("relu", ("_relu",)), ("reduce", ("bias_grad",)),
+                      ("mul", ("_mul",)), ("add", ("_add", "accumulate")), ("copy", ("concat", "mask_copy")),
+                      ("optimizer", ("dense_update",)), ("loss", ("loss",))):
+        if any(k in label for k in keys):
+            return cls
+    return "other"
+
+
 def predict(csv_path: str, model: str, topology: str, out: str | None) -> None:
     sys.path.insert(0, str(ROOT))
+    import dataclasses
+
     import pandas as pd
 
     from simfuse.engine.compute import _wave_times, effective_slots
     from simfuse.spec import load_workload
     from simfuse.system import System
-    from simfuse.workloads.dense import gemm_work
-    from simfuse.workloads.dlrm import _dense_layers
+    from simfuse.workloads.dense import elementwise_work, gemm_work
+    from simfuse.workloads.dlrm import _dense_layers, dense_elementwise
 
     spec = load_workload(model)
     system = System.load(topology)
@@ -208,27 +237,62 @@ def predict(csv_path: str, model: str, topology: str, out: str | None) -> None:
         waves = -(-int(w.num_workgroups) // slots)
         return system.cost.launch_latency_s(w) + (waves - (1 if rem_t else 0)) * full_t + rem_t
 
+    def dense_params(b):
+        bo, it, to = _dense_layers(spec, b)
+        return sum(k * n + n for (_l, _m, n, k) in bo + it + to)
+
     df = pd.read_csv(csv_path)
     df["sim_time_s"] = [kernel_s(gemm_work(r.label, int(r.m), int(r.n), int(r.k), spec.dense_dtype))
                         if r.what == "gemm" else float("nan") for r in df.itertuples()]
     df["ratio_sim_over_measured"] = df["sim_time_s"] / df["time_s"]
-    summary = []
+    kern_csv = Path(csv_path).with_name(Path(csv_path).name.replace("dense_step_", "dense_step_kernels_"))
+    kern = pd.read_csv(kern_csv) if kern_csv.exists() else None
+    summary, classes = [], []
     for b, g in df.groupby("batch", sort=False):
         gm = g[g.what == "gemm"]
-        # the dense kernels other than GEMMs that the DLRM builder emits: the interaction's element-wise kernel,
-        # forward and backward (simfuse.workloads.dlrm._dense_layers); the dense optimizer only under adagrad
-        _bo, _it, inter_ew, _to = _dense_layers(spec, int(b))
-        summary.append({"batch": b, "step_measured_s": g[g.what == "step"].time_s.iloc[0],
-                        "gemm_kernels_in_step_measured_s": g[g.what == "kernels_gemm"].time_s.iloc[0],
-                        "sim_gemms_s": gm.sim_time_s.sum(),
-                        "other_kernels_in_step_measured_s": g[g.what == "kernels_other"].time_s.iloc[0],
-                        "sim_interaction_elementwise_fwd_bwd_s": 2 * kernel_s(inter_ew),
-                        "isolated_gemms_measured_s": gm.time_s.sum()})
+        row = {"batch": b, "step_measured_s": g[g.what == "step"].time_s.iloc[0],
+               "gemm_kernels_in_step_measured_s": g[g.what == "kernels_gemm"].time_s.iloc[0],
+               "sim_gemms_s": gm.sim_time_s.sum(),
+               "other_kernels_in_step_measured_s": g[g.what == "kernels_other"].time_s.iloc[0],
+               "isolated_gemms_measured_s": gm.time_s.sum()}
+        # the builder's non-GEMM dense kernels per dense_fusion setting; the measured step is PyTorch (unfused)
+        # with an SGD step, so the unfused column adds the dense SGD kernel the builder emits for sgd
+        p = dense_params(int(b))
+        sgd = ("dense_update", elementwise_work("dense_update", p * (2.0 * 2 + 2), 2.0 * p, spec.dense_dtype,
+                                                wgs=max(1, p // 8192)))
+        per_class: dict = {}
+        for fusion in ("legacy", "epilogue", "unfused"):
+            dew = dense_elementwise(dataclasses.replace(spec, dense_fusion=fusion), int(b))
+            ks = dew.all() + ([sgd] if fusion == "unfused" else [])
+            row[f"sim_nongemm_{fusion}_s"] = sum(kernel_s(w) for _lbl, w in ks)
+            row[f"sim_nongemm_{fusion}_kernels"] = len(ks)
+            if fusion == "unfused":
+                for lbl, w in ks:
+                    c = per_class.setdefault(_label_class(lbl), [0, 0.0])
+                    c[0] += 1
+                    c[1] += kernel_s(w)
+        summary.append(row)
+        meas: dict = {}
+        if kern is not None:
+            for r in kern[kern.batch == b].itertuples():
+                c = _measured_class(r.kernel)
+                if c != "gemm":
+                    m = meas.setdefault(c, [0.0, 0.0])
+                    m[0] += r.calls_per_step
+                    m[1] += r.time_per_step_s
+        for c in sorted(set(per_class) | set(meas)):
+            classes.append({"batch": b, "op_class": c, "measured_calls": meas.get(c, [0, 0])[0],
+                            "measured_s": meas.get(c, [0, 0.0])[1], "sim_unfused_kernels": per_class.get(c, [0])[0],
+                            "sim_unfused_s": per_class.get(c, [0, 0.0])[1]})
     s = pd.DataFrame(summary)
-    print(s.to_string(index=False))
+    cl = pd.DataFrame(classes)
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(s.to_string(index=False))
+        print(cl.to_string(index=False))
     if out:
         df.to_csv(out, index=False)
         s.to_csv(Path(out).with_name(Path(out).stem + "_summary.csv"), index=False)
+        cl.to_csv(Path(out).with_name(Path(out).stem + "_classes.csv"), index=False)
 
 
 def main(argv=None) -> int:

@@ -25,9 +25,18 @@ SCHEDULES = ("bulk", "overlap")
 #: dense gradient all-reduce: ``bucketed`` (DDP buckets as backward produces them) or ``grouped`` (one all-reduce of
 #: every dense and data-parallel-table gradient after the backward pass: HugeCTR's ``grouped_all_reduce``)
 DENSE_ALLREDUCES = ("bucketed", "grouped")
-#: dense optimizer step after the gradient all-reduce: ``none`` (not modelled) or ``adagrad`` (fp32 master
-#: weights and accumulator; with a non-fp32 dense dtype, the cast of the weights to it)
-DENSE_OPTIMIZERS = ("none", "adagrad")
+#: dense optimizer step after the gradient all-reduce: ``none`` (not modelled), ``adagrad`` (fp32 master
+#: weights and accumulator; with a non-fp32 dense dtype, the cast of the weights to it) or ``sgd`` (plain SGD on
+#: the dense-dtype weights: read weight and gradient, write the weight; PyTorch's ``foreach`` step)
+DENSE_OPTIMIZERS = ("none", "adagrad", "sgd")
+#: how the dense network's element-wise work is split into kernels (simfuse.workloads.dlrm.dense_elementwise):
+#: ``epilogue`` -- bias and ReLU in the GEMM epilogues, one fused kernel per DCN cross layer and direction, the
+#: concat as copies (HugeCTR v23.08-v24.06's ``MLPLayer`` / ``MultiCrossLayer`` / ``ConcatLayer``, the MLPerf
+#: submissions' dense network); ``unfused`` -- every element-wise op its own kernel, as PyTorch eager or a CUDA
+#: graph of it runs them (ReLU and its backward, bias-gradient reductions, the DCN's multiplies, adds and
+#: gradient accumulations); ``legacy`` -- simfuse's inventory before 2026-12-04 (one interaction kernel forward and
+#: backward, ``3 b x`` bytes per cross layer; nothing else), kept so regression tests can pin older results
+DENSE_FUSIONS = ("epilogue", "unfused", "legacy")
 
 # Bounds checked at load time (far beyond any real model; they keep sizes, memory and loops finite).
 MAX_GLOBAL_BATCH = 2**24       # samples per iteration
@@ -73,6 +82,7 @@ class DLRMSpec:
     dense_allreduce: str = "bucketed"        # DENSE_ALLREDUCES
     schedule: str = "bulk"                   # SCHEDULES
     dense_optimizer: str = "none"            # DENSE_OPTIMIZERS
+    dense_fusion: str = "epilogue"           # DENSE_FUSIONS
     kind: str = "dlrm"
     source: str = "<memory>"
 
@@ -241,6 +251,7 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
         dense_allreduce=root.string("dense_allreduce", "bucketed", choices=DENSE_ALLREDUCES),
         schedule=root.string("schedule", "bulk", choices=SCHEDULES),
         dense_optimizer=root.string("dense_optimizer", "none", choices=DENSE_OPTIMIZERS),
+        dense_fusion=root.string("dense_fusion", "epilogue", choices=DENSE_FUSIONS),
         source=source,
     )
     if spec.bottom_mlp[-1] != dim:

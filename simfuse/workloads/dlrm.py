@@ -100,8 +100,9 @@ class IterationResult:
 
 
 def _dense_layers(spec: DLRMSpec, b: int):
-    """Forward GEMMs (label, m, n, k) of the data-parallel part, and the interaction's extra element-wise work."""
-    dt = spec.dense_dtype
+    """Forward GEMMs (label, m, n, k) of the data-parallel part: bottom MLP, interaction (DCN: per cross layer the
+    low-rank ``v`` and ``u`` projections; dot: none) and top MLP.  Their element-wise kernels:
+    :func:`dense_elementwise`."""
     T, D = len(spec.tables), spec.dim
     bottom = []
     d_in = spec.dense_features
@@ -110,23 +111,174 @@ def _dense_layers(spec: DLRMSpec, b: int):
         d_in = out
     inter = []
     F = T + 1
-    eb = DTYPE_BYTES[dt]
     if spec.interaction == "dcn":
         x = F * D
         for i in range(spec.dcn_layers):
             inter.append((f"dcn{i}_v", b, spec.dcn_low_rank, x))
             inter.append((f"dcn{i}_u", b, x, spec.dcn_low_rank))
-        inter_ew = elementwise_work("dcn_ew", 3 * b * x * eb * max(1, spec.dcn_layers), 3 * b * x, dt)
         top_in = x
     else:
-        inter_ew = elementwise_work("dot", b * F * D * eb + b * F * F * eb, 2.0 * b * F * F * D, dt)
         top_in = F * (F - 1) // 2 + D
     top = []
     d_in = top_in
     for i, out in enumerate(spec.top_mlp):
         top.append((f"top{i}", b, out, d_in))
         d_in = out
-    return bottom, inter, inter_ew, top
+    return bottom, inter, top
+
+
+@dataclass
+class DenseElementwise:
+    """The dense network's kernels other than its GEMMs, per place in the iteration (lists of
+    ``(label, KernelWork)``, in issue order).  ``*_fwd[i]`` run after layer ``i``'s forward GEMM,
+    ``*_bwd[i]`` before layer ``i``'s dgrad and wgrad GEMMs; ``inter_fwd[l]`` after cross layer ``l``'s two
+    GEMMs, ``inter_bwd_pre[l]`` / ``inter_bwd_post[l]`` before / after its four backward GEMMs; ``emb_grad``
+    writes the gradient of the pooled embeddings (the kernel the fused backward pushes from)."""
+
+    bottom_fwd: list
+    bottom_bwd: list
+    top_fwd: list
+    top_bwd: list
+    inter_fwd_head: list
+    inter_fwd: list
+    inter_bwd_head: list
+    inter_bwd_pre: list
+    inter_bwd_post: list
+    emb_grad: object
+    inter_bwd_tail: list
+    loss_fwd: list
+    loss_bwd: list
+
+    def all(self) -> list:
+        """Every kernel of one iteration (forward and backward)."""
+        out = [w for group in (self.bottom_fwd, self.bottom_bwd, self.top_fwd, self.top_bwd, self.inter_fwd,
+                               self.inter_bwd_pre, self.inter_bwd_post) for ws in group for w in ws]
+        return out + self.inter_fwd_head + self.inter_bwd_head + ([self.emb_grad] if self.emb_grad else []) + \
+            self.inter_bwd_tail + self.loss_fwd + self.loss_bwd
+
+
+def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
+    """The element-wise kernels of the dense network at ``b`` samples per GPU, split into kernels as
+    ``spec.dense_fusion`` says.  Bytes are HBM traffic in the dense dtype (every operand read once, every output
+    written once; bandwidth-bound, priced like every ``elementwise`` kernel).  ReLU follows every MLP layer but
+    the top MLP's last (DLRM's networks; MLPerf's ``train.py``).
+
+    ``epilogue`` (HugeCTR v23.08.00-v24.06.00, the MLPerf submissions' code; line numbers at v23.08.00):
+
+    * MLP layers (``layers/mlp_layer.cu``, ``functors/fused_gemm_functors.cu:50-55, 124``): bias + ReLU in the
+      forward GEMM's epilogue (``CUBLASLT_EPILOGUE_RELU_AUX_BIAS``), dReLU + bias gradient in the dgrad GEMM's
+      (``DRELU_BGRAD``): no kernel of their own, except for an MLP whose last layer has a ReLU (the bottom MLP):
+      its output is copied as the mask (``mlp_layer.cu:380-386``, 2 ``b n`` elements moved) and the backward runs
+      ``reverse_relu_kernel`` (``fused_fc_layer_functors.cu:132-150``: mask, dY in, dReLU out, 3 ``b n``).
+    * Concat (``layers/concat_layer.cu``): one copy kernel per input, forward and backward (2 ``b w`` each).
+    * MultiCross, DCNv2 (``layers/multi_cross_layer.cu``, ``Core23TempMultiCross*Functorv2``): per cross layer
+      forward, after the ``x U`` and ``(x U) V + bias`` GEMMs, ``fused_matrix_elementwise_dot_add``
+      (``x0 .* h + x_l``: 3 reads, 1 write of ``b x``); backward: a memset of the ``dX`` accumulator (1), per
+      layer ``fused_mul_fma3`` (``S0 = dY .* x0``, ``dX += dY .* H``: 4 reads, 2 writes) before its four
+      GEMMs (the residual's gradient rides in the last GEMM's ``beta = 1``), and at the end ``matrix_add`` of the
+      accumulator into the input gradient (3): the embedding gradient's producer.
+    * Loss: ``BinaryCrossEntropy_Kernel`` (``src/loss.cu:333-380``), loss and its gradient in one kernel.
+
+    ``unfused`` (PyTorch's autograd kernels; the step of ``experiments/dlrm_dense_step.py``, whose per-kernel
+    table this inventory was checked against): bias in the GEMM epilogue (cuBLASLt ``addmm``), every other op
+    its own kernel -- ReLU forward (2 ``b n``) and backward (3), a bias-gradient reduction per layer (reads
+    ``b n``); the concat one kernel (2 ``b x``), its backward a contiguous copy of the embedding part; per
+    cross layer forward a multiply (``x0 * h``) and an add (``+ x_l``), 3 ``b x`` each; backward two
+    multiplies (``dY * x0``, ``dY * h``), the bias reduction, then two adds after its GEMMs (the residual into
+    the ``v`` path's dgrad, the ``dY * h`` part into ``dx0``), the last of which is the embedding gradient's
+    producer; the loss a forward and a backward kernel.
+
+    The dot interaction (``interaction.kind: dot``): one kernel forward (the pairwise dot products) and one
+    backward, under both settings (as before this option)."""
+    from ..costs import KernelWork
+
+    dt = spec.dense_dtype
+    eb = DTYPE_BYTES[dt]
+    T, D = len(spec.tables), spec.dim
+    F = T + 1
+    unfused = spec.dense_fusion == "unfused"
+
+    def ew(label: str, elems_moved: float, flops: float, what: str) -> tuple[str, KernelWork]:
+        """(label, kernel); ``what``: the op class, for the docs (copy, relu, reduce, mul, add, fma, ...)."""
+        return label, elementwise_work(label, elems_moved * eb, flops, dt)
+
+    def mlp(prefix: str, widths, last_relu: bool):
+        fwd, bwd = [], []
+        n_layers = len(widths)
+        for i, n in enumerate(widths):
+            relu = last_relu or i < n_layers - 1
+            f, bk = [], []
+            if unfused:
+                if relu:
+                    f.append(ew(f"{prefix}{i}_relu", 2.0 * b * n, b * n, "relu"))
+                    bk.append(ew(f"{prefix}{i}_relu_bwd", 3.0 * b * n, b * n, "relu_bwd"))
+                bk.append(ew(f"{prefix}{i}_bias_grad", 1.0 * b * n, b * n, "reduce"))
+            elif relu and i == n_layers - 1:  # HugeCTR: the mask copy and reverse_relu of a last ReLU layer
+                f.append(ew(f"{prefix}{i}_mask_copy", 2.0 * b * n, 0.0, "copy"))
+                bk.append(ew(f"{prefix}{i}_reverse_relu", 3.0 * b * n, b * n, "relu_bwd"))
+            fwd.append(f)
+            bwd.append(bk)
+        return fwd, bwd
+
+    if spec.dense_fusion == "legacy":  # one kernel forward and backward (emb_grad None: the last dgrad GEMM)
+        L = spec.dcn_layers if spec.interaction == "dcn" else 0
+        if spec.interaction == "dcn":
+            x = F * D
+            one = ("dcn_ew", elementwise_work("dcn_ew", 3 * b * x * eb * max(1, L), 3 * b * x, dt))
+        else:
+            one = ("dot", elementwise_work("dot", b * F * D * eb + b * F * F * eb, 2.0 * b * F * F * D, dt))
+        inter_fwd = [[] for _ in range(L)]
+        if L:
+            inter_fwd[-1] = [one]
+        none_b, none_t = [[] for _ in spec.bottom_mlp], [[] for _ in spec.top_mlp]
+        return DenseElementwise(bottom_fwd=none_b, bottom_bwd=list(none_b), top_fwd=none_t, top_bwd=list(none_t),
+                                inter_fwd_head=[] if L else [one], inter_fwd=inter_fwd,
+                                inter_bwd_head=[one] if L else [], inter_bwd_pre=[[] for _ in range(L)],
+                                inter_bwd_post=[[] for _ in range(L)], emb_grad=None if L else one,
+                                inter_bwd_tail=[], loss_fwd=[], loss_bwd=[])
+    bottom_fwd, bottom_bwd = mlp("bottom", spec.bottom_mlp, True)
+    top_fwd, top_bwd = mlp("top", spec.top_mlp, False)
+    L = spec.dcn_layers if spec.interaction == "dcn" else 0
+    inter_fwd: list = [[] for _ in range(L)]
+    pre: list = [[] for _ in range(L)]
+    post: list = [[] for _ in range(L)]
+    head_f: list = []
+    head_b: list = []
+    tail: list = []
+    if spec.interaction == "dcn":
+        x = F * D
+        bx = float(b) * x
+        if unfused:
+            head_f.append(ew("concat", 2.0 * bx, 0.0, "copy"))
+            for li in range(L):
+                inter_fwd[li] = [ew(f"dcn{li}_mul", 3.0 * bx, bx, "mul"), ew(f"dcn{li}_add", 3.0 * bx, bx, "add")]
+                pre[li] = [ew(f"dcn{li}_mul_x0_bwd", 3.0 * bx, bx, "mul"), ew(f"dcn{li}_mul_h_bwd", 3.0 * bx, bx, "mul"),
+                           ew(f"dcn{li}_bias_grad", bx, bx, "reduce")]
+                post[li] = [ew(f"dcn{li}_add_residual_bwd", 3.0 * bx, bx, "add")]
+                if li > 0:
+                    post[li].append(ew(f"dcn{li}_accumulate_dx0", 3.0 * bx, bx, "add"))
+            emb_grad = ew("dcn0_accumulate_dx0", 3.0 * bx, bx, "add")
+            tail.append(ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"))
+        else:
+            head_f += [ew("concat_embeddings", 2.0 * b * T * D, 0.0, "copy"),
+                       ew("concat_bottom", 2.0 * b * D, 0.0, "copy")]
+            for li in range(L):
+                inter_fwd[li] = [ew(f"dcn{li}_dot_add", 4.0 * bx, 2.0 * bx, "fma")]
+                pre[li] = [ew(f"dcn{li}_mul_fma3", 6.0 * bx, 3.0 * bx, "fma")]
+            head_b.append(ew("dcn_dx_memset", bx, 0.0, "memset"))
+            emb_grad = ew("dcn_dx_add", 3.0 * bx, bx, "add")
+            tail += [ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"),
+                     ew("concat_bwd_bottom", 2.0 * b * D, 0.0, "copy")]
+    else:  # dot: the pairwise dot products of the F features and their backward
+        dot = ("dot", elementwise_work("dot", b * F * D * eb + b * F * F * eb, 2.0 * b * F * F * D, dt))
+        head_f.append(dot)
+        emb_grad = dot
+    if unfused:
+        loss_f, loss_b = [ew("loss", 2.0 * b, 4.0 * b, "loss")], [ew("loss_bwd", 3.0 * b, 4.0 * b, "loss")]
+    else:
+        loss_f, loss_b = [ew("bce_loss", 3.0 * b, 8.0 * b, "loss")], []
+    return DenseElementwise(bottom_fwd, bottom_bwd, top_fwd, top_bwd, head_f, inter_fwd, head_b, pre, post,
+                            emb_grad, tail, loss_f, loss_b)
 
 
 def _buckets(grads_order: list[float], bucket_bytes: float) -> tuple[list[float], dict[int, int]]:
@@ -221,7 +373,8 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     local_of = np.arange(n) % g
     node_of = np.arange(n) // g
 
-    bottom, inter, inter_ew, top = _dense_layers(spec, b)
+    bottom, inter, top = _dense_layers(spec, b)
+    dew = dense_elementwise(spec, b)
     dt = spec.dense_dtype
     grad_eb = DTYPE_BYTES[spec.grad_dtype]
 
@@ -238,6 +391,31 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     top_bwd, top_grads = bwd(top)
     inter_bwd, inter_grads = bwd(inter)
     bot_bwd, bot_grads = bwd(bottom)
+    # the element-wise kernels in issue order (dense_elementwise): an MLP layer's after its forward GEMM and
+    # before its backward pair (bwd() lists the layers last to first); the loss after the top MLP
+    bottom_fwd = [w for g, extra in zip(fwd(bottom), dew.bottom_fwd, strict=True) for w in [g, *extra]]
+    top_fwd_works = [w for g, extra in zip(fwd(top), dew.top_fwd, strict=True) for w in [g, *extra]] + dew.loss_fwd
+    top_bwd = [list(extra) + pair for pair, extra in zip(top_bwd, reversed(dew.top_bwd), strict=True)]
+    if dew.loss_bwd:
+        top_bwd[0] = list(dew.loss_bwd) + top_bwd[0]
+    bot_bwd = [list(extra) + pair for pair, extra in zip(bot_bwd, reversed(dew.bottom_bwd), strict=True)]
+    inter_fwd_works = list(dew.inter_fwd_head)
+    for li_, gemms in enumerate(zip(fwd(inter)[0::2], fwd(inter)[1::2], strict=True)):
+        inter_fwd_works += [*gemms, *dew.inter_fwd[li_]]
+    # backward: (kind, works, gradient index or -1); inter_bwd lists cross layers last to first, u pair then v pair
+    inter_seq: list = [("ew", dew.inter_bwd_head, -1)]
+    n_cross = len(inter) // 2
+    for k_ in range(n_cross):
+        li_ = n_cross - 1 - k_
+        inter_seq += [("ew", dew.inter_bwd_pre[li_], -1), ("gemm", inter_bwd[2 * k_], 2 * k_),
+                      ("gemm", inter_bwd[2 * k_ + 1], 2 * k_ + 1), ("ew", dew.inter_bwd_post[li_], -1)]
+    if dew.emb_grad is None:  # legacy: the last dgrad GEMM produces d(embeddings)
+        _kind, (dgrad_w, wgrad_w), j_ = inter_seq.pop(-2)
+        inter_seq.insert(-1, ("producer", [dgrad_w], -1))
+        inter_seq.insert(-1, ("gemm", [wgrad_w], j_))
+    else:
+        inter_seq += [("producer", [dew.emb_grad], -1)]
+    inter_seq += [("ew", dew.inter_bwd_tail, -1)]
     dense_params = sum(k * nn + nn for (_lbl, _m, nn, k) in top + inter + bottom)  # weights + biases
     # grouped all-reduce: every dense gradient and every data-parallel table's (dense) gradient in one buffer
     grouped_bytes = float(dense_params * grad_eb + sum(spec.tables[t].rows * D for t in dp_tables) * grad_eb)
@@ -279,7 +457,12 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         st1_bwd = np.where(peers, twrw * nodes * b * dim_h * ceb, 0.0)
 
         def comp(work, phase, deps=(), rg=rg):
-            return rg.add(ComputeNode(name=work.name, work=work, phase=phase, deps=tuple(deps)))
+            """A compute node of ``work`` (a KernelWork, or a ``(label, KernelWork)`` of :func:`dense_elementwise`)."""
+            if isinstance(work, tuple):
+                name, work = work
+            else:
+                name = work.name
+            return rg.add(ComputeNode(name=name, work=work, phase=phase, deps=tuple(deps)))
 
         grad_ars: list[int] = []  # the dense gradients' all-reduces (the dense optimizer step waits for them)
 
@@ -295,7 +478,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             """The bottom MLP and the data-parallel tables' local pooling (own ``b`` bags); ``gate``: what the
             first of them waits for.  Returns the last node's id."""
             last = -1
-            for w in fwd(bottom):
+            for w in bottom_fwd:
                 last = comp(w, "bottom_mlp_fwd", deps=gate if last < 0 else ())
             for t in dp_tables:
                 tab = spec.tables[t]
@@ -309,7 +492,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                 tab = spec.tables[t]
                 last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb, rows=tab.rows), "embedding_dp_fwd",
                             deps=gate if last < 0 else ())
-            for w in fwd(bottom):
+            for w in bottom_fwd:
                 last = comp(w, "bottom_mlp_fwd", deps=gate if last < 0 else ())
             return last
 
@@ -367,11 +550,10 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         if overlap:
             dp_and_bottom(gate)
         first = True
-        for w in fwd(inter):
-            comp(w, "interaction_fwd", deps=waits if first else ())
+        for w in inter_fwd_works:
+            last = comp(w, "interaction_fwd", deps=waits if first else ())
             first = False
-        comp(inter_ew, "interaction_fwd", deps=waits if first else ())
-        for w in fwd(top):
+        for w in top_fwd_works:
             last = comp(w, "top_mlp_fwd")
         # ---------------- backward
         li = 0
@@ -380,27 +562,24 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                 last = comp(w, "top_mlp_bwd")
             grad_done(li, last)
             li += 1
-        # interaction backward: the element-wise part, then per layer dgrad + wgrad; the kernel producing
-        # d(embeddings) is the last dgrad, or the element-wise kernel for a dot interaction
-        seq = [([inter_ew], -1)] + [(pair, j) for j, pair in enumerate(inter_bwd)]
-        producer = len(seq) - 1
+        # interaction backward (``inter_seq``): per cross layer its element-wise kernels and dgrad + wgrad
+        # pairs; the kernel producing d(embeddings) (``dew.emb_grad``) is the one the fused backward pushes from
         bwd_x = None
-        for si, (pair, j) in enumerate(seq):
-            if fuse_bwd and si == producer:
+        for kind, works, j in inter_seq:
+            if kind == "producer" and fuse_bwd:
                 pre_push = last
+                pwork = works[0][1] if isinstance(works[0], tuple) else works[0]
                 if twrw_h:  # table-row-wise gradients over the rail, relayed inside the holder node
-                    push = PushKernel(pair[0], np.arange(n), bwd_sizes, tag="a2a_bwd_fused", layout=layout,
+                    push = PushKernel(pwork, np.arange(n), bwd_sizes, tag="a2a_bwd_fused", layout=layout,
                                       relay_bytes=bwd_sizes - ub_all, relay_in_bytes=twrw[r] * b * dim_h * ceb,
                                       relay_channel="a2a_bwd_twrw")
                 else:
-                    push = PushKernel(pair[0], np.arange(n), ub_all, tag="a2a_bwd_fused", layout=layout)
+                    push = PushKernel(pwork, np.arange(n), ub_all, tag="a2a_bwd_fused", layout=layout)
                 bwd_x = last = rg.add(FusedNode(name="interaction_bwd_fused", op=push, group="world", knobs=knobs,
                                                 wait_phase="a2a_bwd_wait"))
-                for w in pair[1:]:
-                    last = comp(w, "interaction_bwd")
-            else:
-                for w in pair:
-                    last = comp(w, "interaction_bwd")
+                continue
+            for w in works:
+                last = comp(w, "interaction_bwd")
             if j >= 0:
                 grad_done(li, last)
                 li += 1
@@ -457,6 +636,10 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         if spec.dense_optimizer == "adagrad":
             comp(elementwise_work("dense_update", dense_params * dense_update_bytes, 5.0 * dense_params, "fp32",
                                   wgs=max(1, dense_params // 8192)), "dense_update", deps=tuple(grad_ars))
+        elif spec.dense_optimizer == "sgd":  # w -= lr * g on the dense-dtype weights (PyTorch foreach SGD)
+            comp(elementwise_work("dense_update", dense_params * (2.0 * DTYPE_BYTES[dt] + grad_eb),
+                                  2.0 * dense_params, dt, wgs=max(1, dense_params // 8192)), "dense_update",
+                 deps=tuple(grad_ars))
     return graph
 
 

@@ -1,5 +1,6 @@
 """Every experiment script runs on a tiny configuration."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -151,7 +152,7 @@ def test_dlrm_dense_step_predict(root, tmp_path):
     from simfuse.spec import load_workload
     from simfuse.system import System
     from simfuse.workloads.dense import gemm_work
-    from simfuse.workloads.dlrm import _dense_layers
+    from simfuse.workloads.dlrm import _dense_layers, dense_elementwise
 
     out = tmp_path / "pred.csv"
     csv_in = "experiments/results/dlrm_dense_step/dense_step_NVIDIA_H200.csv"
@@ -166,7 +167,7 @@ def test_dlrm_dense_step_predict(root, tmp_path):
     system = System.load(root / "topologies/h200_nvl8_ib_ndr.yaml")
     summary = pd.read_csv(tmp_path / "pred_summary.csv")
     for b in mod.BATCHES:
-        bo, it, _ew, to = _dense_layers(model, b)
+        bo, it, to = _dense_layers(model, b)
         assert mod._layers(b) == bo + it + to
         total = 0.0
         for lbl, m, n, k in bo + it + to:
@@ -176,3 +177,18 @@ def test_dlrm_dense_step_predict(root, tmp_path):
                 waves = -(-w.num_workgroups // slots)
                 total += system.cost.launch_latency_s(w) + (waves - (1 if rem_t else 0)) * full_t + rem_t
         assert summary.set_index("batch").loc[b, "sim_gemms_s"] == pytest.approx(total, rel=1e-9)
+        # the non-GEMM columns: the builder's element-wise kernels per dense_fusion, each priced alone
+        for fusion in ("legacy", "epilogue"):
+            ks = dense_elementwise(dataclasses.replace(model, dense_fusion=fusion), b).all()
+            ew_total = 0.0
+            for _lbl, w in ks:
+                slots = effective_slots(system.cost, w)
+                full_t, rem_t = _wave_times(system.cost, w, slots)
+                waves = -(-w.num_workgroups // slots)
+                ew_total += system.cost.launch_latency_s(w) + (waves - (1 if rem_t else 0)) * full_t + rem_t
+            assert summary.set_index("batch").loc[b, f"sim_nongemm_{fusion}_s"] == pytest.approx(ew_total, rel=1e-9)
+    classes = pd.read_csv(tmp_path / "pred_classes.csv")
+    assert set(classes.batch) == set(mod.BATCHES) and (classes.measured_s >= 0).all()
+    by_b = classes.groupby("batch").sim_unfused_s.sum()
+    for b in mod.BATCHES:  # the op-class table splits the unfused column
+        assert by_b[b] == pytest.approx(summary.set_index("batch").loc[b, "sim_nongemm_unfused_s"], rel=1e-9)

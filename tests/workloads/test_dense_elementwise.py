@@ -1,0 +1,149 @@
+"""The dense network's element-wise kernels (``dense_fusion``, simfuse.workloads.dlrm.dense_elementwise): byte
+and kernel counts against the formulas read from HugeCTR's and PyTorch's kernels, their place in the iteration
+graph, the kernel the fused backward pushes from, the SGD step, and bad input."""
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simfuse.errors import SpecError
+from simfuse.graph import AllToAllVNode, ComputeNode, FusedNode
+from simfuse.spec import workload_from_dict
+from simfuse.system import System
+from simfuse.workloads.dlrm import _dense_layers, build_dlrm_graph, dense_elementwise, simulate_dlrm
+
+from ..conftest import make_topology
+
+G, NODES = 4, 2
+
+
+def _spec(interaction="dcn", layers=2, tables=3, dim=16, batch=256, bottom=(32, 16), top=(64, 32, 1), **kw):
+    inter = {"kind": interaction}
+    if interaction == "dcn":
+        inter.update(layers=layers, low_rank=8)
+    d = {"name": "t", "kind": "dlrm", "global_batch": batch, "dense_features": 13, "bottom_mlp": list(bottom),
+         "top_mlp": list(top), "interaction": inter, "dense_dtype": "bf16",
+         "embedding": {"dim": dim, "tables": [{"rows": 1000 + 100 * i, "pooling": 2} for i in range(tables)]}}
+    d.update(kw)
+    return workload_from_dict(d, "<test>")
+
+
+def _bytes(works) -> float:
+    return sum(w.bytes_per_wg * w.num_workgroups for _lbl, w in works)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return System.from_topology(make_topology(gpus_per_node=G, nics_per_node=G))
+
+
+@settings(max_examples=40, deadline=None)
+@given(b=st.integers(1, 5000), T=st.integers(1, 30), D=st.sampled_from([8, 16, 64, 128]), L=st.integers(0, 4))
+def test_epilogue_bytes_follow_hugectr_kernels(b, T, D, L):
+    """HugeCTR's MultiCross/Concat/MLP kernels: forward concat copies (2 b T D + 2 b D) and one fused
+    ``x0 .* h + x_l`` per layer (4 b x); backward a memset (b x), one fused_mul_fma3 per layer (6 b x), the final
+    matrix_add (3 b x) and the concat copies back; the bottom MLP's last ReLU layer: a mask copy (2 b D) and
+    reverse_relu (3 b D); the loss one kernel."""
+    spec = _spec(layers=L, tables=T, dim=D, bottom=(32, D))
+    dew = dense_elementwise(spec, b)
+    eb, x = 2, (T + 1) * D
+    fwd = dew.inter_fwd_head + [w for ws in dew.inter_fwd for w in ws]
+    assert _bytes(fwd) == pytest.approx((2 * b * T * D + 2 * b * D + 4 * L * b * x) * eb)
+    bwd = dew.inter_bwd_head + [w for ws in dew.inter_bwd_pre + dew.inter_bwd_post for w in ws] + \
+        [dew.emb_grad] + dew.inter_bwd_tail
+    assert _bytes(bwd) == pytest.approx((b * x + 6 * L * b * x + 3 * b * x + 2 * b * T * D + 2 * b * D) * eb)
+    assert len(fwd) == 2 + L and len(bwd) == 1 + L + 1 + 2
+    # MLPs: only the bottom MLP's last layer (ReLU) has kernels of its own; the top MLP's last layer has no ReLU
+    assert [len(k) for k in dew.bottom_fwd] == [0, 1] and [len(k) for k in dew.bottom_bwd] == [0, 1]
+    assert _bytes(dew.bottom_fwd[1]) == pytest.approx(2 * b * D * eb)
+    assert _bytes(dew.bottom_bwd[1]) == pytest.approx(3 * b * D * eb)
+    assert all(not k for k in dew.top_fwd + dew.top_bwd)
+    assert len(dew.loss_fwd) == 1 and not dew.loss_bwd
+
+
+@settings(max_examples=40, deadline=None)
+@given(b=st.integers(1, 5000), T=st.integers(1, 30), D=st.sampled_from([8, 16, 64]), L=st.integers(1, 4))
+def test_unfused_bytes_follow_pytorch_autograd(b, T, D, L):
+    """PyTorch's kernels: per cross layer forward mul + add (3 b x each), backward two muls, a bias reduction
+    (b x) and 2 adds (the residual, the accumulation into dx0: 2 L adds in all, the last the producer); the cat
+    (2 b x) and the embedding part's copy back (2 b T D); per MLP layer with ReLU a ReLU (2 b n) and its backward
+    (3 b n), per layer a bias reduction (b n)."""
+    top = (64, 32, 1)
+    spec = _spec(layers=L, tables=T, dim=D, bottom=(32, D), top=top, dense_fusion="unfused")
+    dew = dense_elementwise(spec, b)
+    eb, x = 2, (T + 1) * D
+    fwd = dew.inter_fwd_head + [w for ws in dew.inter_fwd for w in ws]
+    assert _bytes(fwd) == pytest.approx((2 * b * x + 6 * L * b * x) * eb)
+    bwd = [w for ws in dew.inter_bwd_pre + dew.inter_bwd_post for w in ws] + [dew.emb_grad]
+    assert _bytes(bwd) == pytest.approx((6 + 1 + 6) * L * b * x * eb)
+    adds = [lbl for lbl, _w in bwd if "add" in lbl or "accumulate" in lbl]
+    assert len(adds) == 2 * L and dew.emb_grad[0] == "dcn0_accumulate_dx0"
+    assert _bytes(dew.inter_bwd_tail) == pytest.approx(2 * b * T * D * eb)
+    for widths, fw, bk, last_relu in ((spec.bottom_mlp, dew.bottom_fwd, dew.bottom_bwd, True),
+                                      (spec.top_mlp, dew.top_fwd, dew.top_bwd, False)):
+        for i, n in enumerate(widths):
+            relu = last_relu or i < len(widths) - 1
+            assert _bytes(fw[i]) == pytest.approx(2 * b * n * eb if relu else 0.0)
+            assert _bytes(bk[i]) == pytest.approx(((3 * b * n) if relu else 0.0) * eb + b * n * eb)
+
+
+def test_unfused_moves_more_than_epilogue_and_legacy_is_one_kernel_each_way():
+    spec = _spec(layers=3, tables=26, dim=128, bottom=(512, 256, 128), top=(1024, 1024, 512, 256, 1))
+    tot = {f: _bytes(dense_elementwise(dataclasses.replace(spec, dense_fusion=f), 6912).all())
+           for f in ("legacy", "epilogue", "unfused")}
+    assert tot["legacy"] < tot["epilogue"] < tot["unfused"]
+    legacy = dense_elementwise(dataclasses.replace(spec, dense_fusion="legacy"), 6912)
+    assert len(legacy.all()) == 2 and legacy.emb_grad is None
+
+
+@pytest.mark.parametrize("fusion", ["epilogue", "unfused"])
+@pytest.mark.parametrize("interaction", ["dcn", "dot"])
+def test_graph_carries_every_kernel_in_order_and_the_push_rides_on_the_producer(small, fusion, interaction):
+    spec = _spec(interaction=interaction, dense_fusion=fusion)
+    b = spec.global_batch // (G * NODES)
+    dew = dense_elementwise(spec, b)
+    base = build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode="baseline", sim_mode="full")
+    nodes = base.programs[0].nodes
+    names = [nd.name for nd in nodes if isinstance(nd, ComputeNode)]
+    for lbl, _w in dew.all():  # every element-wise kernel is in the graph
+        assert lbl in names
+    bottom, inter, top = _dense_layers(spec, b)
+    n_gemm = sum(nd.name == "gemm" for nd in nodes if isinstance(nd, ComputeNode))
+    assert n_gemm == 3 * len(bottom + inter + top)  # forward, dgrad, wgrad
+    # baseline: the backward All-to-All waits for the last kernel of the interaction backward
+    (a2a,) = [nd for nd in nodes if isinstance(nd, AllToAllVNode) and nd.name == "a2a_bwd"]
+    (dep,) = a2a.deps
+    last_inter = [nd for nd in nodes if isinstance(nd, ComputeNode) and nd.phase == "interaction_bwd"][-1]
+    assert dep == last_inter.id
+    # fused: the push rides on the kernel that writes the embedding gradient
+    fused = build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode="fused", sim_mode="full")
+    (push,) = [nd for nd in fused.programs[0].nodes if isinstance(nd, FusedNode) and nd.name == "interaction_bwd_fused"]
+    assert push.op.kernel == dew.emb_grad[1]
+    fused_names = [nd.name for nd in fused.programs[0].nodes]
+    assert fused_names.count(dew.emb_grad[0]) == names.count(dew.emb_grad[0]) - 1  # the push replaces it
+
+
+def test_more_element_wise_work_never_makes_the_iteration_shorter(small):
+    times = {f: simulate_dlrm(_spec(dense_fusion=f), small, NODES, gpus_per_node=G, mode="baseline").iteration_time_s
+             for f in ("legacy", "epilogue", "unfused")}
+    assert times["legacy"] < times["epilogue"] < times["unfused"]
+
+
+def test_sgd_step_reads_weights_and_gradients_and_writes_weights(small):
+    spec = _spec(dense_optimizer="sgd")
+    b = spec.global_batch // (G * NODES)
+    bottom, inter, top = _dense_layers(spec, b)
+    params = sum(k * n + n for (_l, _m, n, k) in bottom + inter + top)
+    graph = build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode="baseline", sim_mode="full")
+    (upd,) = [nd for nd in graph.programs[0].nodes if isinstance(nd, ComputeNode) and nd.phase == "dense_update"]
+    assert upd.work.bytes_per_wg * upd.work.num_workgroups == pytest.approx(params * (2 * 2 + 4))  # bf16, fp32 grads
+    none = build_dlrm_graph(_spec(), small, NODES, gpus_per_node=G, mode="baseline", sim_mode="full")
+    assert not [nd for nd in none.programs[0].nodes if isinstance(nd, ComputeNode) and nd.phase == "dense_update"]
+
+
+def test_unknown_dense_fusion_is_refused_with_the_field():
+    with pytest.raises(SpecError) as exc:
+        _spec(dense_fusion="tensorrt")
+    assert exc.value.field == "dense_fusion" and "epilogue" in exc.value.message

@@ -192,3 +192,28 @@ def test_dlrm_dense_step_predict(root, tmp_path):
     by_b = classes.groupby("batch").sim_unfused_s.sum()
     for b in mod.BATCHES:  # the op-class table splits the unfused column
         assert by_b[b] == pytest.approx(summary.set_index("batch").loc[b, "sim_nongemm_unfused_s"], rel=1e-9)
+
+
+def test_dense_ew_kernels_predict(root, tmp_path):
+    """The prediction half of experiments/dense_ew_kernels.py on the committed H200 measurement: every measured
+    kernel is one the builder emits under ``dense_fusion: epilogue``, with the bytes the builder counts, and the
+    simulated time is that kernel priced alone without its launch latency."""
+    from simfuse.engine.compute import _wave_times, effective_slots
+    from simfuse.spec import load_workload
+    from simfuse.system import System
+    from simfuse.workloads.dlrm import dense_elementwise
+
+    out = tmp_path / "ew.csv"
+    _run(root, "experiments/dense_ew_kernels.py", "predict",
+         "experiments/results/dlrm_dense_step/dense_ew_kernels_NVIDIA_H200.csv", "--out", str(out))
+    df = pd.read_csv(out)
+    spec = load_workload(root / "models/dlrm_dcnv2_mlperf.yaml")
+    system = System.load(root / "topologies/h200_nvl8_ib_ndr.yaml")
+    assert len(df) and df.sim_time_s.notna().all()
+    for r in df.itertuples():
+        w = dict(dense_elementwise(spec, int(r.batch)).all())[r.label]
+        assert r.bytes == pytest.approx(w.bytes_per_wg * w.num_workgroups)
+        slots = effective_slots(system.cost, w)
+        full_t, rem_t = _wave_times(system.cost, w, slots)
+        waves = -(-w.num_workgroups // slots)
+        assert r.sim_time_s == pytest.approx((waves - (1 if rem_t else 0)) * full_t + rem_t, rel=1e-9)

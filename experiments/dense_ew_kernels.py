@@ -1,0 +1,184 @@
+# ruff: noqa: B023  (kernel closures capture loop variables and are consumed within the same iteration)
+"""HugeCTR's dense element-wise kernels, re-created and timed on a GPU, against simfuse's prices (issue 11).
+
+``dense_fusion: epilogue`` (simfuse.workloads.dlrm.dense_elementwise) prices the kernels HugeCTR's MultiCross,
+Concat and MLP layers launch by their bytes.  This measures kernels with the same memory traffic, at MLPerf's
+per-GPU batches (6,912 / 2,112 / 1,056) and the DLRM-DCNv2 widths (x = 27 x 128 = 3,456, embeddings 26 x 128),
+bf16:
+
+=========================  ==========================================  ======================================
+label (the builder's)      HugeCTR kernel (multi_cross_layer.cu ...)  re-created as
+=========================  ==========================================  ======================================
+dcn0_dot_add               vector_fma4_align8: x0 .* h + x_l           ``torch.addcmul(x_l, x0, h, out=)``
+dcn0_mul_fma3              vector_mul_fma3_align: S0 = dY .* x0,        a Triton kernel, 4 reads and 2 writes
+                           dX += dY .* H
+dcn_dx_memset              cudaMemsetAsync of dX                      ``dx.zero_()``
+dcn_dx_add                 matrix_add (binaryOp a + b)                ``torch.add(a, b, out=)``
+concat_embeddings          concat_fwd_kernel, the embedding input      ``out[:, :T*D].copy_(emb)``
+concat_bottom              concat_fwd_kernel, the bottom-MLP input     ``out[:, T*D:].copy_(bot)``
+concat_bwd_embeddings      concat_bwd_kernel, the embedding part       ``demb.copy_(g[:, :T*D])``
+bottom2_mask_copy          the last ReLU layer's mask copy             ``mask.copy_(y)``
+bottom2_reverse_relu       reverse_relu_kernel                         a Triton kernel: dY * (mask > 0)
+=========================  ==========================================  ======================================
+
+* ``python experiments/dense_ew_kernels.py measure OUT_DIR`` (GPU): each kernel 20 times in a CUDA graph,
+  5 replays under the Kineto profiler; the device duration per call (kernel events only: no launch gap) ->
+  ``dense_ew_kernels_<gpu>.csv``.
+* ``python experiments/dense_ew_kernels.py predict CSV [--topology T] [--out CSV]``: simfuse's time for the
+  same kernel (the builder's KernelWork, priced alone, launch latency left out) and the ratio.  Nothing here is
+  fitted: the builder's byte counts come from HugeCTR's source, the bandwidth from the topology.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCHES = (6912, 2112, 1056)
+T, D = 26, 128
+X = (T + 1) * D
+FIELDS = ["gpu", "batch", "label", "kernels_per_call", "time_s", "calls"]
+
+
+def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
+    import json
+    import tempfile
+
+    import torch
+    import triton
+    import triton.language as tl
+    from torch.profiler import ProfilerActivity, profile
+
+    @triton.jit
+    def _mul_fma3(dy_ptr, x0_ptr, h_ptr, s0_ptr, acc_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        dy = tl.load(dy_ptr + offs, mask=m)
+        x0 = tl.load(x0_ptr + offs, mask=m)
+        h = tl.load(h_ptr + offs, mask=m)
+        acc = tl.load(acc_ptr + offs, mask=m)
+        tl.store(s0_ptr + offs, dy * x0, mask=m)
+        tl.store(acc_ptr + offs, acc + dy * h, mask=m)
+
+    @triton.jit
+    def _reverse_relu(dy_ptr, mask_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        dy = tl.load(dy_ptr + offs, mask=m)
+        mk = tl.load(mask_ptr + offs, mask=m)
+        tl.store(out_ptr + offs, tl.where(mk > 0, dy, 0.0).to(dy.dtype), mask=m)
+
+    dev, dt = torch.device("cuda"), torch.bfloat16
+    gpu = torch.cuda.get_device_name().replace(" ", "_")
+    torch.manual_seed(0)
+    rows = []
+    calls, replays = 20, 5
+    block = 2048
+    for b in BATCHES:
+        r = lambda *s: torch.randn(*s, device=dev, dtype=dt)  # noqa: E731
+        x0, xl, h, dy, acc, s0, o = (r(b, X) for _ in range(7))
+        emb, bot, y, dyb = r(b, T * D), r(b, D), r(b, D), r(b, D)
+        cat = r(b, X)
+        demb, mask, dr = r(b, T * D), r(b, D), r(b, D)
+        n, nb = b * X, b * D
+        kernels = {
+            "dcn0_dot_add": lambda: torch.addcmul(xl, x0, h, out=o),
+            "dcn0_mul_fma3": lambda: _mul_fma3[(triton.cdiv(n, block),)](dy, x0, h, s0, acc, n, BLOCK=block,
+                                                                        num_warps=8),
+            "dcn_dx_memset": lambda: acc.zero_(),
+            "dcn_dx_add": lambda: torch.add(acc, dy, out=o),
+            "concat_embeddings": lambda: cat[:, :T * D].copy_(emb),
+            "concat_bottom": lambda: cat[:, T * D:].copy_(bot),
+            "concat_bwd_embeddings": lambda: demb.copy_(cat[:, :T * D]),
+            "bottom2_mask_copy": lambda: mask.copy_(y),
+            "bottom2_reverse_relu": lambda: _reverse_relu[(triton.cdiv(nb, block),)](dyb, mask, dr, nb, BLOCK=block,
+                                                                                     num_warps=8),
+        }
+        for label, fn in kernels.items():
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(calls):
+                    fn()
+            g.replay()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(replays):
+                    g.replay()
+                torch.cuda.synchronize()
+            with tempfile.TemporaryDirectory() as tmp:
+                prof.export_chrome_trace(f"{tmp}/t.json")
+                trace = json.loads(Path(f"{tmp}/t.json").read_text())
+            kern = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
+            per_call = len(kern) / (calls * replays)
+            t = sum(e["dur"] for e in kern) / 1e6 / (calls * replays)
+            rows.append([gpu, b, label, per_call, t, calls * replays])
+            print(f"batch {b} {label}: {t * 1e6:.2f} us per call ({per_call:g} kernels)", flush=True)
+            del g
+    out = Path(out_dir) / f"dense_ew_kernels_{gpu}.csv"
+    with out.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(FIELDS)
+        w.writerows(rows)
+    print("wrote", out)
+
+
+def predict(csv_path: str, topology: str, out: str | None) -> None:
+    sys.path.insert(0, str(ROOT))
+    import pandas as pd
+
+    from simfuse.engine.compute import _wave_times, effective_slots
+    from simfuse.spec import load_workload
+    from simfuse.system import System
+    from simfuse.workloads.dlrm import dense_elementwise
+
+    system = System.load(topology)
+    spec = load_workload(ROOT / "models" / "dlrm_dcnv2_mlperf.yaml")
+
+    def device_s(w):  # the kernel's time without its launch latency (Kineto durations have none)
+        slots = effective_slots(system.cost, w)
+        full_t, rem_t = _wave_times(system.cost, w, slots)
+        waves = -(-int(w.num_workgroups) // slots)
+        return (waves - (1 if rem_t else 0)) * full_t + rem_t
+
+    df = pd.read_csv(csv_path)
+    sim, nbytes = [], []
+    for r in df.itertuples():
+        works = dict(dense_elementwise(spec, int(r.batch)).all())
+        w = works.get(r.label)
+        sim.append(device_s(w) if w is not None else float("nan"))
+        nbytes.append(w.bytes_per_wg * w.num_workgroups if w is not None else float("nan"))
+    df["bytes"] = nbytes
+    df["measured_tb_per_s"] = df["bytes"] / df["time_s"] / 1e12
+    df["sim_time_s"] = sim
+    df["ratio_sim_over_measured"] = df["sim_time_s"] / df["time_s"]
+    with pd.option_context("display.width", 200):
+        print(df.to_string(index=False))
+    if out:
+        df.to_csv(out, index=False)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("out_dir")
+    p = sub.add_parser("predict")
+    p.add_argument("csv")
+    p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
+    p.add_argument("--out")
+    a = ap.parse_args(argv)
+    if a.cmd == "measure":
+        measure(a.out_dir)
+    else:
+        predict(a.csv, a.topology, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

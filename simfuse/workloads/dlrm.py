@@ -34,6 +34,7 @@ physical links; ``auto`` (default): ``classes`` when exact, ``full`` for uneven 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -133,7 +134,9 @@ class DenseElementwise:
     ``(label, KernelWork)``, in issue order).  ``*_fwd[i]`` run after layer ``i``'s forward GEMM,
     ``*_bwd[i]`` before layer ``i``'s dgrad and wgrad GEMMs; ``inter_fwd[l]`` after cross layer ``l``'s two
     GEMMs, ``inter_bwd_pre[l]`` / ``inter_bwd_post[l]`` before / after its four backward GEMMs; ``emb_grad``
-    writes the gradient of the pooled embeddings (the kernel the fused backward pushes from)."""
+    writes the gradient of the pooled embeddings (the kernel the fused backward pushes from); ``emb_grad_copy``
+    copies the embedding part of that gradient out for the bulk exchange (the fused backward, which pushes it to
+    the owners, does without them)."""
 
     bottom_fwd: list
     bottom_bwd: list
@@ -148,13 +151,14 @@ class DenseElementwise:
     inter_bwd_tail: list
     loss_fwd: list
     loss_bwd: list
+    emb_grad_copy: list = field(default_factory=list)
 
     def all(self) -> list:
         """Every kernel of one iteration (forward and backward)."""
         out = [w for group in (self.bottom_fwd, self.bottom_bwd, self.top_fwd, self.top_bwd, self.inter_fwd,
                                self.inter_bwd_pre, self.inter_bwd_post) for ws in group for w in ws]
         return out + self.inter_fwd_head + self.inter_bwd_head + ([self.emb_grad] if self.emb_grad else []) + \
-            self.inter_bwd_tail + self.loss_fwd + self.loss_bwd
+            self.emb_grad_copy + self.inter_bwd_tail + self.loss_fwd + self.loss_bwd
 
 
 def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
@@ -245,6 +249,7 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
     head_f: list = []
     head_b: list = []
     tail: list = []
+    emb_copy: list = []
     if spec.interaction == "dcn":
         x = F * D
         bx = float(b) * x
@@ -258,7 +263,7 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
                 if li > 0:
                     post[li].append(ew(f"dcn{li}_accumulate_dx0", 3.0 * bx, bx, "add"))
             emb_grad = ew("dcn0_accumulate_dx0", 3.0 * bx, bx, "add")
-            tail.append(ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"))
+            emb_copy.append(ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"))
         else:
             head_f += [ew("concat_embeddings", 2.0 * b * T * D, 0.0, "copy"),
                        ew("concat_bottom", 2.0 * b * D, 0.0, "copy")]
@@ -267,8 +272,8 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
                 pre[li] = [ew(f"dcn{li}_mul_fma3", 6.0 * bx, 3.0 * bx, "fma")]
             head_b.append(ew("dcn_dx_memset", bx, 0.0, "memset"))
             emb_grad = ew("dcn_dx_add", 3.0 * bx, bx, "add")
-            tail += [ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"),
-                     ew("concat_bwd_bottom", 2.0 * b * D, 0.0, "copy")]
+            emb_copy.append(ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"))
+            tail.append(ew("concat_bwd_bottom", 2.0 * b * D, 0.0, "copy"))
     else:  # dot: the pairwise dot products of the F features and their backward
         dot = ("dot", elementwise_work("dot", b * F * D * eb + b * F * F * eb, 2.0 * b * F * F * D, dt))
         head_f.append(dot)
@@ -278,7 +283,7 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
     else:
         loss_f, loss_b = [ew("bce_loss", 3.0 * b, 8.0 * b, "loss")], []
     return DenseElementwise(bottom_fwd, bottom_bwd, top_fwd, top_bwd, head_f, inter_fwd, head_b, pre, post,
-                            emb_grad, tail, loss_f, loss_b)
+                            emb_grad, tail, loss_f, loss_b, emb_copy)
 
 
 def _buckets(grads_order: list[float], bucket_bytes: float) -> tuple[list[float], dict[int, int]]:
@@ -393,8 +398,8 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     bot_bwd, bot_grads = bwd(bottom)
     # the element-wise kernels in issue order (dense_elementwise): an MLP layer's after its forward GEMM and
     # before its backward pair (bwd() lists the layers last to first); the loss after the top MLP
-    bottom_fwd = [w for g, extra in zip(fwd(bottom), dew.bottom_fwd, strict=True) for w in [g, *extra]]
-    top_fwd_works = [w for g, extra in zip(fwd(top), dew.top_fwd, strict=True) for w in [g, *extra]] + dew.loss_fwd
+    bottom_fwd = [w for gm, extra in zip(fwd(bottom), dew.bottom_fwd, strict=True) for w in [gm, *extra]]
+    top_fwd_works = [w for gm, extra in zip(fwd(top), dew.top_fwd, strict=True) for w in [gm, *extra]] + dew.loss_fwd
     top_bwd = [list(extra) + pair for pair, extra in zip(top_bwd, reversed(dew.top_bwd), strict=True)]
     if dew.loss_bwd:
         top_bwd[0] = list(dew.loss_bwd) + top_bwd[0]
@@ -409,13 +414,24 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         li_ = n_cross - 1 - k_
         inter_seq += [("ew", dew.inter_bwd_pre[li_], -1), ("gemm", inter_bwd[2 * k_], 2 * k_),
                       ("gemm", inter_bwd[2 * k_ + 1], 2 * k_ + 1), ("ew", dew.inter_bwd_post[li_], -1)]
-    if dew.emb_grad is None:  # legacy: the last dgrad GEMM produces d(embeddings)
+    fuse_bwd = mode == "fused" and spec.fuse_backward
+    # fused, epilogue DCN: the fused backward kernel is the first cross layer's dgrad GEMM with HugeCTR's final
+    # ``matrix_add`` folded into its epilogue (a second addend: the dX accumulator, b x more bytes read), so it
+    # produces d(embeddings) and pushes it; the separate add is gone
+    fold = fuse_bwd and spec.dense_fusion == "epilogue" and n_cross > 0
+    if dew.emb_grad is None or fold:  # legacy, or the fold: the last dgrad GEMM produces d(embeddings)
         _kind, (dgrad_w, wgrad_w), j_ = inter_seq.pop(-2)
+        if fold:
+            extra = float(b) * dgrad_w.shape_dict()["n"] * DTYPE_BYTES[dt] / dgrad_w.num_workgroups
+            dgrad_w = dataclasses.replace(dgrad_w, bytes_per_wg=dgrad_w.bytes_per_wg + extra,
+                                          traffic_bytes_per_wg=dgrad_w.requested_bytes_per_wg + extra)
         inter_seq.insert(-1, ("producer", [dgrad_w], -1))
         inter_seq.insert(-1, ("gemm", [wgrad_w], j_))
     else:
         inter_seq += [("producer", [dew.emb_grad], -1)]
-    inter_seq += [("ew", dew.inter_bwd_tail, -1)]
+    # the copy of the embedding gradient out of the concat gradient feeds the bulk exchange only: the fused
+    # backward pushed it to the owners
+    inter_seq += [("ew", [] if fuse_bwd else dew.emb_grad_copy, -1), ("ew", dew.inter_bwd_tail, -1)]
     dense_params = sum(k * nn + nn for (_lbl, _m, nn, k) in top + inter + bottom)  # weights + biases
     # grouped all-reduce: every dense gradient and every data-parallel table's (dense) gradient in one buffer
     grouped_bytes = float(dense_params * grad_eb + sum(spec.tables[t].rows * D for t in dp_tables) * grad_eb)
@@ -426,7 +442,6 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     dense_update_bytes = 4 + grad_eb + 4 + 4 + 4 + ((4 + DTYPE_BYTES[dt]) if dt != "fp32" else 0)
     buckets, closes = _buckets(top_grads + inter_grads + bot_grads, spec.bucket_bytes)
     closing = {last: k for k, last in closes.items()}
-    fuse_bwd = mode == "fused" and spec.fuse_backward
     overlap = spec.schedule == "overlap"
     grouped = spec.dense_allreduce == "grouped"
     # fused mode: table-row-wise shards push hierarchically (TwrwEmbeddingPush; backward: the gradient push's relay)

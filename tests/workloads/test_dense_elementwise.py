@@ -52,9 +52,10 @@ def test_epilogue_bytes_follow_hugectr_kernels(b, T, D, L):
     fwd = dew.inter_fwd_head + [w for ws in dew.inter_fwd for w in ws]
     assert _bytes(fwd) == pytest.approx((2 * b * T * D + 2 * b * D + 4 * L * b * x) * eb)
     bwd = dew.inter_bwd_head + [w for ws in dew.inter_bwd_pre + dew.inter_bwd_post for w in ws] + \
-        [dew.emb_grad] + dew.inter_bwd_tail
+        [dew.emb_grad] + dew.emb_grad_copy + dew.inter_bwd_tail
     assert _bytes(bwd) == pytest.approx((b * x + 6 * L * b * x + 3 * b * x + 2 * b * T * D + 2 * b * D) * eb)
     assert len(fwd) == 2 + L and len(bwd) == 1 + L + 1 + 2
+    assert [lbl for lbl, _w in dew.emb_grad_copy] == ["concat_bwd_embeddings"]
     # MLPs: only the bottom MLP's last layer (ReLU) has kernels of its own; the top MLP's last layer has no ReLU
     assert [len(k) for k in dew.bottom_fwd] == [0, 1] and [len(k) for k in dew.bottom_bwd] == [0, 1]
     assert _bytes(dew.bottom_fwd[1]) == pytest.approx(2 * b * D * eb)
@@ -80,7 +81,7 @@ def test_unfused_bytes_follow_pytorch_autograd(b, T, D, L):
     assert _bytes(bwd) == pytest.approx((6 + 1 + 6) * L * b * x * eb)
     adds = [lbl for lbl, _w in bwd if "add" in lbl or "accumulate" in lbl]
     assert len(adds) == 2 * L and dew.emb_grad[0] == "dcn0_accumulate_dx0"
-    assert _bytes(dew.inter_bwd_tail) == pytest.approx(2 * b * T * D * eb)
+    assert _bytes(dew.emb_grad_copy) == pytest.approx(2 * b * T * D * eb) and not dew.inter_bwd_tail
     for widths, fw, bk, last_relu in ((spec.bottom_mlp, dew.bottom_fwd, dew.bottom_bwd, True),
                                       (spec.top_mlp, dew.top_fwd, dew.top_bwd, False)):
         for i, n in enumerate(widths):
@@ -117,12 +118,25 @@ def test_graph_carries_every_kernel_in_order_and_the_push_rides_on_the_producer(
     (dep,) = a2a.deps
     last_inter = [nd for nd in nodes if isinstance(nd, ComputeNode) and nd.phase == "interaction_bwd"][-1]
     assert dep == last_inter.id
-    # fused: the push rides on the kernel that writes the embedding gradient
+    # fused: the push rides on the kernel that writes the embedding gradient, and the copy of the embedding
+    # gradient for the bulk exchange is gone
     fused = build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode="fused", sim_mode="full")
-    (push,) = [nd for nd in fused.programs[0].nodes if isinstance(nd, FusedNode) and nd.name == "interaction_bwd_fused"]
-    assert push.op.kernel == dew.emb_grad[1]
-    fused_names = [nd.name for nd in fused.programs[0].nodes]
-    assert fused_names.count(dew.emb_grad[0]) == names.count(dew.emb_grad[0]) - 1  # the push replaces it
+    fnodes = fused.programs[0].nodes
+    (push,) = [nd for nd in fnodes if isinstance(nd, FusedNode) and nd.name == "interaction_bwd_fused"]
+    fused_names = [nd.name for nd in fnodes]
+    assert "concat_bwd_embeddings" not in fused_names
+    if interaction == "dcn" and fusion == "epilogue":
+        # HugeCTR's final matrix_add folded into the first cross layer's dgrad GEMM: it reads the accumulator too
+        x = (len(spec.tables) + 1) * spec.dim
+        k = push.op.kernel
+        assert k.name == "gemm" and k.shape_dict()["m"] == b and k.shape_dict()["n"] == x
+        (plain,) = {w.bytes_per_wg for w in (nd.work for nd in nodes if isinstance(nd, ComputeNode))
+                    if w.name == "gemm" and w.shape == k.shape}  # the same GEMM in the baseline graph
+        assert (k.bytes_per_wg - plain) * k.num_workgroups == pytest.approx(b * x * 2)
+        assert "dcn_dx_add" not in fused_names
+    else:
+        assert push.op.kernel == dew.emb_grad[1]
+        assert fused_names.count(dew.emb_grad[0]) == names.count(dew.emb_grad[0]) - 1  # the push replaces it
 
 
 def test_more_element_wise_work_never_makes_the_iteration_shorter(small):

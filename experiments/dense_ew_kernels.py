@@ -9,7 +9,8 @@ bf16:
 =========================  ==========================================  ======================================
 label (the builder's)      HugeCTR kernel (multi_cross_layer.cu ...)  re-created as
 =========================  ==========================================  ======================================
-dcn0_dot_add               vector_fma4_align8: x0 .* h + x_l           ``torch.addcmul(x_l, x0, h, out=)``
+dcn1_dot_add               vector_fma4_align8: x0 .* h + x_l           ``torch.addcmul(x_l, x0, h, out=)``
+                           (a layer after the first: x_l is not x0)
 dcn0_mul_fma3              vector_mul_fma3_align: S0 = dY .* x0,        a Triton kernel, 4 reads and 2 writes
                            dX += dY .* H
 dcn_dx_memset              cudaMemsetAsync of dX                      ``dx.zero_()``
@@ -85,7 +86,7 @@ def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
         demb, mask, dr = r(b, T * D), r(b, D), r(b, D)
         n, nb = b * X, b * D
         kernels = {
-            "dcn0_dot_add": lambda: torch.addcmul(xl, x0, h, out=o),
+            "dcn1_dot_add": lambda: torch.addcmul(xl, x0, h, out=o),
             "dcn0_mul_fma3": lambda: _mul_fma3[(triton.cdiv(n, block),)](dy, x0, h, s0, acc, n, BLOCK=block,
                                                                         num_warps=8),
             "dcn_dx_memset": lambda: acc.zero_(),

@@ -177,7 +177,7 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
     * Concat (``layers/concat_layer.cu``): one copy kernel per input, forward and backward (2 ``b w`` each).
     * MultiCross, DCNv2 (``layers/multi_cross_layer.cu``, ``Core23TempMultiCross*Functorv2``): per cross layer
       forward, after the ``x U`` and ``(x U) V + bias`` GEMMs, ``fused_matrix_elementwise_dot_add``
-      (``x0 .* h + x_l``: 3 reads, 1 write of ``b x``); backward: a memset of the ``dX`` accumulator (1), per
+      (``x0 .* h + x_l``: 3 reads, 1 write of ``b x``; in layer 0 ``x_l`` is ``x0``, one array read twice); backward: a memset of the ``dX`` accumulator (1), per
       layer ``fused_mul_fma3`` (``S0 = dY .* x0``, ``dX += dY .* H``: 4 reads, 2 writes) before its four
       GEMMs (the residual's gradient rides in the last GEMM's ``beta = 1``), and at the end ``matrix_add`` of the
       accumulator into the input gradient (3): the embedding gradient's producer.
@@ -268,7 +268,8 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
             head_f += [ew("concat_embeddings", 2.0 * b * T * D, 0.0, "copy"),
                        ew("concat_bottom", 2.0 * b * D, 0.0, "copy")]
             for li in range(L):
-                inter_fwd[li] = [ew(f"dcn{li}_dot_add", 4.0 * bx, 2.0 * bx, "fma")]
+                # layer 0 passes x0 as both operands (``x_l`` is ``x0``): two arrays read, not three
+                inter_fwd[li] = [ew(f"dcn{li}_dot_add", (4.0 if li else 3.0) * bx, 2.0 * bx, "fma")]
                 pre[li] = [ew(f"dcn{li}_mul_fma3", 6.0 * bx, 3.0 * bx, "fma")]
             head_b.append(ew("dcn_dx_memset", bx, 0.0, "memset"))
             emb_grad = ew("dcn_dx_add", 3.0 * bx, bx, "add")
@@ -396,6 +397,9 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     top_bwd, top_grads = bwd(top)
     inter_bwd, inter_grads = bwd(inter)
     bot_bwd, bot_grads = bwd(bottom)
+    if spec.dense_fusion != "legacy":  # the first layer's input is the data: no dgrad (HugeCTR skip_dgrad for the
+        # first dense layer, add_dense_layer_helpers.cpp / mlp_layer.cu; PyTorch: the input needs no gradient)
+        bot_bwd[-1] = bot_bwd[-1][1:]
     # the element-wise kernels in issue order (dense_elementwise): an MLP layer's after its forward GEMM and
     # before its backward pair (bwd() lists the layers last to first); the loss after the top MLP
     bottom_fwd = [w for gm, extra in zip(fwd(bottom), dew.bottom_fwd, strict=True) for w in [gm, *extra]]
@@ -421,17 +425,24 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     fold = fuse_bwd and spec.dense_fusion == "epilogue" and n_cross > 0
     if dew.emb_grad is None or fold:  # legacy, or the fold: the last dgrad GEMM produces d(embeddings)
         _kind, (dgrad_w, wgrad_w), j_ = inter_seq.pop(-2)
-        if fold:
+        if fold:  # HugeCTR's order (dU before dY: dY overwrites the input x0 that dU reads,
+            # multi_cross_layer.cu Core23TempMultiCrossBackwardFunctorv2), so the pushing GEMM is the last
             extra = float(b) * dgrad_w.shape_dict()["n"] * DTYPE_BYTES[dt] / dgrad_w.num_workgroups
             dgrad_w = dataclasses.replace(dgrad_w, bytes_per_wg=dgrad_w.bytes_per_wg + extra,
                                           traffic_bytes_per_wg=dgrad_w.requested_bytes_per_wg + extra)
-        inter_seq.insert(-1, ("producer", [dgrad_w], -1))
-        inter_seq.insert(-1, ("gemm", [wgrad_w], j_))
+            inter_seq.insert(-1, ("gemm", [wgrad_w], j_))
+            inter_seq.insert(-1, ("producer", [dgrad_w], -1))
+        else:
+            inter_seq.insert(-1, ("producer", [dgrad_w], -1))
+            inter_seq.insert(-1, ("gemm", [wgrad_w], j_))
     else:
         inter_seq += [("producer", [dew.emb_grad], -1)]
     # the copy of the embedding gradient out of the concat gradient feeds the bulk exchange only: the fused
-    # backward pushed it to the owners
-    inter_seq += [("ew", [] if fuse_bwd else dew.emb_grad_copy, -1), ("ew", dew.inter_bwd_tail, -1)]
+    # backward pushed it to the owners (kept whole when table-row-wise shards still go through a bulk exchange,
+    # twrw_push bulk: an upper bound, the copy then needs only their columns)
+    bulk_twrw = has_twrw and not (mode == "fused" and knobs.twrw_push == "hierarchical")
+    inter_seq += [("ew", [] if fuse_bwd and not bulk_twrw else dew.emb_grad_copy, -1),
+                  ("ew", dew.inter_bwd_tail, -1)]
     dense_params = sum(k * nn + nn for (_lbl, _m, nn, k) in top + inter + bottom)  # weights + biases
     # grouped all-reduce: every dense gradient and every data-parallel table's (dense) gradient in one buffer
     grouped_bytes = float(dense_params * grad_eb + sum(spec.tables[t].rows * D for t in dp_tables) * grad_eb)

@@ -43,14 +43,14 @@ def small():
 @given(b=st.integers(1, 5000), T=st.integers(1, 30), D=st.sampled_from([8, 16, 64, 128]), L=st.integers(0, 4))
 def test_epilogue_bytes_follow_hugectr_kernels(b, T, D, L):
     """HugeCTR's MultiCross/Concat/MLP kernels: forward concat copies (2 b T D + 2 b D) and one fused
-    ``x0 .* h + x_l`` per layer (4 b x); backward a memset (b x), one fused_mul_fma3 per layer (6 b x), the final
+    ``x0 .* h + x_l`` per layer (4 b x; 3 b x in layer 0, where x_l is x0); backward a memset (b x), one fused_mul_fma3 per layer (6 b x), the final
     matrix_add (3 b x) and the concat copies back; the bottom MLP's last ReLU layer: a mask copy (2 b D) and
     reverse_relu (3 b D); the loss one kernel."""
     spec = _spec(layers=L, tables=T, dim=D, bottom=(32, D))
     dew = dense_elementwise(spec, b)
     eb, x = 2, (T + 1) * D
     fwd = dew.inter_fwd_head + [w for ws in dew.inter_fwd for w in ws]
-    assert _bytes(fwd) == pytest.approx((2 * b * T * D + 2 * b * D + 4 * L * b * x) * eb)
+    assert _bytes(fwd) == pytest.approx((2 * b * T * D + 2 * b * D + (4 * L - (1 if L else 0)) * b * x) * eb)
     bwd = dew.inter_bwd_head + [w for ws in dew.inter_bwd_pre + dew.inter_bwd_post for w in ws] + \
         [dew.emb_grad] + dew.emb_grad_copy + dew.inter_bwd_tail
     assert _bytes(bwd) == pytest.approx((b * x + 6 * L * b * x + 3 * b * x + 2 * b * T * D + 2 * b * D) * eb)
@@ -112,7 +112,7 @@ def test_graph_carries_every_kernel_in_order_and_the_push_rides_on_the_producer(
         assert lbl in names
     bottom, inter, top = _dense_layers(spec, b)
     n_gemm = sum(nd.name == "gemm" for nd in nodes if isinstance(nd, ComputeNode))
-    assert n_gemm == 3 * len(bottom + inter + top)  # forward, dgrad, wgrad
+    assert n_gemm == 3 * len(bottom + inter + top) - 1  # forward, dgrad, wgrad; no dgrad for the data input
     # baseline: the backward All-to-All waits for the last kernel of the interaction backward
     (a2a,) = [nd for nd in nodes if isinstance(nd, AllToAllVNode) and nd.name == "a2a_bwd"]
     (dep,) = a2a.deps
@@ -139,10 +139,64 @@ def test_graph_carries_every_kernel_in_order_and_the_push_rides_on_the_producer(
         assert fused_names.count(dew.emb_grad[0]) == names.count(dew.emb_grad[0]) - 1  # the push replaces it
 
 
-def test_more_element_wise_work_never_makes_the_iteration_shorter(small):
-    times = {f: simulate_dlrm(_spec(dense_fusion=f), small, NODES, gpus_per_node=G, mode="baseline").iteration_time_s
+def _compute_names(graph, rank=0, phase=None):
+    return [nd.name for nd in graph.programs[rank].nodes if isinstance(nd, ComputeNode)
+            and (phase is None or nd.phase == phase)]
+
+
+@pytest.mark.parametrize("fusion", ["epilogue", "unfused"])
+def test_interaction_backward_runs_its_kernels_in_issue_order(small, fusion):
+    """Baseline: the interaction backward's element-wise kernels in dense_elementwise's order (memset, per cross
+    layer last to first its pre and post kernels, the producer, the copy, the tail), the four GEMMs of a layer
+    between its pre and post kernels; the first bottom layer has no dgrad (its input is the data)."""
+    spec = _spec(layers=3, dense_fusion=fusion)
+    b = spec.global_batch // (G * NODES)
+    dew = dense_elementwise(spec, b)
+    graph = build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode="baseline", sim_mode="full")
+    got = _compute_names(graph, phase="interaction_bwd")
+    want = [lbl for lbl, _w in dew.inter_bwd_head]
+    for li in reversed(range(3)):
+        want += [lbl for lbl, _w in dew.inter_bwd_pre[li]] + ["gemm"] * 4 + [lbl for lbl, _w in dew.inter_bwd_post[li]]
+    want += [dew.emb_grad[0]] + [lbl for lbl, _w in dew.emb_grad_copy + dew.inter_bwd_tail]
+    assert got == want
+    bottom_bwd = _compute_names(graph, phase="bottom_mlp_bwd")
+    assert bottom_bwd.count("gemm") == 2 * len(spec.bottom_mlp) - 1
+
+
+def test_fold_keeps_every_gradient_all_reduce_after_its_wgrad(small):
+    """Fused (epilogue, DCN): the pushing GEMM is the last of the first cross layer's (after its wgrad); every
+    DDP bucket all-reduce of the baseline is there with the same size, after a wgrad GEMM."""
+    spec = _spec(layers=2, batch=8 * 48, ddp_bucket_mib=0.001)  # b = 48, a width no layer has; many buckets
+    b = spec.global_batch // (G * NODES)
+    graphs = {m: build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode=m, sim_mode="full")
+              for m in ("baseline", "fused")}
+    ars = {}
+    for m, gr in graphs.items():
+        nodes = gr.programs[0].nodes
+        by_id = {nd.id: nd for nd in nodes}
+        ars[m] = [(nd.name, nd.size_bytes) for nd in nodes if nd.name.startswith("ddp_allreduce")]
+        for nd in nodes:
+            if nd.name.startswith("ddp_allreduce"):
+                (dep,) = nd.deps
+                assert by_id[dep].name == "gemm" and by_id[dep].work.shape_dict()["k"] == b  # a wgrad: k is the batch
+    assert ars["baseline"] == ars["fused"] and len(ars["fused"]) > 3
+    fnodes = graphs["fused"].programs[0].nodes
+    i_push = next(i for i, nd in enumerate(fnodes) if nd.name == "interaction_bwd_fused")
+    before = [nd for nd in fnodes[:i_push] if isinstance(nd, ComputeNode)]
+    assert before[-1].name == "gemm" and before[-1].phase == "interaction_bwd"  # the first layer's v wgrad
+
+
+@pytest.mark.parametrize("interaction", ["dcn", "dot"])
+@pytest.mark.parametrize("batch", [64, 512, 4096])
+def test_more_element_wise_work_never_makes_the_iteration_shorter(small, interaction, batch):
+    """On an uncontended system (one node: no rail traffic for collectives to meet on), legacy <= epilogue <=
+    unfused, strictly for DCN (more bytes each step); dot has the same interaction kernel in all three."""
+    times = {f: simulate_dlrm(_spec(interaction=interaction, dense_fusion=f, batch=batch), small, 1,
+                              gpus_per_node=G, mode="baseline").iteration_time_s
              for f in ("legacy", "epilogue", "unfused")}
-    assert times["legacy"] < times["epilogue"] < times["unfused"]
+    assert times["legacy"] <= times["epilogue"] <= times["unfused"]
+    if interaction == "dcn":
+        assert times["legacy"] < times["epilogue"] < times["unfused"]
 
 
 def test_sgd_step_reads_weights_and_gradients_and_writes_weights(small):

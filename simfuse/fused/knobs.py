@@ -80,6 +80,9 @@ class ExecutionSpec:
     placement: str | None = field(default=None, metadata=_meta(
         "DLRM table placement over the model file's: table_wise | row_wise | planned", optional=True,
         choices=("table_wise", "row_wise", "planned")))
+    dense_fusion: str | None = field(default=None, metadata=_meta(
+        "DLRM dense element-wise kernels over the model file's: epilogue (HugeCTR's) | unfused (PyTorch's) | "
+        "legacy", optional=True, choices=("epilogue", "unfused", "legacy")))
     tune_knobs: str = field(default="auto", metadata=_meta(
         "auto: with placement planned, fused knobs left at their defaults are tuned over a small grid "
         "(simfuse.workloads.run.TUNE_GRID); off: keep them", choices=("auto", "off")))

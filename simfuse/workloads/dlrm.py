@@ -98,6 +98,7 @@ class IterationResult:
     global_batch: int = 0
     tuned: bool = False   # knobs chosen by tuning (simfuse.workloads.run.TUNE_GRID)
     fused_waves: int = 0  # most waves of a simulated rank's fused embedding kernel (0: none)
+    dense_fusion: str = ""  # the dense element-wise kernel inventory used (DLRMSpec.dense_fusion)
 
 
 def _dense_layers(spec: DLRMSpec, b: int):
@@ -693,4 +694,4 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
                            classes=graph.meta["classes"], events=res.events, wall_s=time.perf_counter() - wall0,
                            phases=list(res.critical.phases), sim=res.sim, net=res.net,
                            plan=graph.meta.get("plan"), knobs=knobs or FusedKnobs(), global_batch=spec.global_batch,
-                           fused_waves=graph.meta["fused_waves"])
+                           fused_waves=graph.meta["fused_waves"], dense_fusion=spec.dense_fusion)

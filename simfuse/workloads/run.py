@@ -44,6 +44,10 @@ def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
         if not isinstance(spec, DLRMSpec):
             raise SpecError("<argument>", "placement", f"applies to DLRM workloads, not {spec.kind}")
         spec = dataclasses.replace(spec, placement=execution.placement)
+    if execution.dense_fusion is not None:
+        if not isinstance(spec, DLRMSpec):
+            raise SpecError("<argument>", "dense_fusion", f"applies to DLRM workloads, not {spec.kind}")
+        spec = dataclasses.replace(spec, dense_fusion=execution.dense_fusion)
     if execution.scaling == "model":
         return spec
     if not isinstance(spec, DLRMSpec):
@@ -256,6 +260,7 @@ def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict
             row["batch_per_gpu"] = r.global_batch // gpus
             row["placement"] = "forced" if plan is not None and plan.candidate == "forced" else \
                 "planned" if plan is not None else "table_wise"
+            row["dense_fusion"] = getattr(r, "dense_fusion", "")
             row["plan_candidate"] = plan.candidate if plan is not None else ""
             row["plan_estimated_s"] = plan.estimated_critical_s if plan is not None else float("nan")
             row["slice_wgs"], row["tile_order"], row["persistent_grid"] = (kn.slice_wgs, kn.tile_order,

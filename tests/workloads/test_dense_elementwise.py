@@ -215,3 +215,25 @@ def test_unknown_dense_fusion_is_refused_with_the_field():
     with pytest.raises(SpecError) as exc:
         _spec(dense_fusion="tensorrt")
     assert exc.value.field == "dense_fusion" and "epilogue" in exc.value.message
+
+
+def test_execution_setting_overrides_the_model_file_and_is_reported(small):
+    """``--set dense_fusion=...`` (ExecutionSpec.dense_fusion) replaces the model file's setting for DLRM, is
+    reported on the result, and is refused for other workloads."""
+    from simfuse.fused.knobs import ExecutionSpec
+    from simfuse.workloads.run import scaled_spec, simulate_workload
+
+    spec = _spec()
+    ex = ExecutionSpec(mode="baseline", dense_fusion="unfused", uncertainty="none")
+    res = simulate_workload(spec, small, NODES, gpus_per_node=G, execution=ex)
+    direct = simulate_dlrm(dataclasses.replace(spec, dense_fusion="unfused"), small, NODES, gpus_per_node=G,
+                           mode="baseline")
+    assert res["baseline"].iteration_time_s == direct.iteration_time_s
+    assert res["baseline"].dense_fusion == "unfused"
+    assert scaled_spec(spec, NODES, G, ExecutionSpec()).dense_fusion == "epilogue"  # no override: the file's
+    from simfuse.spec import MoESpec
+
+    moe = MoESpec(name="m", layers=1, tokens_per_gpu=8, hidden=16, ffn=32, experts_per_gpu=1, top_k=1)
+    with pytest.raises(SpecError) as exc:
+        scaled_spec(moe, 1, G, ex)
+    assert exc.value.field == "dense_fusion"

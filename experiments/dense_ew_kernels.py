@@ -129,6 +129,87 @@ def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
     print("wrote", out)
 
 
+_CONCAT_CU = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+// HugeCTR v23.08.00 src/layers/concat_layer.cu concat_fwd_kernel / concat_bwd_kernel, re-typed (not copied): one
+// row per block iteration, the row's elements strided over the threads, one 2-byte element per load.
+template <typename T>
+__global__ void cfwd(T* out, int2 out_dim, const T* in, int2 in_dim, int offset) {
+  for (int mi = blockIdx.x; mi < in_dim.x; mi += gridDim.x)
+    for (int ni = threadIdx.x; ni < in_dim.y; ni += blockDim.x)
+      out[mi * out_dim.y + offset + ni] = in[mi * in_dim.y + ni];
+}
+template <typename T>
+__global__ void cbwd(const T* out, int2 out_dim, T* in, int2 in_dim, int offset) {
+  for (int mi = blockIdx.x; mi < in_dim.x; mi += gridDim.x)
+    for (int ni = threadIdx.x; ni < in_dim.y; ni += blockDim.x)
+      in[mi * in_dim.y + ni] = out[mi * out_dim.y + offset + ni];
+}
+void concat_fwd(torch::Tensor out, torch::Tensor in, int64_t offset, int64_t blocks) {
+  int2 od = {(int)out.size(0), (int)out.size(1)}, id = {(int)in.size(0), (int)in.size(1)};
+  cfwd<at::Half><<<blocks, 256, 0, at::cuda::getCurrentCUDAStream()>>>(out.data_ptr<at::Half>(), od, in.data_ptr<at::Half>(), id, (int)offset);
+}
+void concat_bwd(torch::Tensor out, torch::Tensor in, int64_t offset, int64_t blocks) {
+  int2 od = {(int)out.size(0), (int)out.size(1)}, id = {(int)in.size(0), (int)in.size(1)};
+  cbwd<at::Half><<<blocks, 256, 0, at::cuda::getCurrentCUDAStream()>>>(out.data_ptr<at::Half>(), od, in.data_ptr<at::Half>(), id, (int)offset);
+}
+"""
+
+
+def measure_concat(out_dir: str) -> None:  # pragma: no cover - needs a GPU and nvcc
+    """HugeCTR's concat kernels themselves (fp16, the submissions' mixed precision), compiled with
+    ``torch.utils.cpp_extension.load_inline``; grid = 8 blocks per SM of 256 threads as HugeCTR launches them.
+    Writes ``dense_ew_concat_<gpu>.csv`` (same columns as ``measure``)."""
+    import json
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils.cpp_extension import load_inline
+
+    mod = load_inline("hctr_concat", cpp_sources="void concat_fwd(torch::Tensor, torch::Tensor, int64_t, int64_t);"
+                      "void concat_bwd(torch::Tensor, torch::Tensor, int64_t, int64_t);", cuda_sources=_CONCAT_CU,
+                      functions=["concat_fwd", "concat_bwd"], verbose=False)
+    dev = torch.device("cuda")
+    gpu = torch.cuda.get_device_name().replace(" ", "_")
+    blocks = torch.cuda.get_device_properties(0).multi_processor_count * 8
+    rows, calls, replays = [], 20, 5
+    for b in BATCHES:
+        cat = torch.randn(b, X, device=dev, dtype=torch.float16)
+        emb = torch.randn(b, T * D, device=dev, dtype=torch.float16)
+        bot = torch.randn(b, D, device=dev, dtype=torch.float16)
+        kernels = {"concat_embeddings": lambda: mod.concat_fwd(cat, emb, 0, blocks),
+                   "concat_bottom": lambda: mod.concat_fwd(cat, bot, T * D, blocks),
+                   "concat_bwd_embeddings": lambda: mod.concat_bwd(cat, emb, 0, blocks)}
+        for label, fn in kernels.items():
+            fn()
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(calls):
+                    fn()
+            g.replay()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(replays):
+                    g.replay()
+                torch.cuda.synchronize()
+            with tempfile.TemporaryDirectory() as tmp:
+                prof.export_chrome_trace(f"{tmp}/t.json")
+                trace = json.loads(Path(f"{tmp}/t.json").read_text())
+            kern = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
+            t = sum(e["dur"] for e in kern) / 1e6 / (calls * replays)
+            rows.append([gpu, b, label, len(kern) / (calls * replays), t, calls * replays])
+            print(f"batch {b} {label} (HugeCTR kernel): {t * 1e6:.2f} us per call", flush=True)
+    out = Path(out_dir) / f"dense_ew_concat_{gpu}.csv"
+    with out.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(FIELDS)
+        w.writerows(rows)
+    print("wrote", out)
+
+
 def predict(csv_path: str, topology: str, out: str | None) -> None:
     sys.path.insert(0, str(ROOT))
     import pandas as pd
@@ -169,6 +250,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure")
     m.add_argument("out_dir")
+    mc = sub.add_parser("measure-concat", help="HugeCTR's own concat kernels (needs nvcc)")
+    mc.add_argument("out_dir")
     p = sub.add_parser("predict")
     p.add_argument("csv")
     p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
@@ -176,6 +259,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "measure":
         measure(a.out_dir)
+    elif a.cmd == "measure-concat":
+        measure_concat(a.out_dir)
     else:
         predict(a.csv, a.topology, a.out)
     return 0

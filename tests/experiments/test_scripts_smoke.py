@@ -194,7 +194,8 @@ def test_dlrm_dense_step_predict(root, tmp_path):
         assert by_b[b] == pytest.approx(summary.set_index("batch").loc[b, "sim_nongemm_unfused_s"], rel=1e-9)
 
 
-def test_dense_ew_kernels_predict(root, tmp_path):
+@pytest.mark.parametrize("csv_name", ["dense_ew_kernels_NVIDIA_H200.csv", "dense_ew_concat_NVIDIA_H200.csv"])
+def test_dense_ew_kernels_predict(root, tmp_path, csv_name):
     """The prediction half of experiments/dense_ew_kernels.py on the committed H200 measurement: every measured
     kernel is one the builder emits under ``dense_fusion: epilogue``, with the bytes the builder counts, and the
     simulated time is that kernel priced alone without its launch latency."""
@@ -205,7 +206,7 @@ def test_dense_ew_kernels_predict(root, tmp_path):
 
     out = tmp_path / "ew.csv"
     _run(root, "experiments/dense_ew_kernels.py", "predict",
-         "experiments/results/dlrm_dense_step/dense_ew_kernels_NVIDIA_H200.csv", "--out", str(out))
+         f"experiments/results/dlrm_dense_step/{csv_name}", "--out", str(out))
     df = pd.read_csv(out)
     spec = load_workload(root / "models/dlrm_dcnv2_mlperf.yaml")
     system = System.load(root / "topologies/h200_nvl8_ib_ndr.yaml")

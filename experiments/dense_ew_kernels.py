@@ -44,14 +44,37 @@ X = (T + 1) * D
 FIELDS = ["gpu", "batch", "label", "kernels_per_call", "time_s", "calls"]
 
 
-def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
-    import json
-    import tempfile
+def _graph_kernel_time(fn, torch, calls: int = 20, replays: int = 5, warm: int = 3):  # pragma: no cover - GPU
+    """``fn`` ``calls`` times in a CUDA graph, ``replays`` replays under Kineto: (kernels per call, device time
+    per call in s; kernel events only, no launch gap)."""
+    from dlrm_dense_step import kernel_events  # experiments/ is on sys.path when this runs as a script
 
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    kern = kernel_events(g, torch, replays)
+    n = calls * replays
+    return len(kern) / n, sum(e["dur"] for e in kern) / 1e6 / n
+
+
+def _write_rows(out: Path, rows: list) -> None:
+    with out.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(FIELDS)
+        w.writerows(rows)
+    print("wrote", out)
+
+
+def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
     import torch
     import triton
     import triton.language as tl
-    from torch.profiler import ProfilerActivity, profile
 
     @triton.jit
     def _mul_fma3(dy_ptr, x0_ptr, h_ptr, s0_ptr, acc_ptr, n, BLOCK: tl.constexpr):
@@ -99,34 +122,10 @@ def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
                                                                                      num_warps=8),
         }
         for label, fn in kernels.items():
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(calls):
-                    fn()
-            g.replay()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                for _ in range(replays):
-                    g.replay()
-                torch.cuda.synchronize()
-            with tempfile.TemporaryDirectory() as tmp:
-                prof.export_chrome_trace(f"{tmp}/t.json")
-                trace = json.loads(Path(f"{tmp}/t.json").read_text())
-            kern = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
-            per_call = len(kern) / (calls * replays)
-            t = sum(e["dur"] for e in kern) / 1e6 / (calls * replays)
+            per_call, t = _graph_kernel_time(fn, torch, calls, replays)
             rows.append([gpu, b, label, per_call, t, calls * replays])
             print(f"batch {b} {label}: {t * 1e6:.2f} us per call ({per_call:g} kernels)", flush=True)
-            del g
-    out = Path(out_dir) / f"dense_ew_kernels_{gpu}.csv"
-    with out.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(FIELDS)
-        w.writerows(rows)
-    print("wrote", out)
+    _write_rows(Path(out_dir) / f"dense_ew_kernels_{gpu}.csv", rows)
 
 
 _CONCAT_CU = r"""
@@ -161,11 +160,7 @@ def measure_concat(out_dir: str) -> None:  # pragma: no cover - needs a GPU and 
     """HugeCTR's concat kernels themselves (fp16, the submissions' mixed precision), compiled with
     ``torch.utils.cpp_extension.load_inline``; grid = 8 blocks per SM of 256 threads as HugeCTR launches them.
     Writes ``dense_ew_concat_<gpu>.csv`` (same columns as ``measure``)."""
-    import json
-    import tempfile
-
     import torch
-    from torch.profiler import ProfilerActivity, profile
     from torch.utils.cpp_extension import load_inline
 
     mod = load_inline("hctr_concat", cpp_sources="void concat_fwd(torch::Tensor, torch::Tensor, int64_t, int64_t);"
@@ -183,38 +178,17 @@ def measure_concat(out_dir: str) -> None:  # pragma: no cover - needs a GPU and 
                    "concat_bottom": lambda: mod.concat_fwd(cat, bot, T * D, blocks),
                    "concat_bwd_embeddings": lambda: mod.concat_bwd(cat, emb, 0, blocks)}
         for label, fn in kernels.items():
-            fn()
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(calls):
-                    fn()
-            g.replay()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                for _ in range(replays):
-                    g.replay()
-                torch.cuda.synchronize()
-            with tempfile.TemporaryDirectory() as tmp:
-                prof.export_chrome_trace(f"{tmp}/t.json")
-                trace = json.loads(Path(f"{tmp}/t.json").read_text())
-            kern = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
-            t = sum(e["dur"] for e in kern) / 1e6 / (calls * replays)
-            rows.append([gpu, b, label, len(kern) / (calls * replays), t, calls * replays])
+            per_call, t = _graph_kernel_time(fn, torch, calls, replays, warm=1)
+            rows.append([gpu, b, label, per_call, t, calls * replays])
             print(f"batch {b} {label} (HugeCTR kernel): {t * 1e6:.2f} us per call", flush=True)
-    out = Path(out_dir) / f"dense_ew_concat_{gpu}.csv"
-    with out.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(FIELDS)
-        w.writerows(rows)
-    print("wrote", out)
+    _write_rows(Path(out_dir) / f"dense_ew_concat_{gpu}.csv", rows)
 
 
 def predict(csv_path: str, topology: str, out: str | None) -> None:
     sys.path.insert(0, str(ROOT))
     import pandas as pd
 
-    from simfuse.engine.compute import _wave_times, effective_slots
+    from simfuse.engine.compute import simulate_kernel
     from simfuse.spec import load_workload
     from simfuse.system import System
     from simfuse.workloads.dlrm import dense_elementwise
@@ -222,17 +196,14 @@ def predict(csv_path: str, topology: str, out: str | None) -> None:
     system = System.load(topology)
     spec = load_workload(ROOT / "models" / "dlrm_dcnv2_mlperf.yaml")
 
-    def device_s(w):  # the kernel's time without its launch latency (Kineto durations have none)
-        slots = effective_slots(system.cost, w)
-        full_t, rem_t = _wave_times(system.cost, w, slots)
-        waves = -(-int(w.num_workgroups) // slots)
-        return (waves - (1 if rem_t else 0)) * full_t + rem_t
+    def device_s(w):  # the kernel alone without its launch latency (Kineto durations have none)
+        return simulate_kernel(w, system.cost).time_s - system.cost.launch_latency_s(w)
 
     df = pd.read_csv(csv_path)
+    works_at = {b: dict(dense_elementwise(spec, int(b)).all()) for b in df.batch.unique()}
     sim, nbytes = [], []
     for r in df.itertuples():
-        works = dict(dense_elementwise(spec, int(r.batch)).all())
-        w = works.get(r.label)
+        w = works_at[r.batch].get(r.label)
         sim.append(device_s(w) if w is not None else float("nan"))
         nbytes.append(w.bytes_per_wg * w.num_workgroups if w is not None else float("nan"))
     df["bytes"] = nbytes

@@ -56,23 +56,33 @@ def _gemm_shapes(b: int):
     return rows
 
 
-def _kernel_sums(g, torch):  # pragma: no cover - needs a GPU
-    """GEMM and other kernel time per replay of graph ``g`` (s), from the exported Kineto trace of 10 replays
-    (its ``kernel`` events: robust across torch versions' event APIs), and the kernels per replay."""
+#: substrings of GEMM kernel names (cuBLAS, CUTLASS, cuBLASLt's nvjet)
+_GEMM_WORDS = ("gemm", "cutlass", "xmma", "nvjet")
+
+
+def kernel_events(g, torch, replays: int) -> list[dict]:  # pragma: no cover - needs a GPU
+    """The ``kernel`` events of ``replays`` replays of CUDA graph ``g``, from the exported Kineto trace (robust
+    across torch versions' event APIs); each has ``name`` and ``dur`` (us)."""
     import json
     import tempfile
 
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(10):
+        for _ in range(replays):
             g.replay()
         torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         prof.export_chrome_trace(f"{tmp}/t.json")
         trace = json.loads(Path(f"{tmp}/t.json").read_text())
-    kern = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
-    gemm_us = sum(e["dur"] for e in kern if any(s in e["name"].lower() for s in ("gemm", "cutlass", "xmma", "nvjet")))
+    return [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
+
+
+def _kernel_sums(g, torch):  # pragma: no cover - needs a GPU
+    """GEMM and other kernel time per replay of graph ``g`` (s), from a Kineto trace of 10 replays, and the
+    kernels per replay."""
+    kern = kernel_events(g, torch, 10)
+    gemm_us = sum(e["dur"] for e in kern if any(s in e["name"].lower() for s in _GEMM_WORDS))
     other_us = sum(e["dur"] for e in kern) - gemm_us
     by_name: dict[str, list[float]] = {}
     for e in kern:
@@ -193,9 +203,6 @@ def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
 _MEASURED_CLASSES = (("add", "CUDAFunctor_add"), ("mul", "MulFunctor"), ("reduce", "reduce_kernel"),
                      ("relu_bwd", "threshold"), ("relu", "clamp"), ("copy", "CatArrayBatchedCopy"),
                      ("optimizer", "multi_tensor_apply"))
-_GEMM_WORDS = ("gemm", "cutlass", "xmma", "nvjet")
-
-
 def _measured_class(name: str) -> str:
     low = name.lower()
     if any(w in low for w in _GEMM_WORDS):
@@ -206,23 +213,13 @@ def _measured_class(name: str) -> str:
     return "other"
 
 
-def _label_class(label: str) -> str:
-    """Op class of a simulated element-wise kernel, from its label (simfuse.workloads.dlrm.dense_elementwise)."""
-    for cls, keys in (("relu_bwd", ("relu_bwd", "reverse_relu")), ("relu", ("_relu",)), ("reduce", ("bias_grad",)),
-                      ("mul", ("_mul",)), ("add", ("_add", "accumulate")), ("copy", ("concat", "mask_copy")),
-                      ("optimizer", ("dense_update",)), ("loss", ("loss",))):
-        if any(k in label for k in keys):
-            return cls
-    return "other"
-
-
 def predict(csv_path: str, model: str, topology: str, out: str | None) -> None:
     sys.path.insert(0, str(ROOT))
     import dataclasses
 
     import pandas as pd
 
-    from simfuse.engine.compute import _wave_times, effective_slots
+    from simfuse.engine.compute import simulate_kernel
     from simfuse.spec import load_workload
     from simfuse.system import System
     from simfuse.workloads.dense import elementwise_work, gemm_work
@@ -231,11 +228,8 @@ def predict(csv_path: str, model: str, topology: str, out: str | None) -> None:
     spec = load_workload(model)
     system = System.load(topology)
 
-    def kernel_s(w):
-        slots = effective_slots(system.cost, w)
-        full_t, rem_t = _wave_times(system.cost, w, slots)
-        waves = -(-int(w.num_workgroups) // slots)
-        return system.cost.launch_latency_s(w) + (waves - (1 if rem_t else 0)) * full_t + rem_t
+    def kernel_s(w):  # the kernel alone: launch latency + makespan of its grid
+        return simulate_kernel(w, system.cost).time_s
 
     def dense_params(b):
         bo, it, to = _dense_layers(spec, b)
@@ -270,7 +264,7 @@ def predict(csv_path: str, model: str, topology: str, out: str | None) -> None:
             row[f"sim_nongemm_{fusion}_kernels"] = len(ks)
             if fusion == "unfused":
                 for lbl, w in ks:
-                    c = per_class.setdefault(_label_class(lbl), [0, 0.0])
+                    c = per_class.setdefault("optimizer" if lbl == "dense_update" else dew.op_classes[lbl], [0, 0.0])
                     c[0] += 1
                     c[1] += kernel_s(w)
         summary.append(row)

@@ -153,6 +153,8 @@ class DenseElementwise:
     loss_fwd: list
     loss_bwd: list
     emb_grad_copy: list = field(default_factory=list)
+    #: label -> op class (copy, relu, relu_bwd, reduce, mul, add, fma, memset, loss, dot) of every kernel above
+    op_classes: dict = field(default_factory=dict)
 
     def all(self) -> list:
         """Every kernel of one iteration (forward and backward)."""
@@ -203,9 +205,16 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
     F = T + 1
     unfused = spec.dense_fusion == "unfused"
 
+    classes: dict = {}
+
     def ew(label: str, elems_moved: float, flops: float, what: str) -> tuple[str, KernelWork]:
-        """(label, kernel); ``what``: the op class, for the docs (copy, relu, reduce, mul, add, fma, ...)."""
+        """(label, kernel); ``what``: its op class (``DenseElementwise.op_classes``)."""
+        classes[label] = what
         return label, elementwise_work(label, elems_moved * eb, flops, dt)
+
+    # the dot interaction: one kernel forward (the pairwise dot products of the F features) and one backward
+    dot = None if spec.interaction == "dcn" else \
+        ew("dot", b * F * D + b * F * F, 2.0 * b * F * F * D, "dot")
 
     def mlp(prefix: str, widths, last_relu: bool):
         fwd, bwd = [], []
@@ -225,13 +234,9 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
             bwd.append(bk)
         return fwd, bwd
 
+    L = spec.dcn_layers if spec.interaction == "dcn" else 0
     if spec.dense_fusion == "legacy":  # one kernel forward and backward (emb_grad None: the last dgrad GEMM)
-        L = spec.dcn_layers if spec.interaction == "dcn" else 0
-        if spec.interaction == "dcn":
-            x = F * D
-            one = ("dcn_ew", elementwise_work("dcn_ew", 3 * b * x * eb * max(1, L), 3 * b * x, dt))
-        else:
-            one = ("dot", elementwise_work("dot", b * F * D * eb + b * F * F * eb, 2.0 * b * F * F * D, dt))
+        one = dot if dot else ew("dcn_ew", 3 * b * F * D * max(1, L), 3 * b * F * D, "fma")
         inter_fwd = [[] for _ in range(L)]
         if L:
             inter_fwd[-1] = [one]
@@ -240,10 +245,9 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
                                 inter_fwd_head=[] if L else [one], inter_fwd=inter_fwd,
                                 inter_bwd_head=[one] if L else [], inter_bwd_pre=[[] for _ in range(L)],
                                 inter_bwd_post=[[] for _ in range(L)], emb_grad=None if L else one,
-                                inter_bwd_tail=[], loss_fwd=[], loss_bwd=[])
+                                inter_bwd_tail=[], loss_fwd=[], loss_bwd=[], op_classes=classes)
     bottom_fwd, bottom_bwd = mlp("bottom", spec.bottom_mlp, True)
     top_fwd, top_bwd = mlp("top", spec.top_mlp, False)
-    L = spec.dcn_layers if spec.interaction == "dcn" else 0
     inter_fwd: list = [[] for _ in range(L)]
     pre: list = [[] for _ in range(L)]
     post: list = [[] for _ in range(L)]
@@ -276,8 +280,7 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
             emb_grad = ew("dcn_dx_add", 3.0 * bx, bx, "add")
             emb_copy.append(ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"))
             tail.append(ew("concat_bwd_bottom", 2.0 * b * D, 0.0, "copy"))
-    else:  # dot: the pairwise dot products of the F features and their backward
-        dot = ("dot", elementwise_work("dot", b * F * D * eb + b * F * F * eb, 2.0 * b * F * F * D, dt))
+    else:
         head_f.append(dot)
         emb_grad = dot
     if unfused:
@@ -285,7 +288,7 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
     else:
         loss_f, loss_b = [ew("bce_loss", 3.0 * b, 8.0 * b, "loss")], []
     return DenseElementwise(bottom_fwd, bottom_bwd, top_fwd, top_bwd, head_f, inter_fwd, head_b, pre, post,
-                            emb_grad, tail, loss_f, loss_b, emb_copy)
+                            emb_grad, tail, loss_f, loss_b, emb_copy, classes)
 
 
 def _buckets(grads_order: list[float], bucket_bytes: float) -> tuple[list[float], dict[int, int]]:
@@ -410,7 +413,8 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         top_bwd[0] = list(dew.loss_bwd) + top_bwd[0]
     bot_bwd = [list(extra) + pair for pair, extra in zip(bot_bwd, reversed(dew.bottom_bwd), strict=True)]
     inter_fwd_works = list(dew.inter_fwd_head)
-    for li_, gemms in enumerate(zip(fwd(inter)[0::2], fwd(inter)[1::2], strict=True)):
+    inter_gemms = fwd(inter)
+    for li_, gemms in enumerate(zip(inter_gemms[0::2], inter_gemms[1::2], strict=True)):
         inter_fwd_works += [*gemms, *dew.inter_fwd[li_]]
     # backward: (kind, works, gradient index or -1); inter_bwd lists cross layers last to first, u pair then v pair
     inter_seq: list = [("ew", dew.inter_bwd_head, -1)]

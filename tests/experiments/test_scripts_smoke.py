@@ -142,13 +142,23 @@ def test_trace_campaign_smoke_grids(root, tmp_path):
     assert len(h5) > 2 * 93 and not any(p[:-1] in v1 for p in h5)
 
 
+def _alone_s(system, w) -> float:
+    """A kernel priced alone, from the engine's wave times (launch latency + full waves + the last, partial one):
+    an independent path to the scripts' ``simulate_kernel``."""
+    from simfuse.engine.compute import _wave_times, effective_slots
+
+    slots = effective_slots(system.cost, w)
+    full_t, rem_t = _wave_times(system.cost, w, slots)
+    waves = -(-w.num_workgroups // slots)
+    return system.cost.launch_latency_s(w) + (waves - (1 if rem_t else 0)) * full_t + rem_t
+
+
 def test_dlrm_dense_step_predict(root, tmp_path):
     """The prediction half of experiments/dlrm_dense_step.py on the committed H200 measurement (the measuring
     half needs a GPU): one simulated time per measured GEMM, every GEMM shape the DLRM builder emits, and the
     GEMM sum equal to the sum of the builder's forward, dgrad and wgrad kernels priced alone."""
     import importlib.util
 
-    from simfuse.engine.compute import _wave_times, effective_slots
     from simfuse.spec import load_workload
     from simfuse.system import System
     from simfuse.workloads.dense import gemm_work
@@ -174,21 +184,12 @@ def test_dlrm_dense_step_predict(root, tmp_path):
             ws = [gemm_work(lbl, m, n, k, "bf16"), gemm_work(lbl, m, k, n, "bf16"), gemm_work(lbl, k, n, m, "bf16")]
             if lbl == bo[0][0]:  # the first bottom layer has no dgrad (its input is the data)
                 ws.pop(1)
-            for w in ws:
-                slots = effective_slots(system.cost, w)
-                full_t, rem_t = _wave_times(system.cost, w, slots)
-                waves = -(-w.num_workgroups // slots)
-                total += system.cost.launch_latency_s(w) + (waves - (1 if rem_t else 0)) * full_t + rem_t
+            total += sum(_alone_s(system, w) for w in ws)
         assert summary.set_index("batch").loc[b, "sim_gemms_s"] == pytest.approx(total, rel=1e-9)
         # the non-GEMM columns: the builder's element-wise kernels per dense_fusion, each priced alone
         for fusion in ("legacy", "epilogue"):
             ks = dense_elementwise(dataclasses.replace(model, dense_fusion=fusion), b).all()
-            ew_total = 0.0
-            for _lbl, w in ks:
-                slots = effective_slots(system.cost, w)
-                full_t, rem_t = _wave_times(system.cost, w, slots)
-                waves = -(-w.num_workgroups // slots)
-                ew_total += system.cost.launch_latency_s(w) + (waves - (1 if rem_t else 0)) * full_t + rem_t
+            ew_total = sum(_alone_s(system, w) for _lbl, w in ks)
             assert summary.set_index("batch").loc[b, f"sim_nongemm_{fusion}_s"] == pytest.approx(ew_total, rel=1e-9)
     classes = pd.read_csv(tmp_path / "pred_classes.csv")
     assert set(classes.batch) == set(mod.BATCHES) and (classes.measured_s >= 0).all()
@@ -202,7 +203,6 @@ def test_dense_ew_kernels_predict(root, tmp_path, csv_name):
     """The prediction half of experiments/dense_ew_kernels.py on the committed H200 measurement: every measured
     kernel is one the builder emits under ``dense_fusion: epilogue``, with the bytes the builder counts, and the
     simulated time is that kernel priced alone without its launch latency."""
-    from simfuse.engine.compute import _wave_times, effective_slots
     from simfuse.spec import load_workload
     from simfuse.system import System
     from simfuse.workloads.dlrm import dense_elementwise
@@ -217,7 +217,4 @@ def test_dense_ew_kernels_predict(root, tmp_path, csv_name):
     for r in df.itertuples():
         w = dict(dense_elementwise(spec, int(r.batch)).all())[r.label]
         assert r.bytes == pytest.approx(w.bytes_per_wg * w.num_workgroups)
-        slots = effective_slots(system.cost, w)
-        full_t, rem_t = _wave_times(system.cost, w, slots)
-        waves = -(-w.num_workgroups // slots)
-        assert r.sim_time_s == pytest.approx((waves - (1 if rem_t else 0)) * full_t + rem_t, rel=1e-9)
+        assert r.sim_time_s == pytest.approx(_alone_s(system, w) - system.cost.launch_latency_s(w), rel=1e-9)

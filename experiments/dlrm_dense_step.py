@@ -78,6 +78,34 @@ def kernel_events(g, torch, replays: int) -> list[dict]:  # pragma: no cover - n
     return [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
 
 
+def graph_replay_time(fn, torch, reps: int = 50, warm: int = 10):  # pragma: no cover - needs a GPU
+    """``fn`` captured once in a CUDA graph (after ``warm`` eager calls on a side stream): the median of 5 timings
+    of ``reps`` replays, per replay (s), and the graph.  ``fn`` may fork work onto other streams (it must join them
+    back onto the current stream)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warm):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(5):
+        g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):  # median of 5 timings of ``reps`` replays
+        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            g.replay()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(e) / 1e3 / reps)
+    return sorted(times)[2], g
+
+
 def _kernel_sums(g, torch):  # pragma: no cover - needs a GPU
     """GEMM and other kernel time per replay of graph ``g`` (s), from a Kineto trace of 10 replays, and the
     kernels per replay."""
@@ -122,28 +150,7 @@ def measure(out_dir: str) -> None:  # pragma: no cover - needs a GPU
         return nn.Sequential(*mods)
 
     def graph_time(fn, reps=50, warm=10):
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(warm):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        for _ in range(5):
-            g.replay()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(5):  # median of 5 timings of ``reps`` replays
-            a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(reps):
-                g.replay()
-            e.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(e) / 1e3 / reps)
-        return sorted(times)[2], g
+        return graph_replay_time(fn, torch, reps=reps, warm=warm)
 
     for b in BATCHES:
         bottom = mlp([13, 512, 256, 128]).to(dev, dt)

@@ -102,6 +102,7 @@ HUGECTR_STEPS = [
     ("dense_allreduce grouped", "root", {"dense_allreduce": "grouped"}),
     ("dense_optimizer adagrad", "root", {"dense_optimizer": "adagrad"}),
     ("schedule overlap", "root", {"schedule": "overlap"}),
+    ("async_wgrad", "root", {"async_wgrad": True}),
     ("SHARP", "topology", None),
 ]
 

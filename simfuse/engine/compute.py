@@ -116,10 +116,13 @@ def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int 
     yield from _launch_wait(sim, cost, work, launch)
     t_start = env.now
     rng = sim.rng
+    share = sim.shares.get(rank) if sim.shares else None
     if plain:
         # nothing observes the waves: identical waves back to back are one wait (the same end time, one event)
         total = (W // slots) * full_t + (rem_t if W % slots else 0.0)
-        if total > 0:
+        if share is not None:  # another compute stream may run beside it: the SMs are time-shared (engine.share)
+            yield from share.hold(total, 1.0)
+        elif total > 0:
             yield env.timeout(total)
         sim.recorder.add("kernel", work.name, track or f"gpu{rank}/compute", rank, t_start, env.now,
                          variant=work.variant, workgroups=W, slots=slots, launched_s=t0)
@@ -139,7 +142,10 @@ def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int 
         for lo in range(0, W, slots):
             hi = min(W, lo + slots)
             d = durations(lo, hi)
-            yield env.timeout(float(d.max()))
+            if share is not None:
+                yield from share.hold(float(d.max()), 1.0)
+            else:
+                yield env.timeout(float(d.max()))
             if records is not None:
                 records.extend((int(i), env.now - float(d.max()), env.now, j) for j, i in enumerate(idx[lo:hi]))
             if on_complete is not None:
@@ -153,7 +159,10 @@ def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int 
                 k = state["next"]
                 state["next"] += 1
                 s = env.now
-                yield env.timeout(float(all_d[k]))
+                if share is not None:
+                    yield from share.hold(float(all_d[k]), 1.0 / slots)
+                else:
+                    yield env.timeout(float(all_d[k]))
                 if records is not None:
                     records.append((int(idx[k]), s, env.now, slot))
                 if on_complete is not None:
@@ -211,6 +220,7 @@ def run_kernel_waves(sim: Simulation, work: KernelWork, cost: CostModel, *, rank
     t_start = env.now
     waves = -(-W // slots)
     group = 1 if not max_events or waves <= max_events else -(-waves // int(max_events))
+    share = sim.shares.get(rank) if sim.shares else None
     for g0 in range(0, waves, group):
         total = 0.0
         for w in range(g0, min(waves, g0 + group)):
@@ -219,7 +229,10 @@ def run_kernel_waves(sim: Simulation, work: KernelWork, cost: CostModel, *, rank
             if wave_overhead_s is not None:
                 d = d + float(wave_overhead_s(lo, hi))
             total = d if group == 1 else total + d
-        yield env.timeout(float(total))
+        if share is not None:
+            yield from share.hold(float(total), 1.0)
+        else:
+            yield env.timeout(float(total))
         if on_wave is not None:
             on_wave(g0 * slots, min(W, (g0 + group) * slots), env.now)
     sim.recorder.add("kernel", work.name, track or f"gpu{rank}/compute", rank, t_start, env.now,

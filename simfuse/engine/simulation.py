@@ -66,6 +66,18 @@ class Simulation:
         self.events = 0
         #: kernel timings of this simulation's cost models, by (cost model, work): see engine.compute._timing
         self.kernel_memo: dict = {}
+        #: ranks whose kernels share the GPU with kernels of another compute stream (engine.share)
+        self.shares: dict = {}
+
+    def enable_share(self, rank: int):
+        """Kernels of ``rank`` from now on share its GPU by occupancy demand (:class:`~simfuse.engine.share.
+        DeviceShare`); for programs with more than one compute stream.  Returns the share."""
+        from .share import DeviceShare
+
+        hit = self.shares.get(rank)
+        if hit is None:
+            hit = self.shares[rank] = DeviceShare(self.env)
+        return hit
 
     @property
     def now(self) -> float:

@@ -57,6 +57,9 @@ class EntityResult:
     end_s: float = 0.0
     busy_s: float = 0.0
     phases: list = field(default_factory=list)
+    #: kernels of several compute streams ran side by side (their GPU shared: engine.share)
+    concurrent_compute: bool = False
+    busy_intervals: list = field(default_factory=list)  # (start_s, end_s) of busy nodes, when concurrent_compute
 
 
 @dataclass
@@ -87,6 +90,17 @@ class _Ctx:
 
 def _is_compute_stream(stream: str) -> bool:
     return stream.startswith("compute")
+
+
+def _union_s(intervals) -> float:
+    """Total length of the union of ``(start, end)`` intervals (s)."""
+    total, end = 0.0, float("-inf")
+    for t0, t1 in sorted(intervals):
+        if t1 <= end:
+            continue
+        total += t1 - max(t0, end)
+        end = t1
+    return total
 
 
 class Executor:
@@ -172,10 +186,18 @@ class Executor:
             by_stream: dict[str, list] = {}
             for nd in rg.nodes:
                 by_stream.setdefault(nd.stream, []).append(nd)
+            kernel_streams = [st for st, nodes in by_stream.items() if _is_compute_stream(st) and any(
+                isinstance(nd, FusedNode) or (isinstance(nd, ComputeNode) and nd.work is not None) for nd in nodes)]
+            if len(kernel_streams) > 1:  # kernels of several compute streams share the GPU (engine.share)
+                sim.enable_share(rank)
+                er.concurrent_compute = True
             for nodes in by_stream.values():
                 env.process(self._stream(e, er, nodes, done, keys))
         if all_done:
             sim.run(until=simpy.AllOf(env, all_done))
+        for r in results:  # overlapping compute streams: busy is the union of their intervals, not the sum
+            if r.concurrent_compute:
+                r.busy_s = _union_s(r.busy_intervals)
         rep = max(1, int(self.graph.repeat))
         crit = max(results, key=lambda x: (x.end_s, x.busy_s))
         t = max((r.end_s for r in results), default=0.0)
@@ -243,6 +265,8 @@ class Executor:
         er.phases.append((nd.label(), t0, t1, nd.stream))
         if busy:
             er.busy_s += t1 - t0
+            if er.concurrent_compute:
+                er.busy_intervals.append((t0, t1))
 
     def _participants(self, gname: str) -> list[int]:
         """Simulated entities taking part in group ``gname``'s operations (memoised per group)."""

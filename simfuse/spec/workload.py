@@ -83,6 +83,7 @@ class DLRMSpec:
     schedule: str = "bulk"                   # SCHEDULES
     dense_optimizer: str = "none"            # DENSE_OPTIMIZERS
     dense_fusion: str = "epilogue"           # DENSE_FUSIONS
+    async_wgrad: bool = False                # weight-gradient GEMMs on a second compute stream (HugeCTR async_wgrad)
     kind: str = "dlrm"
     source: str = "<memory>"
 
@@ -252,6 +253,7 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
         schedule=root.string("schedule", "bulk", choices=SCHEDULES),
         dense_optimizer=root.string("dense_optimizer", "none", choices=DENSE_OPTIMIZERS),
         dense_fusion=root.string("dense_fusion", "epilogue", choices=DENSE_FUSIONS),
+        async_wgrad=root.boolean("async_wgrad", False),
         source=source,
     )
     if spec.bottom_mlp[-1] != dim:

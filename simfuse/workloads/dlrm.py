@@ -46,7 +46,7 @@ from ..collectives.groups import world
 from ..errors import SpecError
 from ..fused.knobs import DTYPE_BYTES, FusedKnobs
 from ..fused.ops import EmbeddingAllToAll, PushKernel, RelayWait, TwrwEmbeddingPush
-from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, FusedNode, Graph
+from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, DelayNode, FusedNode, Graph
 from ..spec import DLRMSpec
 from .dense import elementwise_work, gemm_work
 from .placement import place_tables, rank_classes
@@ -587,12 +587,40 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         for w in top_fwd_works:
             last = comp(w, "top_mlp_fwd")
         # ---------------- backward
+        side: list[int] = []  # the current layer block's wgrad nodes on the side stream (async_wgrad)
+
+        def bwd_pair(pair, phase, last, rg=rg, side=side):
+            """An MLP / cross layer's backward: its element-wise kernels, dgrad and wgrad GEMMs (the wgrad last,
+            the dgrad before it unless the layer has none).  With ``async_wgrad`` the wgrad runs on the
+            ``compute_wgrad`` stream once the output gradient exists, beside the dgrad (HugeCTR mlp_layer.cu
+            bprop: wgrad on comp_overlap_stream; not for a layer without dgrad, the first bottom layer).  Returns
+            (the main stream's last node, the node the layer's weight gradient is done with)."""
+            *pre, wg = pair
+            if not (spec.async_wgrad and pre and not isinstance(pre[-1], tuple)):
+                for w in pair:
+                    last = comp(w, phase)
+                return last, last
+            for w in pre[:-1]:
+                last = comp(w, phase)
+            side.append(rg.add(ComputeNode(name=wg.name, work=wg, phase=phase, stream="compute_wgrad",
+                                           deps=(last,))))
+            return comp(pre[-1], phase), side[-1]
+
+        def join(last, rg=rg, side=side):
+            """The end of a layer block: the main stream waits for the block's wgrads (HugeCTR joins the
+            overlap stream at the end of each MLP / MultiCross layer's bprop)."""
+            if not side:
+                return last
+            j = rg.add(DelayNode(name="wgrad_join", time_s=0.0, deps=(side[-1],)))
+            side.clear()
+            return j
+
         li = 0
         for pair in top_bwd:
-            for w in pair:
-                last = comp(w, "top_mlp_bwd")
-            grad_done(li, last)
+            last, wdone = bwd_pair(pair, "top_mlp_bwd", last)
+            grad_done(li, wdone)
             li += 1
+        last = join(last)
         # interaction backward (``inter_seq``): per cross layer its element-wise kernels and dgrad + wgrad
         # pairs; the kernel producing d(embeddings) (``dew.emb_grad``) is the one the fused backward pushes from
         bwd_x = None
@@ -609,11 +637,16 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                 bwd_x = last = rg.add(FusedNode(name="interaction_bwd_fused", op=push, group="world", knobs=knobs,
                                                 wait_phase="a2a_bwd_wait"))
                 continue
-            for w in works:
-                last = comp(w, "interaction_bwd")
+            if kind == "gemm":
+                last, wdone = bwd_pair(works, "interaction_bwd", last)
+            else:
+                for w in works:
+                    last = comp(w, "interaction_bwd")
+                wdone = last
             if j >= 0:
-                grad_done(li, last)
+                grad_done(li, wdone)
                 li += 1
+        last = join(last)
         dgrad = last
         if not fuse_bwd:
             bwd_x = rg.add(AllToAllVNode(name="a2a_bwd", group="world", send_bytes=bwd_sizes, stream="comm",
@@ -637,10 +670,10 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                                               size_bytes=float(spec.tables[t].rows * D * grad_eb), stream="comm_dp",
                                               phase="allreduce_dp_tables", deps=(red,)))
         for pair in bot_bwd:
-            for w in pair:
-                last = comp(w, "bottom_mlp_bwd")
-            grad_done(li, last)
+            last, wdone = bwd_pair(pair, "bottom_mlp_bwd", last)
+            grad_done(li, wdone)
             li += 1
+        last = join(last)
         if grouped:  # HugeCTR grouped_all_reduce: the data-parallel tables' local reduce into their dense
             # gradients, then one all-reduce of every dense and data-parallel-table gradient (docs/hugectr_baseline.md)
             for t in dp_tables:

@@ -218,3 +218,35 @@ def test_dense_ew_kernels_predict(root, tmp_path, csv_name):
         w = dict(dense_elementwise(spec, int(r.batch)).all())[r.label]
         assert r.bytes == pytest.approx(w.bytes_per_wg * w.num_workgroups)
         assert r.sim_time_s == pytest.approx(_alone_s(system, w) - system.cost.launch_latency_s(w), rel=1e-9)
+
+
+def test_async_wgrad_predict(root, tmp_path):
+    """The prediction half of experiments/async_wgrad.py on the committed H200 measurement: the one-stream sum
+    equals the builder's dgrad and wgrad GEMMs priced alone; two streams are shorter than one and no shorter than
+    the one-stream sum less every GEMM's launch latency (the SMs are time-shared); the script's GPU-side copy of
+    the layer shapes equals the builder's."""
+    import importlib.util
+    import sys as _sys
+
+    from simfuse.system import System
+    from simfuse.workloads.dense import gemm_work
+
+    out = tmp_path / "aw.csv"
+    _run(root, "experiments/async_wgrad.py", "predict", "experiments/results/async_wgrad/async_wgrad_NVIDIA_H200.csv",
+         "--out", str(out))
+    df = pd.read_csv(out)
+    assert list(df.batch) == [6912, 2112, 1056]
+    _sys.path.insert(0, str(root / "experiments"))
+    spec_ = importlib.util.spec_from_file_location("aw", root / "experiments/async_wgrad.py")
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    system = System.load(root / "topologies/h200_nvl8_ib_ndr.yaml")
+    for r in df.itertuples():
+        layers = mod.backward_gemms(int(r.batch), str(root / "models/dlrm_dcnv2_mlperf.yaml"))
+        assert layers == mod.backward_gemms(int(r.batch))
+        works = [gemm_work("d", m, k, n, "bf16") for _l, m, n, k, has in layers if has] + \
+            [gemm_work("w", n, k, m, "bf16") for _l, m, n, k, _h in layers]
+        assert r.sim_seq_s == pytest.approx(sum(_alone_s(system, w) for w in works), rel=1e-9)
+        lat = sum(system.cost.launch_latency_s(w) for w in works)
+        assert r.sim_seq_s - lat - 1e-12 <= r.sim_async_s < r.sim_seq_s
+        assert 0 < r.async_saving < 1 and r.async_measured_s < r.seq_measured_s

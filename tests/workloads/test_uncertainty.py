@@ -55,6 +55,11 @@ def test_ordered_and_widen_with_residuals(h200, model):
             assert r.interval["p10"] <= r.interval["p50"] <= r.interval["p90"]
         s = res["fused"].speedup_interval
         assert s["p10"] <= s["p50"] <= s["p90"]
+        # the bound spans the point estimate's model (every factor 1): the point lies inside, times and speedup
+        point = res["baseline"].iteration_time_s / res["fused"].iteration_time_s
+        assert s["p10"] <= point <= s["p90"]
+        for r in res.values():
+            assert r.interval["p10"] <= r.iteration_time_s <= r.interval["p90"]
     assert _width(wide) > _width(base) > 0
 
 

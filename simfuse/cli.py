@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .errors import SimfuseError, SpecError, short_repr
-from .units import parse_size_bytes
+from .units import parse_size_bytes, seed_arg
 
 
 def _load_topology(path: str):
@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default=None, help="write the table to this file: Parquet if it ends in .parquet, "
                                                "CSV otherwise")
     c.add_argument("--mode", default="auto", choices=("auto", "symmetric", "full"))
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=seed_arg, default=0)
     c.add_argument("--format", default="text", choices=("text", "json"))
     c.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
     c.set_defaults(func=cmd_collective)

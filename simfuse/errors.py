@@ -47,8 +47,13 @@ class SpecError(SimfuseError):
         self.source = _one_line(str(source), 300)
         self.field = _one_line(str(field), 200)
         self.message = _one_line(str(message))
+        # args are the three fields, so ``type(e)(*e.args)`` rebuilds it (simpy re-raises a process's exception
+        # that way); the one-line text is __str__
+        super().__init__(self.source, self.field, self.message)
+
+    def __str__(self) -> str:
         where = f"{self.source}: {self.field}" if self.field else self.source
-        super().__init__(f"{where}: {self.message}")
+        return f"{where}: {self.message}"
 
     def __reduce__(self):
         # rebuilt from (source, field, message), so it survives pickling across process pools

@@ -119,7 +119,7 @@ def estimate_op(op_name: str, params: dict, topology, nodes: int, gpus_per_node:
 
 def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str = "auto") -> CostEstimate:
     """Estimate ``simfuse run`` / one ``sweep`` point of a workload spec."""
-    from .spec import DLRMSpec, MoESpec, TransformerDecodeSpec
+    from .spec import DLRMSpec, LLMSpec, MoESpec, TransformerDecodeSpec
 
     ranks = nodes * gpus_per_node
     slots = _slots(topology)
@@ -142,6 +142,10 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
         w = spec.tokens_per_gpu * spec.top_k * max(spec.hidden, spec.ffn) / (128.0 * 128.0)
         return _estimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs", ranks, 1, w, slots,
                          kernels=2 * spec.layers)
+    if isinstance(spec, LLMSpec):  # per layer 4 TP GEMMs (+ their fused collectives) of 128 x 128 tiles
+        w = spec.tokens * max(spec.hidden, spec.ffn) / max(1, spec.tp) / (128.0 * 128.0)
+        return _estimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs", ranks, 1, w, slots,
+                         kernels=4 * spec.layers)
     raise SpecError(getattr(spec, "source", "<model>"), "kind", "unsupported workload")  # pragma: no cover
 
 

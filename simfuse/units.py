@@ -73,3 +73,16 @@ def gbps_to_bytes_per_s(bw_gbps: float) -> float:
 def gbit_to_bytes_per_s(bw_gbit_per_s: float) -> float:
     """Gb/s (link rate, 1e9 bits) to bytes/s."""
     return float(bw_gbit_per_s) * 1e9 / 8.0
+
+
+def seed_arg(value: str) -> int:
+    """argparse type of ``--seed``: a non-negative integer (numpy's generators take no negative seed)."""
+    import argparse
+
+    try:
+        seed = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value[:60]!r}") from None
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {seed}")
+    return seed

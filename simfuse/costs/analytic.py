@@ -24,7 +24,8 @@ def gemm_curve_time_s(device: DeviceSpec, work: KernelWork, launch_latency_s: fl
     hbm_efficiency))`` (no tile padding: the curve was measured against the real FLOP and bytes).  The measured
     floor contains the launch latency, which the engine charges before the kernel; it is subtracted here."""
     curve = device.gemm_efficiency
-    if curve is None or work.name != "gemm" or work.variant != "compute" or work.dtype != curve.dtype:
+    if curve is None or work.name != "gemm" or work.variant != "compute" or work.dtype != curve.dtype or \
+            work.impl != "library":
         return None
     shape = work.shape_dict()
     m, n, k = (float(shape.get(key) or 0.0) for key in ("m", "n", "k"))

@@ -35,6 +35,10 @@ class KernelWork:
     #: ``bytes_per_program`` in kernel traces; None = ``bytes_per_wg``.  ``bytes_per_wg`` is HBM traffic (unique
     #: bytes, the roofline's input); calibrated models, fitted on traces, use the requested bytes.
     traffic_bytes_per_wg: float | None = None
+    #: whose kernel: ``library`` (cuBLAS-like: the profile's ``dense:`` fits and the device's small-M GEMM curve,
+    #: both measured on library GEMMs, price it) or ``simfuse`` (the bundled Triton kernel, compute or fused
+    #: variant: its own wave models price it, so a fused operator's baseline is the same kernel unfused)
+    impl: str = "library"
 
     @property
     def requested_bytes_per_wg(self) -> float:

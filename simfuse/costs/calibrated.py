@@ -715,7 +715,8 @@ class CalibratedCostModel:
     def dense_time_s(self, work: KernelWork) -> float | None:
         """Whole-kernel time of a plain ``gemm`` / ``elementwise`` kernel from the profile's ``dense:`` fits, or
         None (no fit for its dtype, shape unknown, or below the traced sizes: the other models price it)."""
-        if work.name not in ("gemm", "elementwise") or work.variant != "compute" or not self.dense_fits:
+        if work.name not in ("gemm", "elementwise") or work.variant != "compute" or not self.dense_fits or \
+                work.impl != "library":
             return None
         fit = self.dense_fits.get((work.name, work.dtype))
         if fit is None:

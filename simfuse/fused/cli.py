@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ..errors import SpecError, short_repr
+from ..units import seed_arg
 
 
 def parse_sets(pairs: list[str]) -> dict:
@@ -111,9 +112,9 @@ def add_op_parser(sub) -> None:
     p.add_argument("--gpus-per-node", type=int, default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="operator parameter or knob (slice_wgs, tile_order, persistent_grid, occupancy_loss, "
-                        "hbm_comm_factor, baseline_algorithm)")
+                        "hbm_comm_factor, baseline_algorithm, baseline_kernel=library|same)")
     p.add_argument("--mode", default="auto", choices=("auto", "symmetric", "full"))
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_arg, default=0)
     p.add_argument("--format", default="text", choices=("text", "json"))
     p.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
     p.set_defaults(func=cmd_op)

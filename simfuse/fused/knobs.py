@@ -41,6 +41,10 @@ class FusedKnobs:
         "HBM bytes read per byte put over the NIC (NIC reads the staged output)", minimum=0.0))
     baseline_algorithm: str | None = field(default=None, metadata=_meta(
         "bulk collective algorithm of the baseline (default: the tuner's choice)", optional=True))
+    baseline_kernel: str = field(default="same", metadata=_meta(
+        "the baseline's compute kernel: same = the fused operator's own kernel unfused (isolates the effect of "
+        "fusion), library = a vendor-library kernel (cuBLAS: the profile's dense fit or the device's small-M "
+        "GEMM curve where the topology has them)", choices=("same", "library")))
     twrw_push: str = field(default="hierarchical", metadata=_meta(
         "table-row-wise shards in fused mode (DLRM): hierarchical = the pooling kernel pushes partial sums to the "
         "node-local reducer, which puts each reduced slice on the rail as it completes (backward: the gradient "
@@ -105,6 +109,15 @@ class ExecutionSpec:
         if self.global_batch is not None and self.batch_per_gpu is not None:
             raise SpecError(source, "batch_per_gpu", "give global_batch (strong scaling) or batch_per_gpu (weak "
                                                      "scaling), not both")
+        from ..collectives.algorithms import REGISTRY
+
+        # names checked here, whether or not the run meets that collective (a typo must not pass silently)
+        for key, ops in (("allreduce_algorithm", ("all_reduce",)), ("alltoall_algorithm", ("all_to_all",)),
+                         ("baseline_algorithm", tuple(REGISTRY))):
+            name = getattr(self.knobs if key == "baseline_algorithm" else self, key)
+            known = sorted({a for op in ops for a in REGISTRY[op]})
+            if name is not None and name not in known:
+                raise SpecError(source, key, f"unknown algorithm {name!r}; expected one of {', '.join(known)}")
 
     def forced_algorithms(self) -> dict[str, str]:
         out = {}

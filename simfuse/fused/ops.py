@@ -157,7 +157,7 @@ class GemmAllToAll(PushOp):
         traffic = (self.BM * self.F + self.F * self.BN + self.BM * self.BN) * self.eb
         return KernelWork("gemm", self.W, 2.0 * self.BM * self.BN * self.F, unique / self.W, self.dtype, variant,
                           (("m", self.M), ("n", self.H), ("k", self.F), ("experts", self.E)),
-                          traffic_bytes_per_wg=traffic)
+                          traffic_bytes_per_wg=traffic, impl="simfuse")
 
     def wg_destinations(self, rank: int):
         i = np.arange(self.W, dtype=np.int64)
@@ -340,7 +340,7 @@ class GemmReduceScatter(FusedOp):
         M, N, K, eb = self.M, self.N, self.k_local, self.eb
         return KernelWork("gemm", self.W, 2.0 * self.BM * self.BN * K, (M * K + K * N + M * N) * eb / self.W,
                           self.dtype, variant, (("m", M), ("n", N), ("k", K)),
-                          traffic_bytes_per_wg=(self.BM * K + K * self.BN + self.BM * self.BN) * eb)
+                          traffic_bytes_per_wg=(self.BM * K + K * self.BN + self.BM * self.BN) * eb, impl="simfuse")
 
     def wg_destinations(self, rank: int):
         i = np.arange(self.W, dtype=np.int64)
@@ -444,7 +444,7 @@ class AllGatherGemm(FusedOp):
         unique = (m * self.K + self.K * self.n_local + m * self.n_local) * eb
         return KernelWork("gemm", tiles, 2.0 * bm * bn * self.K, unique / tiles, self.dtype, variant,
                           (("m", m), ("n", self.n_local), ("k", self.K)),
-                          traffic_bytes_per_wg=(bm * self.K + self.K * bn + bm * bn) * eb)
+                          traffic_bytes_per_wg=(bm * self.K + self.K * bn + bm * bn) * eb, impl="simfuse")
 
     def work(self, variant: str) -> KernelWork:
         return self._gemm(self.M, variant)

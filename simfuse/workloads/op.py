@@ -1,12 +1,14 @@
 """One fused operator against its bulk-synchronous baseline, as two small operator graphs on the executor.
 
-Fused: one :class:`~simfuse.graph.ir.FusedNode`.  Baseline: the same kernel unfused, then the bulk collective on
-the comm stream (launch gap and completion signalling included; the tuner picks the algorithm unless
+Fused: one :class:`~simfuse.graph.ir.FusedNode`.  Baseline: the compute kernel unfused (``knobs.baseline_kernel``:
+``same``, the default, is the fused operator's own kernel; ``library`` prices it as a vendor-library kernel --
+cuBLAS's measured model where the topology has one), then the bulk collective on the comm stream (launch gap and completion signalling included; the tuner picks the algorithm unless
 ``knobs.baseline_algorithm`` names one).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from ..collectives.groups import Tuner, world
@@ -18,6 +20,14 @@ from ..graph.executor import Executor
 from ..system import System, as_system
 
 
+def bound_envelope(values, point: float) -> dict[str, float]:
+    """p10/p50/p90 of a ``bound`` interval from the runs of the p10, p50 and p90 cost models: sorted (contention
+    can make the p10 model's run the longer one) and widened to hold the point estimate, whose model (every
+    factor 1) lies between the quantile models; a ratio such as the speedup is not monotone in them."""
+    lo, mid, hi = sorted(values)
+    return {"p10": min(lo, point), "p50": mid, "p90": max(hi, point)}
+
+
 def add_op(rg, op: FusedOp, mode: str, knobs: FusedKnobs, group: str, deps=(), label: str | None = None) -> int:
     """Append ``op`` to a rank program: fused (one node) or baseline (kernel, then the collective).  Returns the
     id of the node whose completion means the result is at its consumers."""
@@ -25,7 +35,10 @@ def add_op(rg, op: FusedOp, mode: str, knobs: FusedKnobs, group: str, deps=(), l
     if mode == "fused":
         return rg.add(FusedNode(name=label, op=op, group=group, knobs=knobs, deps=tuple(deps), phase=label,
                                 wait_phase=f"{label}_exposed"))
-    c = rg.add(ComputeNode(name=f"{label}:compute", work=op.work("compute"), deps=tuple(deps),
+    work = op.work("compute")
+    if knobs.baseline_kernel == "library" and work.impl != "library":  # what a user runs unfused: the library's
+        work = dataclasses.replace(work, impl="library")
+    c = rg.add(ComputeNode(name=f"{label}:compute", work=work, deps=tuple(deps),
                            phase=f"{label}_compute"))
     return rg.add(CollectiveNode(name=f"{label}:baseline", op=op.collective, group=group,
                                  size_bytes=op.collective_size_bytes(), algorithm=knobs.baseline_algorithm,
@@ -82,7 +95,8 @@ def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None
                    baseline_exposed_comm_s=b.time_s - b.kernel_end_s, fused_compute_s=f.kernel_end_s,
                    fused_exposed_comm_s=max(0.0, f.time_s - f.kernel_end_s), comm_bytes_per_rank=op.collective_size_bytes(),
                    mode="symmetric" if symmetric else "full", events=events,
-                   params={**op.params, "baseline_algorithm": alg, "wall_s": time.perf_counter() - t_wall})
+                   params={**op.params, "baseline_algorithm": alg, "baseline_kernel": knobs.baseline_kernel,
+                           "wall_s": time.perf_counter() - t_wall})
     if uncertainty == "bound" and system.has_residuals:
         runs = []
         for q in (0.1, 0.5, 0.9):
@@ -90,9 +104,9 @@ def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None
             runs.append(tuple(Executor(sq, op_graph(op, m, knobs, symmetric), seed=seed, tuner=tuner).run().time_s
                               for m in ("baseline", "fused")))
         res.intervals = {
-            "baseline_time_s": dict(zip(("p10", "p50", "p90"), (r[0] for r in runs), strict=True)),
-            "fused_time_s": dict(zip(("p10", "p50", "p90"), (r[1] for r in runs), strict=True)),
-            "speedup": dict(zip(("p10", "p50", "p90"), sorted(r[0] / r[1] for r in runs), strict=True))}
+            "baseline_time_s": bound_envelope([r[0] for r in runs], res.baseline_time_s),
+            "fused_time_s": bound_envelope([r[1] for r in runs], res.fused_time_s),
+            "speedup": bound_envelope([r[0] / r[1] for r in runs], res.baseline_time_s / res.fused_time_s)}
     if return_sims:
         return res, sims
     return res

@@ -14,6 +14,7 @@ from ..system import System, as_system
 from .dlrm import simulate_dlrm
 from .llm import simulate_llm
 from .models import simulate_decode, simulate_moe
+from .op import bound_envelope
 
 MODES = ("both", "fused", "baseline")
 #: fused knobs tried when ``tune_knobs=auto`` and the placement is planned (only knobs left at their defaults are
@@ -155,10 +156,8 @@ def _attach_intervals(res: dict, runs: list[dict], method: str) -> None:
     for m, r in res.items():
         r.uncertainty = method if runs else "none"
         times = [run[m].iteration_time_s for run in runs] or [r.iteration_time_s]
-        if method == "bound" and runs:  # the three runs are the p10, p50 and p90 cost models; the point
-            # estimate's model (every factor 1) is one of the models the bound spans, so it lies inside
-            lo, mid, hi = times
-            r.interval = {"p10": min(lo, r.iteration_time_s), "p50": mid, "p90": max(hi, r.iteration_time_s)}
+        if method == "bound" and runs:  # the three runs are the p10, p50 and p90 cost models
+            r.interval = bound_envelope(times, r.iteration_time_s)
         else:
             r.interval = _quantiles(times)
     if "baseline" in res and "fused" in res:
@@ -167,10 +166,7 @@ def _attach_intervals(res: dict, runs: list[dict], method: str) -> None:
             (res["baseline"].iteration_time_s, res["fused"].iteration_time_s)]
         ratios = [b / f for b, f in pairs]
         if method == "bound" and runs:
-            # the speedup is not monotone in a common factor on every family (the two modes weigh the families
-            # differently): the envelope of the quantile models' speedups and the point's
-            res["fused"].speedup_interval = {"p10": min(*ratios, point), "p50": ratios[1],
-                                             "p90": max(*ratios, point)}
+            res["fused"].speedup_interval = bound_envelope(ratios, point)
         else:
             res["fused"].speedup_interval = _quantiles(ratios)
 

@@ -103,3 +103,23 @@ def test_sweep_plot_draws_bands(tmp_path, h200, model):
         rows += summary_rows("m", "t", n, 8 * n, simulate_workload(model, h200, n))
     out = plot_speedup_vs_nodes(pd.DataFrame(rows), tmp_path / "s.png")
     assert out.exists() and out.stat().st_size > 10_000
+
+
+def test_bound_envelope_is_sorted_and_holds_the_point():
+    from simfuse.workloads.op import bound_envelope
+
+    # the p10 model's run longer than the p90 model's (contention): sorted; a point outside: widened to it
+    assert bound_envelope([3.0, 2.0, 1.0], 2.5) == {"p10": 1.0, "p50": 2.0, "p90": 3.0}
+    assert bound_envelope([1.0, 1.1, 1.2], 1.3) == {"p10": 1.0, "p50": 1.1, "p90": 1.3}
+    assert bound_envelope([1.0, 1.1, 1.2], 0.9)["p10"] == 0.9
+
+
+def test_op_interval_holds_the_point(h200):
+    from simfuse.fused.ops import make_op
+    from simfuse.workloads.op import run_op
+
+    res = run_op(make_op("gemm_all_to_all", {}, 1, 8), h200, 1)
+    point = {"baseline_time_s": res.baseline_time_s, "fused_time_s": res.fused_time_s,
+             "speedup": res.baseline_time_s / res.fused_time_s}
+    for key, iv in res.intervals.items():
+        assert iv["p10"] <= iv["p50"] <= iv["p90"] and iv["p10"] <= point[key] <= iv["p90"]

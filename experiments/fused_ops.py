@@ -228,6 +228,9 @@ def main(argv=None) -> int:
     ap.add_argument("--occupancy-loss", type=float, default=None,
                     help="sensitivity check: override gpu_initiated.occupancy_loss (default: the topology's)")
     ap.add_argument("--bench-only", action="store_true", help="only run the 1,024-GPU benchmark")
+    ap.add_argument("--baseline-kernel", default="same", choices=("same", "library"),
+                    help="the baseline's compute kernel: the operator's own kernel unfused (default) or a "
+                         "vendor-library kernel (cuBLAS's measured model where the topology has one)")
     args = ap.parse_args(argv)
 
     # one System: calibrated kernels *and* the calibrated fabric (the profile applied once, here)
@@ -244,7 +247,7 @@ def main(argv=None) -> int:
                 for nodes, g in configs]
         for i, (name, p, nodes, g) in enumerate(plan, 1):
             rows.append(run_one(name, p, nodes, g, topology, topo_name,
-                                FusedKnobs(occupancy_loss=args.occupancy_loss)))
+                                FusedKnobs(occupancy_loss=args.occupancy_loss, baseline_kernel=args.baseline_kernel)))
             if i % 25 == 0 or i == len(plan):
                 print(f"  [{i}/{len(plan)}] runs, {time.perf_counter() - t_start:.1f} s", flush=True)
         df = pd.DataFrame(rows)

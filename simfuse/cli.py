@@ -173,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     except SimfuseError as exc:
         print(f"simfuse: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a path that cannot be read or written (--out under /proc, a full disk): one line
+        where = exc.filename if exc.filename is not None else "<file>"
+        print(f"simfuse: error: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("simfuse: interrupted", file=sys.stderr)
         return 130

@@ -93,3 +93,65 @@ def test_baseline_kernel_library_or_the_same_kernel(op_name):
 def test_unknown_baseline_kernel_is_refused():
     with pytest.raises(SpecError, match="baseline_kernel"):
         parse_execution({"baseline_kernel": "cublas"})
+
+
+def test_validate_names_a_non_numeric_shape_value(tmp_path, capsys):
+    src = (ROOT / "experiments" / "results" / "h200_kernel_heldout.csv").read_text().splitlines()
+    header = src[0].split(",")
+    i = header.index("shape")
+    row = src[1].split(",")
+    row[i] = "dim=abc;rows=5"
+    bad = tmp_path / "m.csv"
+    bad.write_text("\n".join([src[0], ",".join(row)]) + "\n")
+    rc = main(["validate", "--topology", str(H200), "--measurements", str(bad), "--out", str(tmp_path / "v")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "line 2 shape" in err and "dim='abc' is not a number" in err
+    assert not (tmp_path / "v").exists()
+
+
+def test_an_unwritable_out_is_a_one_line_error(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc = main(["run", "--model", str(ROOT / "models" / "transformer_tp_decode.yaml"), "--topology", str(H200),
+               "--nodes", "1", "--set", "uncertainty=none", "--out", str(blocker / "sub")])
+    err = capsys.readouterr().err
+    assert rc == 2 and str(blocker) in err and "Traceback" not in err
+
+
+def test_decode_model_names_hidden_when_it_does_not_split(tmp_path, capsys):
+    import yaml
+
+    d = yaml.safe_load((ROOT / "models" / "transformer_tp_decode.yaml").read_text())
+    d["hidden"] = 7
+    p = tmp_path / "dec.yaml"
+    p.write_text(yaml.safe_dump(d))
+    rc = main(["run", "--model", str(p), "--topology", str(H200), "--nodes", "1", "--out", str(tmp_path / "o")])
+    assert rc == 2 and "hidden: 7 does not split over 8 ranks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("column,value,message", [("kernel", "foo", "kernel: unknown 'foo'"),
+                                                  ("dtype", "fp99", "dtype: unknown 'fp99'"),
+                                                  ("world", "0", "world: must be >= 1")])
+def test_campaign_cells_are_checked_when_read(tmp_path, column, value, message):
+    import csv
+    import gzip
+    import io
+
+    from simfuse.calibrate.wavefit import read_campaign
+
+    raw = gzip.decompress((ROOT / "experiments/results/h200_campaign/heldout5/campaign.csv.gz").read_bytes()).decode()
+    rows = list(csv.DictReader(io.StringIO(raw)))[:3]
+    rows[1][column] = value
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    p = tmp_path / "c.csv"
+    p.write_text(out.getvalue())
+    with pytest.raises(SpecError, match=f"line 3: {message}"):
+        read_campaign(p)
+    cut = tmp_path / "cut.csv"
+    lines = raw.splitlines()[:4]  # the unchanged rows
+    cut.write_text("\n".join(lines[:-1] + [",".join(lines[-1].split(",")[:10])]) + "\n")  # the last row cut off
+    with pytest.raises(SpecError, match="cut-off"):
+        read_campaign(cut)

@@ -33,6 +33,8 @@ MEASUREMENT_COLUMNS = ("kernel", "variant", "backend", "world_size", "dtype", "s
                        "median_s", "p10_s", "p90_s", "flops", "bytes", "device", "date")
 #: Optional measurement column: requested (trace-definition) bytes of the launch; empty = unknown.
 TRAFFIC_COLUMN = "traffic_bytes"
+#: shape keys whose values are words (the embedding's pooling ``mode=sum``); every other key is a number
+TEXT_SHAPE_KEYS = ("mode",)
 _REQUIRED = ("kernel", "variant", "dtype", "shape", "grid", "median_s", "flops", "bytes")
 #: Largest launch grid a measurement may name (programs); the engine keeps per-program arrays.
 MAX_GRID = 2**26
@@ -113,7 +115,11 @@ def _measurement(src: str, lineno: int, row: dict) -> Measurement:
             raise TraceError(src, where, f"column {key!r}: {short_repr(text)} out of range")
         return v
 
-    shape = format_shape(parse_shape(row["shape"], src, f"{where} shape"))
+    items = parse_shape(row["shape"], src, f"{where} shape")
+    for key, value in items:  # the kernels' shape keys are numbers, but for the pooling mode
+        if isinstance(value, str) and key not in TEXT_SHAPE_KEYS:
+            raise TraceError(src, f"{where} shape", f"{key}={short_repr(value)} is not a number")
+    shape = format_shape(items)
     for key in ("kernel", "variant", "dtype"):
         if not (row.get(key) or "").strip():
             raise TraceError(src, where, f"column {key!r} is empty")
@@ -125,7 +131,7 @@ def _measurement(src: str, lineno: int, row: dict) -> Measurement:
                          f"{', '.join(TOPOLOGY_DTYPES)}")
     traffic = num(TRAFFIC_COLUMN, default=-1.0) if TRAFFIC_COLUMN in row else -1.0
     return Measurement(row["kernel"].strip(), row["variant"].strip(), (row.get("backend") or "").strip(),
-                       int(num("world_size", integer=True, default=1, max_value=2**24)), row["dtype"].strip(), shape,
+                       int(num("world_size", positive=True, integer=True, default=1, max_value=2**24)), row["dtype"].strip(), shape,
                        int(num("grid", positive=True, integer=True, max_value=MAX_GRID)),
                        int(num("num_warps", integer=True, default=0, max_value=1024)),
                        num("median_s", positive=True), num("flops"), num("bytes"), lineno,

@@ -189,11 +189,21 @@ class Point:
 
 
 #: columns every campaign row needs (experiments/trace_campaign.py writes them; the rest default to 0)
+#: the kernel families and dtypes a campaign may hold (the bundled kernels')
+CAMPAIGN_KERNELS = ("embedding_all_to_all", "gemv_all_reduce", "gemm_all_to_all")
+CAMPAIGN_DTYPES = ("fp32", "bf16", "fp16")
 CAMPAIGN_COLUMNS = ("kernel", "variant", "dtype", "grid", "num_warps", "flops_per_wg", "bytes_per_wg", "median_s")
 #: numeric columns read from a campaign row (missing or empty ones count as 0)
 _CAMPAIGN_NUMBERS = ("world", "dim", "pooling", "bags", "m", "n", "k", "tokens", "grid", "bags_per_wg", "block_m",
                      "block_n", "block_k", "split_k", "num_warps", "num_stages", "table_rows", "flops_per_wg",
                      "bytes_per_wg", "n_regs", "n_spills", "shared_bytes")
+
+
+def _number_below(text, bound: float) -> bool:
+    try:
+        return float(text) < bound
+    except (TypeError, ValueError):
+        return False
 
 
 def read_campaign(path: str | Path) -> list[dict]:
@@ -213,7 +223,21 @@ def read_campaign(path: str | Path) -> list[dict]:
     missing = [c for c in CAMPAIGN_COLUMNS if c not in rows[0]]
     if missing:
         raise SpecError(src, missing[0], f"missing campaign column(s) {', '.join(missing)}")
+    header = list(rows[0])
     for line, r in enumerate(rows, start=2):
+        if None in r or any(r.get(c) is None for c in header):  # more or fewer fields than the header
+            raise SpecError(src, f"line {line}", f"the row has {len([v for v in r.values() if v is not None])} "
+                                                 f"fields, the header {len(header)} (a cut-off or malformed file)")
+        if r["kernel"] not in CAMPAIGN_KERNELS:
+            raise SpecError(src, f"line {line}: kernel", f"unknown {r['kernel'][:40]!r}; expected one of "
+                                                         f"{', '.join(CAMPAIGN_KERNELS)}")
+        if r["variant"] not in ("compute", "fused"):
+            raise SpecError(src, f"line {line}: variant", f"unknown {r['variant'][:40]!r}; expected compute or fused")
+        if r["dtype"] not in CAMPAIGN_DTYPES:
+            raise SpecError(src, f"line {line}: dtype", f"unknown {r['dtype'][:40]!r}; expected one of "
+                                                        f"{', '.join(CAMPAIGN_DTYPES)}")
+        if _number_below(r.get("world"), 1.0):  # (a word or a negative is refused by the number check below)
+            raise SpecError(src, f"line {line}: world", f"must be >= 1 (emulated ranks), got {r['world'][:40]!r}")
         for c in _CAMPAIGN_NUMBERS + ("median_s",):
             v = r.get(c)
             if v is None or v == "":

@@ -339,9 +339,13 @@ class Executor:
             dsts = self._group_ranks[nd.group] = np.asarray(group.ranks, dtype=np.int64)
         rank = self.ent_ranks[e]
         cost = self._bulk_protocols.cost(group, nd.send_bytes, rank)
+        t0 = self.env.now
         yield self.env.process(inst.bulk_member(e, rank, self.fabric, self.net, dsts, nd.send_bytes,
                                                 launch_s=co.launch_s, tag=nd.name, cost=cost))
         yield self.env.process(inst.ready(e, co.sync_s))
+        # on the timeline's collectives track, like the collectives (the bytes this rank sends)
+        self.sim.recorder.add("collective", nd.name, f"gpu{rank}/comm", rank, t0, self.env.now,
+                              size_bytes=float(np.sum(nd.send_bytes)), ranks=group.size, op="all_to_all_v")
 
     def _fused(self, e, er, nd: FusedNode, key, released, t0):
         env = self.env

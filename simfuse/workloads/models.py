@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from ..collectives.groups import Tuner, world
+from ..errors import SpecError
 from ..fused import make_op
 from ..fused.knobs import ExecutionSpec
 from ..graph import CollectiveNode, ComputeNode, Graph
@@ -34,6 +35,8 @@ def build_decode_graph(spec: TransformerDecodeSpec, system, nodes: int, mode: st
     sym = symmetric_ok(ex.knobs, "full" if ex.sim_mode == "full" else "auto")
     graph = Graph(nodes, g, repeat=spec.layers, name=spec.name)
     graph.add_group(world(n))
+    if h % n:  # the projections' output rows (hidden) split over the ranks: name the model file's field
+        raise SpecError(spec.source, "hidden", f"{h} does not split over {n} ranks (tensor parallel over every GPU)")
     o_op = make_op("gemv_all_reduce", {"n": h, "k": h, "tokens": m, "dtype": spec.dtype}, nodes, g, spec.source)
     d_op = make_op("gemv_all_reduce", {"n": h, "k": f, "tokens": m, "dtype": spec.dtype}, nodes, g, spec.source)
     for r in _ranks(sym, n):

@@ -134,6 +134,12 @@ def test_cli_run_writes_outputs_and_trace(root, tmp_path):
     trace = json.loads((out / "trace.json").read_text())
     names = {e.get("name") for e in trace["traceEvents"]}
     assert "process_name" in names and any(e.get("ph") == "X" for e in trace["traceEvents"])
+    # the baseline's bulk all-to-alls are on the timeline, lasting what the breakdown says
+    bd = pd.read_csv(out / "breakdown.csv")
+    a2a = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name") == "a2a_fwd"]
+    assert a2a
+    want_us = bd[(bd["mode"] == "baseline") & (bd["phase"] == "a2a_fwd")]["time_s"].iloc[0] * 1e6
+    assert any(e["dur"] == pytest.approx(want_us, rel=1e-6) for e in a2a)
 
 
 def test_cli_run_bad_model_exit_2(root, tmp_path):

@@ -41,6 +41,8 @@ _INF = float("inf")
 NUMPY_MIN_ENTRIES = 512
 #: entries of the rate-problem layouts a network keeps (about 150 bytes each); all are dropped when it is exceeded
 _MAX_LAYOUT_ENTRIES = 100_000
+#: entries of the vectorised path's kept layouts (24 bytes each: 4.8 MB at the bound)
+_MAX_NP_LAYOUT_ENTRIES = 200_000
 
 
 class FlowNetwork:
@@ -77,6 +79,9 @@ class FlowNetwork:
         self._raw_ids: dict = {}  # (links, weights, count) as passed to transfer -> bundle
         self._b_links: list[tuple] = []
         self._b_w: list[tuple] = []
+        self._b_np: dict[int, tuple] = {}  # bundle -> (links int64 array, unit weights array), built when first needed
+        self._np_layouts: dict = {}  # active bundles -> their entries as arrays (the vectorised path)
+        self._np_layout_entries = 0
         self._bcount: dict[int, float] = {}  # active bundle -> flows in it (sum of its groups' counts)
         self._layouts: dict = {}  # active bundles (sorted ids) -> their rate problem's layout
         self._layout_entries = 0  # entries in the kept layouts
@@ -244,6 +249,10 @@ class FlowNetwork:
         bcount = self._bcount
         active = tuple(sorted(bcount))
         kept = self._layouts.get(active)
+        if kept is None:
+            b_links = self._b_links
+            if sum(len(b_links[b]) for b in active) >= NUMPY_MIN_ENTRIES:
+                return self._compute_rates_numpy(active)
         if kept is not None:
             e_group, e_link, e_uw, lay = kept
 
@@ -274,6 +283,43 @@ class FlowNetwork:
         for b, r in zip(active, rates, strict=True):
             brate[b] = r
         return np.array(brate)
+
+    def _compute_rates_numpy(self, active: tuple) -> np.ndarray:
+        """:meth:`_compute_rates` for a problem the vectorised solver takes (:data:`NUMPY_MIN_ENTRIES` entries or
+        more) with no kept layout: the same entries in the same order, built from per-bundle arrays instead of
+        Python lists, the same products (``w x count``) and the loads summed in entry order (``bincount``), so
+        every number equals the list path's."""
+        b_links = self._b_links
+        lay = self._np_layouts.get(active)
+        if lay is None:  # the entries of this set of active bundles, kept (sets recur) up to a memory bound
+            b_np, b_w = self._b_np, self._b_w
+            parts = []
+            for b in active:
+                hit = b_np.get(b)
+                if hit is None:
+                    hit = b_np[b] = (np.asarray(b_links[b], dtype=np.int64), np.asarray(b_w[b], dtype=float))
+                parts.append(hit)
+            e_link = np.concatenate([p[0] for p in parts])
+            lay = (e_link, np.concatenate([p[1] for p in parts]),
+                   np.repeat(np.arange(len(active), dtype=np.int64), [len(p[0]) for p in parts]),
+                   np.asarray(active, dtype=np.int64))
+            self._np_layout_entries += len(e_link)
+            if self._np_layout_entries > _MAX_NP_LAYOUT_ENTRIES:
+                self._np_layouts.clear()
+                self._np_layout_entries = len(e_link)
+            self._np_layouts[active] = lay
+        e_link, e_uw, e_group, active_idx = lay
+        bcount = self._bcount
+        cs = np.array([bcount[b] for b in active], dtype=float)
+        e_w = e_uw * cs[e_group]
+        rates = _fill_numpy(np.asarray(self.capacity, dtype=float), e_group, e_link, e_w, len(active))
+        if rates.min() <= 0:
+            raise RuntimeError("flow network stalled: an active flow group has zero rate")
+        self._loads = np.bincount(e_link, weights=e_w * rates[e_group], minlength=self.n_links)
+        self._loaded = True
+        brate = np.zeros(len(b_links))
+        brate[active_idx] = rates
+        return brate
 
     def _keep_layout(self, active: tuple, e_group, e_link, e_uw) -> _Layout:
         """The layout of the rate problem of the bundles ``active`` (unit weights ``e_uw``), kept for the next time

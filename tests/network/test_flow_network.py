@@ -94,3 +94,26 @@ def test_invariants_random_networks(caps, flows):
         assert done[i] - t0 >= (lat + size / min(caps[k] for k in links)) * (1 - 1e-9) - T_TOL
     # the whole run is at least the busiest link's bytes over its capacity
     assert sim.now >= max(expect[k] / caps[k] for k in range(5)) * (1 - 1e-9) - T_TOL
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_vectorised_rate_path_equals_the_list_path(seed):
+    """Rate problems of NUMPY_MIN_ENTRIES entries or more are built from per-bundle arrays
+    (``_compute_rates_numpy``); forcing every problem through the list path gives the same finish times and the
+    same carried bytes, bit for bit."""
+    import simfuse.network.flows as flows
+
+    rng = np.random.default_rng(seed)
+    caps = list(rng.uniform(1e9, 5e9, 40))
+    fl = [(list(rng.choice(40, size=int(rng.integers(2, 5)), replace=False)), float(rng.uniform(1e5, 1e7)),
+           float(rng.uniform(0, 1e-6)), float(rng.uniform(0, 1e-4))) for _ in range(300)]
+    _, net_a, a = _run(caps, fl, record_usage=False)
+    old = flows.NUMPY_MIN_ENTRIES
+    try:
+        flows.NUMPY_MIN_ENTRIES = 10**9  # the list path only (the solver itself then runs in plain Python)
+        _, net_b, b = _run(caps, fl, record_usage=False)
+    finally:
+        flows.NUMPY_MIN_ENTRIES = old
+    assert a == b
+    assert np.array_equal(net_a.carried_bytes, net_b.carried_bytes)

@@ -155,3 +155,15 @@ def test_campaign_cells_are_checked_when_read(tmp_path, column, value, message):
     cut.write_text("\n".join(lines[:-1] + [",".join(lines[-1].split(",")[:10])]) + "\n")  # the last row cut off
     with pytest.raises(SpecError, match="cut-off"):
         read_campaign(cut)
+
+
+def test_a_setting_given_twice_must_agree_and_either_spelling_counts(tmp_path, capsys):
+    base = ["run", "--model", str(ROOT / "models" / "dlrm_synthetic.yaml"), "--topology", str(H200), "--nodes", "1",
+            "--set", "uncertainty=none"]
+    assert main([*base, "--mode", "fused", "--set", "mode=baseline", "--out", str(tmp_path / "a")]) == 2
+    assert "--mode: given as 'fused' and as --set mode='baseline'" in capsys.readouterr().err
+    assert main([*base, "--set", "mode=fused", "--out", str(tmp_path / "b")]) == 0  # no longer ignored
+    import pandas as pd
+
+    assert list(pd.read_csv(tmp_path / "b" / "summary.csv")["mode"]) == ["fused"]
+    assert main([*base, "--global-batch", "4096", "--set", "global_batch=2048", "--out", str(tmp_path / "c")]) == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import SpecError
+from ..errors import SpecError, short_repr
 
 
 def cmd_run(args) -> int:
@@ -23,8 +23,8 @@ def cmd_run(args) -> int:
         raise SpecError("<argument>", "--trace", "needs --out DIR")
     check_out_dir(args.out)
     check_out_dir(args.export_chakra, "--export-chakra")
-    ex = parse_execution({**parse_set_pairs(args.set), **_scaling_settings(args), "mode": args.mode,
-                          "sim_mode": args.sim_mode})
+    pairs = _resolve_flags(args, parse_set_pairs(args.set))
+    ex = parse_execution({**pairs, **_scaling_settings(args), "mode": args.mode, "sim_mode": args.sim_mode})
     system = System.load(args.topology)
     topo = system.topology
     if args.chakra:
@@ -126,7 +126,7 @@ def cmd_sweep(args) -> int:
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise SpecError("<argument>", "--workers", f"must be in 1..1024, got {args.workers}")
     check_out_dir(args.out)
-    settings = {**parse_set_pairs(args.set), **_scaling_settings(args)}
+    settings = {**_resolve_flags(args, parse_set_pairs(args.set)), **_scaling_settings(args)}
     parse_execution({**settings, "mode": args.mode, "sim_mode": args.sim_mode})  # validate before any worker
     spec = load_workload(args.model)
     topo = System.load(args.topology).topology
@@ -148,6 +148,36 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+#: flags that are also execution settings: (argparse attribute, --flag, --set key, default)
+_FLAG_SETTINGS = (("mode", "--mode", "mode", "both"), ("sim_mode", "--sim-mode", "sim_mode", "auto"),
+                  ("global_batch", "--global-batch", "global_batch", None),
+                  ("batch_per_gpu", "--batch-per-gpu", "batch_per_gpu", None), ("plan", "--plan", "plan_file", None))
+
+
+def _resolve_flags(args, pairs: dict) -> dict:
+    """A setting given both as a flag and as ``--set key=value``: refused when the two differ (nothing is
+    silently overridden); given once, either spelling counts.  Sets the flags on ``args`` and returns the
+    ``--set`` pairs without them."""
+    pairs = dict(pairs)
+    for attr, flag, key, default in _FLAG_SETTINGS:
+        given, via_set = getattr(args, attr, None), pairs.pop(key, None)
+        if given is not None and via_set is not None:
+            same = str(Path(given).resolve()) == str(Path(via_set).resolve()) if attr == "plan" else \
+                str(given) == str(via_set)
+            if not same:
+                raise SpecError("<argument>", flag, f"given as {short_repr(given)} and as --set {key}="
+                                                    f"{short_repr(via_set)}; give it once")
+        value = given if given is not None else via_set
+        if value is not None and attr in ("global_batch", "batch_per_gpu") and isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise SpecError("<argument>", f"--set {key}", f"expected an integer, got {short_repr(value)}") \
+                    from None
+        setattr(args, attr, value if value is not None else default)
+    return pairs
+
+
 def _scaling_settings(args) -> dict:
     """``--global-batch`` / ``--batch-per-gpu`` / ``--plan`` as execution settings (so sweeps key on them)."""
     out = {}
@@ -164,8 +194,8 @@ def _common(p) -> None:
     p.add_argument("--model", default=None, help="workload YAML (models/)")
     p.add_argument("--topology", required=True, help="topology YAML (topologies/)")
     p.add_argument("--gpus-per-node", type=int, default=None)
-    p.add_argument("--mode", default="both", choices=("both", "fused", "baseline"))
-    p.add_argument("--sim-mode", default="auto", choices=("auto", "classes", "full"),
+    p.add_argument("--mode", default=None, choices=("both", "fused", "baseline"), help="default: both")
+    p.add_argument("--sim-mode", default=None, choices=("auto", "classes", "full"),
                    help="classes: one representative per class of alike ranks; full: every rank")
     p.add_argument("--format", default="text", choices=("text", "json"), help="summary format on stdout")
     p.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")

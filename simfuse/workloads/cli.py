@@ -54,10 +54,11 @@ def cmd_run(args) -> int:
     for c in ("iteration_time_s", "compute_time_s", "exposed_comm_time_s"):
         show[c.replace("_s", "_ms")] = show.pop(c) * 1e3
     if "iteration_time_p10_s" in df and (df.get("uncertainty") != "none").any():
-        show["p10_ms"] = df["iteration_time_p10_s"] * 1e3
-        show["p90_ms"] = df["iteration_time_p90_s"] * 1e3
+        for q in ("p10", "p50", "p90"):
+            show[f"{q}_ms"] = df[f"iteration_time_{q}_s"] * 1e3
         if "speedup_p10" in df:
-            show["speedup_p10"], show["speedup_p90"] = df["speedup_p10"], df["speedup_p90"]
+            for q in ("p10", "p50", "p90"):
+                show[f"speedup_{q}"] = df[f"speedup_{q}"]
     written = []
     if args.out:
         check_out_dir(args.out)  # still a directory (or absent) after the simulation
@@ -69,7 +70,7 @@ def cmd_run(args) -> int:
     print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     unc = df["uncertainty"].iloc[0] if "uncertainty" in df else "none"
     if unc != "none":
-        print(f"p10/p90: prediction interval from the calibration's cross-validated residuals ({unc}; "
+        print(f"p10/p50/p90: prediction interval from the calibration's cross-validated residuals ({unc}; "
               f"--set uncertainty=none to skip)")
     if written:
         print("wrote " + ", ".join(str(p) for p in written))
@@ -142,8 +143,10 @@ def cmd_sweep(args) -> int:
         return 0
     fused = df[df["mode"] == "fused"]
     if len(fused):
-        print(fused[["nodes", "gpus", "iteration_time_s", "speedup"]].to_string(index=False,
-                                                                              float_format=lambda v: f"{v:.4g}"))
+        cols = ["nodes", "gpus", "iteration_time_s", "speedup"] + [
+            c for c in ("iteration_time_p10_s", "iteration_time_p50_s", "iteration_time_p90_s", "speedup_p10",
+                        "speedup_p50", "speedup_p90") if c in fused and fused[c].notna().any()]
+        print(fused[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"wrote {Path(args.out) / 'results.csv'}")
     return 0
 

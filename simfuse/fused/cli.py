@@ -97,8 +97,9 @@ def cmd_op(args) -> int:
     print(f"  speedup {res.speedup:.3f}x  (time reduction {res.time_reduction*100:.1f}%)")
     if res.intervals:
         b, f, sp = res.intervals["baseline_time_s"], res.intervals["fused_time_s"], res.intervals["speedup"]
-        print(f"  p10-p90 (calibration residuals): baseline {b['p10']*1e6:.2f}-{b['p90']*1e6:.2f} us, fused "
-              f"{f['p10']*1e6:.2f}-{f['p90']*1e6:.2f} us, speedup {sp['p10']:.3f}-{sp['p90']:.3f}x")
+        print(f"  p10/p50/p90 (calibration residuals): baseline {b['p10']*1e6:.2f}/{b['p50']*1e6:.2f}/"
+              f"{b['p90']*1e6:.2f} us, fused {f['p10']*1e6:.2f}/{f['p50']*1e6:.2f}/{f['p90']*1e6:.2f} us, speedup "
+              f"{sp['p10']:.3f}/{sp['p50']:.3f}/{sp['p90']:.3f}x")
     return 0
 
 

@@ -22,13 +22,13 @@ a graphed step).  Operands are distinct per GEMM and together larger than the L2
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # dlrm_dense_step (shared helpers)
+sys.path.insert(0, str(ROOT))  # simfuse, for predict (measure runs without it)
 BATCHES = (6912, 2112, 1056)
 FIELDS = ["gpu", "batch", "what", "gemms", "time_s", "reps"]
 
@@ -44,7 +44,6 @@ def backward_gemms(b: int, model: str | None = None) -> list[tuple[str, int, int
 
         fwd = _layers(b)
     else:
-        sys.path.insert(0, str(ROOT))
         from simfuse.spec import load_workload
         from simfuse.workloads.dlrm import _dense_layers
 
@@ -151,7 +150,6 @@ def simulated_backward(layers, system, dtype: str, concurrent: bool) -> float:
 
 
 def predict(csv_path: str, model: str | None, topology: str, out: str | None) -> None:
-    sys.path.insert(0, str(ROOT))
     import pandas as pd
 
     from simfuse.engine.compute import simulate_kernel
@@ -189,21 +187,9 @@ def predict(csv_path: str, model: str | None, topology: str, out: str | None) ->
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("measure")
-    m.add_argument("out_dir")
-    p = sub.add_parser("predict")
-    p.add_argument("csv")
-    p.add_argument("--model")
-    p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
-    p.add_argument("--out")
-    a = ap.parse_args(argv)
-    if a.cmd == "measure":
-        measure(a.out_dir)
-    else:
-        predict(a.csv, a.model, a.topology, a.out)
-    return 0
+    from dlrm_dense_step import measure_predict_main
+
+    return measure_predict_main(argv, __doc__, measure, predict, None)
 
 
 if __name__ == "__main__":

@@ -298,22 +298,28 @@ def predict(csv_path: str, model: str, topology: str, out: str | None) -> None:
         cl.to_csv(Path(out).with_name(Path(out).stem + "_classes.csv"), index=False)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def measure_predict_main(argv, doc: str, measure_fn, predict_fn, model_default: str | None) -> int:
+    """The command line of a measure (GPU) / predict (any machine) script: ``measure OUT_DIR`` and ``predict CSV
+    [--model M] [--topology T] [--out CSV]``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure")
     m.add_argument("out_dir")
     p = sub.add_parser("predict")
     p.add_argument("csv")
-    p.add_argument("--model", default=str(ROOT / "models/dlrm_dcnv2_mlperf.yaml"))
+    p.add_argument("--model", default=model_default)
     p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
     p.add_argument("--out")
     a = ap.parse_args(argv)
     if a.cmd == "measure":
-        measure(a.out_dir)
+        measure_fn(a.out_dir)
     else:
-        predict(a.csv, a.model, a.topology, a.out)
+        predict_fn(a.csv, a.model, a.topology, a.out)
     return 0
+
+
+def main(argv=None) -> int:
+    return measure_predict_main(argv, __doc__, measure, predict, str(ROOT / "models/dlrm_dcnv2_mlperf.yaml"))
 
 
 if __name__ == "__main__":

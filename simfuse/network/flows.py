@@ -249,10 +249,9 @@ class FlowNetwork:
         bcount = self._bcount
         active = tuple(sorted(bcount))
         kept = self._layouts.get(active)
-        if kept is None:
-            b_links = self._b_links
-            if sum(len(b_links[b]) for b in active) >= NUMPY_MIN_ENTRIES:
-                return self._compute_rates_numpy(active)
+        if kept is None and (active in self._np_layouts or
+                             sum(len(self._b_links[b]) for b in active) >= NUMPY_MIN_ENTRIES):
+            return self._compute_rates_numpy(active)  # (a set seen before skips counting its entries)
         if kept is not None:
             e_group, e_link, e_uw, lay = kept
 

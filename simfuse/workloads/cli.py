@@ -170,13 +170,7 @@ def _resolve_flags(args, pairs: dict) -> dict:
             if not same:
                 raise SpecError("<argument>", flag, f"given as {short_repr(given)} and as --set {key}="
                                                     f"{short_repr(via_set)}; give it once")
-        value = given if given is not None else via_set
-        if value is not None and attr in ("global_batch", "batch_per_gpu") and isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:
-                raise SpecError("<argument>", f"--set {key}", f"expected an integer, got {short_repr(value)}") \
-                    from None
+        value = given if given is not None else via_set  # (parse_execution converts and checks a --set text)
         setattr(args, attr, value if value is not None else default)
     return pairs
 

@@ -167,3 +167,11 @@ def test_a_setting_given_twice_must_agree_and_either_spelling_counts(tmp_path, c
 
     assert list(pd.read_csv(tmp_path / "b" / "summary.csv")["mode"]) == ["fused"]
     assert main([*base, "--global-batch", "4096", "--set", "global_batch=2048", "--out", str(tmp_path / "c")]) == 2
+
+
+@pytest.mark.parametrize("key", ["global_batch", "batch_per_gpu"])
+@pytest.mark.parametrize("value", ["1e30", "nan", "inf", "-4", "0"])
+def test_scaled_batch_settings_are_bounded(key, value):
+    # 1e30 reached the graph builder and overflowed a machine integer (a traceback)
+    with pytest.raises(SpecError, match=key):
+        parse_execution({key: value})

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from ..errors import SpecError
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp64": 8}
+#: largest global batch or batch per GPU an execution setting accepts (samples): far above any cluster's (weak
+#: scaling to 131,072 GPUs at 1,056 per GPU is 1.4e8); 1e30 overflowed machine integers in the graph builder
+MAX_SCALED_BATCH = 2**40
 
 
 def _meta(help_text: str, *, choices=None, minimum=None, maximum=None, optional=False):
@@ -75,9 +78,10 @@ class ExecutionSpec:
         "all-to-all algorithm for collectives that name none (default: the tuner's)", optional=True))
     global_batch: int | None = field(default=None, metadata=_meta(
         "strong scaling: this global batch at every node count (DLRM; default: the model file's)", minimum=1,
-        optional=True))
+        maximum=MAX_SCALED_BATCH, optional=True))
     batch_per_gpu: int | None = field(default=None, metadata=_meta(
-        "weak scaling: this batch per GPU, global batch = GPUs x it (DLRM)", minimum=1, optional=True))
+        "weak scaling: this batch per GPU, global batch = GPUs x it (DLRM)", minimum=1, maximum=MAX_SCALED_BATCH,
+        optional=True))
     plan_file: str | None = field(default=None, metadata=_meta(
         "sharding plan CSV to force (table, sharding, ranks[, mode]); e.g. a plan.csv from simfuse run",
         optional=True))

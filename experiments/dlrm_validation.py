@@ -98,6 +98,7 @@ HUGECTR_STEPS = [
     ("plan", "plan", None),
     ("embedding tables: Adagrad state, 60 GB", "embedding", {"optimizer_state_factor": 1.0, "memory_fraction": 0.75}),
     ("comm_dtype fp16", "embedding", {"comm_dtype": "fp16"}),
+    ("key_dtype int32", "embedding", {"key_dtype": "int32"}),
     ("grad_dtype fp16", "root", {"grad_dtype": "fp16"}),
     ("dense_allreduce grouped", "root", {"dense_allreduce": "grouped"}),
     ("dense_optimizer adagrad", "root", {"dense_optimizer": "adagrad"}),

@@ -37,6 +37,20 @@ DENSE_OPTIMIZERS = ("none", "adagrad", "sgd")
 #: gradient accumulations); ``legacy`` -- simfuse's inventory before 2026-12-04 (one interaction kernel forward and
 #: backward, ``3 b x`` bytes per cross layer; nothing else), kept so regression tests can pin older results
 DENSE_FUSIONS = ("epilogue", "unfused", "legacy")
+#: the input distribution, the All-to-All that brings each sample's sparse ids (keys, plus one length per bag and
+#: shard) from the rank reading the sample to the shard holders (TorchRec's ``input_dist`` of the
+#: KeyedJaggedTensor; HugeCTR's data distributor, ``sparse_data_distribution_op_impl.cu``): ``prefetch`` -- the
+#: next batch's keys on their own stream from the iteration's start, overlapped with it (TorchRec's
+#: ``TrainPipelineSparseDist``, HugeCTR's ``train_inter_iteration_overlap``); ``inline`` -- this batch's keys
+#: before its lookups, which wait for them (TorchRec's ``TrainPipelineBase``); ``none`` -- not modelled (the keys
+#: assumed at their shards: simfuse before 2026-12-04, kept so regression tests can pin older results)
+INPUT_DISTS = ("prefetch", "inline", "none")
+#: bytes of one sparse id on the wire: TorchRec KeyedJaggedTensor values are int64 by default; HugeCTR's keys are
+#: uint32 unless ``i64_input_key`` (include/pybind/solver_wrapper.hpp:138, default false)
+KEY_DTYPE_BYTES = {"int32": 4, "int64": 8}
+#: bytes of one length (bag size) per (sample, shard) on the wire: int32 (TorchRec KJT lengths; HugeCTR's
+#: per-bucket counts, uint32)
+LENGTH_BYTES = 4
 
 # Bounds checked at load time (far beyond any real model; they keep sizes, memory and loops finite).
 MAX_GLOBAL_BATCH = 2**24       # samples per iteration
@@ -84,6 +98,8 @@ class DLRMSpec:
     dense_optimizer: str = "none"            # DENSE_OPTIMIZERS
     dense_fusion: str = "epilogue"           # DENSE_FUSIONS
     async_wgrad: bool = False                # weight-gradient GEMMs on a second compute stream (HugeCTR async_wgrad)
+    input_dist: str = "prefetch"             # INPUT_DISTS: the sparse ids' All-to-All to the shard holders
+    key_dtype: str = "int64"                 # KEY_DTYPE_BYTES: one sparse id on the wire
     kind: str = "dlrm"
     source: str = "<memory>"
 
@@ -222,6 +238,8 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
     memfrac = emb.number("memory_fraction", 0.5, positive=True, max_value=1.0)
     opt = emb.number("optimizer_state_factor", 1.0, min_value=0.0, max_value=1000.0)
     bags = emb.integer("bags_per_wg", 4, min_value=1, max_value=MAX_GLOBAL_BATCH)
+    input_dist = emb.string("input_dist", "prefetch", choices=INPUT_DISTS)
+    key_dtype = emb.string("key_dtype", "int64", choices=tuple(KEY_DTYPE_BYTES))
     emb.reject_unknown()
     inter = root.sub("interaction")
     kind = inter.string("kind", choices=INTERACTIONS)
@@ -254,6 +272,8 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
         dense_optimizer=root.string("dense_optimizer", "none", choices=DENSE_OPTIMIZERS),
         dense_fusion=root.string("dense_fusion", "epilogue", choices=DENSE_FUSIONS),
         async_wgrad=root.boolean("async_wgrad", False),
+        input_dist=input_dist,
+        key_dtype=key_dtype,
         source=source,
     )
     if spec.bottom_mlp[-1] != dim:

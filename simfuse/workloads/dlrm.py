@@ -10,6 +10,15 @@ backward  top MLP (dgrad + wgrad) -> interaction backward -> All-to-All of embed
           is full, on the network while backward compute goes on (as DDP does); a bucket's all-reduce starts when
           every rank has produced it, one at a time (one communication stream).
 
+Input distribution (``embedding.input_dist``, both modes): before a shard can pool, the ids of every rank's
+``b`` bags for that shard must reach it: an All-to-All-v (``a2a_input``) in which each rank sends each holder
+``b x (ids per bag the holder serves x key bytes + shards it holds x 4)`` (ids of its rows for a row shard, all
+of the table's for a column shard; one int32 length per bag and shard: TorchRec's KJT input_dist, HugeCTR's data
+distributor).  ``prefetch`` (default) runs the next batch's on its own stream (``comm_input``) from the
+iteration's start -- it shares the links with everything else and the step ends no sooner than it; ``inline``
+runs this batch's first on the communication stream and the model-parallel lookups wait for it; ``none`` leaves
+it out (the model before 2026-12-04).  Data-parallel tables need no ids from other ranks.
+
 Baseline: each All-to-All is a bulk collective after its producer kernel and a launch gap; a pair of ranks
 exchanges data once both have launched it.  Fused: the forward embedding kernel pushes pooled rows as its
 workgroups finish (:class:`~simfuse.fused.EmbeddingAllToAll`); with ``fuse_backward`` the interaction-backward
@@ -48,6 +57,7 @@ from ..fused.knobs import DTYPE_BYTES, FusedKnobs
 from ..fused.ops import EmbeddingAllToAll, PushKernel, RelayWait, TwrwEmbeddingPush
 from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, DelayNode, FusedNode, Graph
 from ..spec import DLRMSpec
+from ..spec.workload import KEY_DTYPE_BYTES, LENGTH_BYTES
 from .dense import elementwise_work, gemm_work
 from .placement import place_tables, rank_classes
 from .planner import HIER_SHARDINGS, RankUnits
@@ -57,6 +67,8 @@ _A2A_KINDS = ("table_wise", "row_wise", "column_wise")
 #: sharding types whose shards are row shards over the GPUs of one node: pooled, reduced inside the node (stage 1)
 #: and sent on the rails (stage 2); table-row-wise (all columns) and grid (``D / k`` columns per node)
 _HIER_KINDS = HIER_SHARDINGS
+#: sharding types whose shards need the ids of other ranks' bags (all but data-parallel)
+_SHARDED_KINDS = _A2A_KINDS + _HIER_KINDS
 
 
 def _pool_work(label: str, bags: int, lookups: float, dim: int, eb: int, tables: int = 1, bags_per_wg: int = 4,
@@ -375,6 +387,20 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         h_dims = sorted({u.dim or D for us in per_rank for u in us if u.kind in _HIER_KINDS})
         dp_tables = sorted({u.table for us in per_rank for u in us if u.kind == "data_parallel"})
     ub_all = uni_cols * b * ceb
+    # the input distribution (``embedding.input_dist``): every rank sends each shard holder its ``b`` bags' ids
+    # of the tables that holder serves (a row shard gets the ids in its rows: ``u.pooling`` per bag, uniform ids;
+    # a column shard all of its table's) and one length per bag and shard; the same vector from every rank
+    if spec.input_dist != "none":
+        if vec:
+            key_lk, key_units = per_rank.lookups(_SHARDED_KINDS), per_rank.units(_SHARDED_KINDS)
+        else:
+            key_lk = np.array([sum(u.pooling for u in us if u.kind in _SHARDED_KINDS) for us in per_rank])
+            key_units = np.array([sum(1 for u in us if u.kind in _SHARDED_KINDS) for us in per_rank], dtype=float)
+        key_sizes = b * (key_lk * KEY_DTYPE_BYTES[spec.key_dtype] + key_units * LENGTH_BYTES)
+    else:
+        key_sizes = np.zeros(n)
+    has_keys = bool(key_sizes.any())
+    graph.meta["input_dist_bytes"] = float(key_sizes.sum())  # per rank, self included
     has_twrw = bool(hcols.any())
     # the hierarchical kernels in column-equivalent tables of ``dim_h`` columns (the gcd of the shards' widths, as
     # the All-to-All shards' EmbeddingAllToAll): a shard of ``w`` columns is ``w / dim_h`` tables of ``dim_h``
@@ -505,6 +531,15 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                                                       phase=f"allreduce_bucket{k}", deps=(dep,))))
 
         # ---------------- forward
+        # the sparse ids to the shard holders: prefetch (the next batch's, own stream, from the iteration's start;
+        # the step ends no sooner than it) or inline (this batch's: the model-parallel lookups wait for it)
+        keys = -1
+        if has_keys:
+            keys = rg.add(AllToAllVNode(name="a2a_input", group="world", send_bytes=key_sizes,
+                                        stream="comm_input" if spec.input_dist == "prefetch" else "comm"))
+        kdep = (keys,) if keys >= 0 and spec.input_dist == "inline" else ()
+
+        # ---------------- forward (dense)
         def bottom_and_dp(gate=()):
             """The bottom MLP and the data-parallel tables' local pooling (own ``b`` bags); ``gate``: what the
             first of them waits for.  Returns the last node's id."""
@@ -552,23 +587,23 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                                  bags_per_wg=twrw_bags, out_eb=ceb) if tr_units else None
             tr_op = TwrwEmbeddingPush(tr_work, layout, twrw, r, B, twrw_bags, dim_h, ceb, spec.source)
             tr_dep = rg.add(FusedNode(name="embedding_twrw_fused", op=tr_op, group="world", knobs=knobs,
-                                      deps=after(last), wait_phase="a2a_twrw_fwd_exposed"))
+                                      deps=after(last, *kdep), wait_phase="a2a_twrw_fwd_exposed"))
         elif has_twrw:  # table-row-wise: pool, reduce inside the node (stage 1); stage 2 joins the All-to-All
             if tr_units:
                 tr_dep = comp(_pool_work("embedding_twrw", B, tr_lookups, dim_h, eb, tables=tr_tables, out_eb=ceb),
-                              "embedding_fwd")
+                              "embedding_fwd", deps=kdep)
             tr_dep = rg.add(AllToAllVNode(name="a2a_fwd_intra", group="world", send_bytes=st1_fwd, stream="comm",
                                           deps=after(tr_dep)))
             gate = (tr_dep,)
         if mode == "baseline":
             if U > 0:
-                last = comp(op.work("compute"), "embedding_fwd")
+                last = comp(op.work("compute"), "embedding_fwd", deps=kdep)
             waits = (rg.add(AllToAllVNode(name="a2a_fwd", group="world", send_bytes=fwd_sizes, stream="comm",
                                           deps=after(max(last, tr_dep)))),)
         else:  # the fused kernel pushes the All-to-All shards; table-row-wise stage 2 stays a bulk exchange
             if U > 0:
                 a2a = rg.add(FusedNode(name="embedding_fwd_fused", op=op, group="world", knobs=knobs,
-                                       deps=after(last), wait_phase="a2a_fwd_exposed"))
+                                       deps=after(last, *kdep), wait_phase="a2a_fwd_exposed"))
             else:
                 a2a = rg.add(AllToAllVNode(name="a2a_fwd", group="world", send_bytes=np.zeros(n), stream="comm",
                                            deps=after(last)))

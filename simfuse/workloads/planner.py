@@ -31,7 +31,17 @@ default the tables' dtype):
   table's gradient (``rows * D`` in ``grad_dtype``, fp32 by default) all-reduced on the data-parallel stream and a dense optimizer update.
 
 The backward pass sends the transposed volumes (pooled-embedding gradients back to the shard holders), so every
-All-to-All volume counts twice.
+All-to-All volume counts twice.  ``table_row_wise`` is also offered over ``m = 2, 4, ...`` whole nodes (``m g``
+row shards at ``P / (m g)`` lookups, each node as the one-node option; every rank receives ``m`` partial sums per
+bag), as HugeCTR's hierarchical plans place their hottest table.
+
+**Input distribution** (``embedding.input_dist`` not ``none``; forward only): every rank sends each holder the ids
+of its ``b`` bags the shard serves and one length per bag, ``x = b (P_shard k + 4)`` bytes (``k``: the
+``key_dtype``'s bytes, ``P_shard`` the shard's lookups per bag: ``P / n`` row-wise, ``P / g`` per table-row-wise
+or grid holder, ``P`` for each column shard); a holder receives ``x`` from each other rank, a rank sends
+``shards x``.  Counted whether prefetched or not: prefetched ids overlap the iteration but use the same links.
+Because a column shard needs all of its table's ids while a row shard needs only its rows', splitting columns
+(``column_wise``, ``grid``) multiplies this traffic by the column shards.
 
 **Estimator** (per shard, seconds): compute = HBM bytes of pooling (rows + int64 indices + outputs) and of the
 sparse update (rows and optimizer state read and written, gradients read, the builder's formula) at the device's
@@ -71,6 +81,7 @@ other fused shards' does.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -80,6 +91,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..fused.knobs import DTYPE_BYTES
+from ..spec.workload import KEY_DTYPE_BYTES, LENGTH_BYTES
 from .placement import Unit
 
 SHARDINGS = ("table_wise", "row_wise", "column_wise", "table_row_wise", "grid", "data_parallel")
@@ -163,7 +175,8 @@ class RankUnits(Sequence):
     Entry ``i`` is one table's option and its holder ranks (shard ``s`` on ``holders[s]``); ``self[r]`` builds
     rank ``r``'s list of :class:`~simfuse.workloads.placement.Unit` in placement order, the order the per-rank
     lists of the straightforward construction have.  The per-rank summaries the DLRM builder needs
-    (:meth:`rank_classes`, :meth:`columns`, :meth:`dims`, :meth:`count`, :meth:`tables_of`,
+    (:meth:`rank_classes`, :meth:`columns`, :meth:`dims`, :meth:`lookups`, :meth:`units`, :meth:`count`,
+    :meth:`tables_of`,
     :meth:`memory_bytes`) are computed per entry with numpy and equal those of the materialised lists
     (``tests/workloads/test_planner_vectorised.py`` checks it against the per-rank construction)."""
 
@@ -212,6 +225,14 @@ class RankUnits(Sequence):
     def dims(self, kinds, dim: int) -> list[int]:
         """Sorted distinct column counts (``u.dim or dim``) of the units of ``kinds`` some rank holds."""
         return sorted({u.dim or dim for u, h in self.entries if u.kind in kinds and len(h)})
+
+    def lookups(self, kinds) -> np.ndarray:
+        """Lookups per bag each rank serves in units of ``kinds`` (``u.pooling`` summed)."""
+        return self._per_rank_sum(lambda u: u.pooling if u.kind in kinds else 0)
+
+    def units(self, kinds) -> np.ndarray:
+        """Units of any of ``kinds`` on each rank."""
+        return self._per_rank_sum(lambda u: 1 if u.kind in kinds else 0)
 
     def count(self, kind: str) -> np.ndarray:
         """Units of ``kind`` on each rank."""
@@ -323,6 +344,10 @@ class _Ctx:
         self.geb = DTYPE_BYTES[spec.grad_dtype]   # data-parallel table gradients (grad_dtype, default fp32)
         self.opt = spec.optimizer_state_factor
         self.rates, self.budget, self.mode = rates, budget_bytes, mode
+        # the input distribution's bytes per id and per (bag, shard) length (embedding.input_dist, key_dtype)
+        keys = spec.input_dist != "none"
+        self.kb = KEY_DTYPE_BYTES[spec.key_dtype] if keys else 0
+        self.lb = LENGTH_BYTES if keys else 0
 
     def storage(self, rows: int, dim: int) -> float:
         return rows * dim * self.eb * (1.0 + self.opt)
@@ -365,6 +390,25 @@ class _Option:
     u_comp_s: float = 0.0
     u_dp_s: float = 0.0
     storage: float = 0.0      # bytes on each holder
+    recv_inter_holder: float = 0.0  # bytes each holder receives from other nodes (the ids of the input distribution)
+    u_send_intra: float = 0.0       # bytes every rank sends (its bags' ids to the holders), average per tier
+    u_send_inter: float = 0.0
+
+
+def _with_keys(ctx: _Ctx, opt: _Option) -> _Option:
+    """``opt`` with its input distribution (forward only): every rank sends each of the ``shards`` holders the ids
+    of its ``b`` bags that the shard serves (``pooling`` per bag, ``kb`` bytes each) and one ``lb``-byte length
+    per bag: ``x = b (pooling kb + lb)``.  A holder receives ``x`` from each other rank (``g - 1`` of them over
+    NVLink); a rank sends ``shards x``, the tiers split as the uniform receive volumes (``(g - 1) / n`` intra).
+    Prefetched ids overlap the iteration but share its links, so they count as the other traffic does."""
+    if opt.kind == "data_parallel" or not (ctx.kb or ctx.lb):
+        return opt
+    n, g = ctx.n, ctx.g
+    x = ctx.b * (opt.pooling * ctx.kb + ctx.lb)
+    return dataclasses.replace(opt, recv_intra_holder=opt.recv_intra_holder + (g - 1) * x,
+                               recv_inter_holder=opt.recv_inter_holder + (n - g) * x,
+                               u_send_intra=opt.u_send_intra + opt.shards * x * (g - 1) / n,
+                               u_send_inter=opt.u_send_inter + opt.shards * x * (n - g) / n)
 
 
 def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Option]:
@@ -393,6 +437,11 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
             k *= 2
     if "table_row_wise" in allowed and N > 1 and g > 1:
         out.append(_hier_option(ctx, t, "table_row_wise", 1))
+        m = 2  # row shards over m whole nodes (HugeCTR's hierarchical plans put its hottest table on 2-4 nodes)
+        while m <= N and m * g <= tab.rows:
+            out.append(_custom_option(ctx, Unit(t, math.ceil(tab.rows / (m * g)), tab.pooling / (m * g), 0, m * g,
+                                                "table_row_wise"), keys=False))
+            m *= 2
     if "grid" in allowed and g > 1:
         k = 2
         while k <= N and D % k == 0 and D // k >= MIN_COLUMN_DIM:
@@ -405,7 +454,7 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
         out.append(_Option("data_parallel", n, tab.rows, D, tab.pooling, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
                            u_comp_s=(local + grad + upd) / hbm, u_dp_s=ctx.dp_allreduce_s(tab.rows),
                            storage=ctx.storage(tab.rows, D)))
-    return out
+    return [_with_keys(ctx, o) for o in out]
 
 
 def _hier_option(ctx: _Ctx, t: int, kind: str, k: int) -> _Option:
@@ -443,18 +492,19 @@ def _try(opt: _Option, L: _Loads):
     comp = L.comp + opt.u_comp_s
     ri, re = L.ri + opt.u_recv_intra, L.re + opt.u_recv_inter
     dp = L.dp_s + opt.u_dp_s
+    si, se = L.si + opt.u_send_intra, L.se + opt.u_send_inter
     before = L.costs().sum()
-    base = ctx.rank_cost(comp, L.si, L.se, ri, re) + dp
+    base = ctx.rank_cost(comp, si, se, ri, re) + dp
+    hri, hre = ri + opt.recv_intra_holder, re + opt.recv_inter_holder  # on a holder
     if opt.kind in ("row_wise", "data_parallel"):
         if not ok.all():
             return None
         holders = np.arange(n)
-        after = ctx.rank_cost(comp + opt.comp_s, L.si + opt.send_intra, L.se + opt.send_inter, ri, re) + dp
+        after = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre) + dp
         return float(after.max()), float(after.sum() - before), holders
     if opt.kind in HIER_SHARDINGS:  # whole nodes: the k nodes whose most-loaded rank ends lowest
         N, k = ctx.N, opt.shards // g
-        cand = ctx.rank_cost(comp + opt.comp_s, L.si + opt.send_intra, L.se + opt.send_inter,
-                             ri + opt.recv_intra_holder, re) + dp
+        cand = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre) + dp
         node_ok = ok.reshape(N, g).all(axis=1)
         if int(node_ok.sum()) < k:
             return None
@@ -468,7 +518,7 @@ def _try(opt: _Option, L: _Loads):
         inc = float(base.sum() - before + (cand[holders] - base[holders]).sum())
         return crit, inc, holders
     # table_wise / column_wise: shards one by one on the rank where the cost ends lowest
-    cand = ctx.rank_cost(comp + opt.comp_s, L.si + opt.send_intra, L.se + opt.send_inter, ri, re) + dp
+    cand = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre) + dp
     if int(ok.sum()) < opt.shards:
         return None
     masked = np.where(ok, cand, np.inf)
@@ -486,7 +536,10 @@ def _apply(opt: _Option, holders: np.ndarray, L: _Loads) -> None:
     L.ri += opt.u_recv_intra
     L.re += opt.u_recv_inter
     L.dp_s += opt.u_dp_s
+    L.si += opt.u_send_intra
+    L.se += opt.u_send_inter
     L.comp[holders] += opt.comp_s
+    L.re[holders] += opt.recv_inter_holder
     L.si[holders] += opt.send_intra
     L.se[holders] += opt.send_inter
     L.ri[holders] += opt.recv_intra_holder
@@ -494,17 +547,20 @@ def _apply(opt: _Option, holders: np.ndarray, L: _Loads) -> None:
 
 
 def _option_cost_alone(ctx: _Ctx, opt: _Option) -> float:
-    return float(ctx.rank_cost(np.array([opt.comp_s + opt.u_comp_s]), np.array([opt.send_intra]),
-                               np.array([opt.send_inter]), np.array([opt.recv_intra_holder + opt.u_recv_intra]),
-                               np.array([opt.u_recv_inter]))[0] + opt.u_dp_s)
+    return float(ctx.rank_cost(np.array([opt.comp_s + opt.u_comp_s]), np.array([opt.send_intra + opt.u_send_intra]),
+                               np.array([opt.send_inter + opt.u_send_inter]),
+                               np.array([opt.recv_intra_holder + opt.u_recv_intra]),
+                               np.array([opt.recv_inter_holder + opt.u_recv_inter]))[0] + opt.u_dp_s)
 
 
 def _option_total(ctx: _Ctx, opt: _Option) -> float:
     """An option's cost summed over ranks, each part alone (holders x holder cost + ranks x uniform cost)."""
     hold = _option_cost_alone(ctx, _Option(opt.kind, 1, 0, 0, 0, opt.comp_s, opt.send_intra, opt.send_inter,
-                                           opt.recv_intra_holder, 0.0, 0.0))
+                                           opt.recv_intra_holder, 0.0, 0.0,
+                                           recv_inter_holder=opt.recv_inter_holder))
     uni = _option_cost_alone(ctx, _Option(opt.kind, 1, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, opt.u_recv_intra,
-                                          opt.u_recv_inter, opt.u_comp_s, opt.u_dp_s))
+                                          opt.u_recv_inter, opt.u_comp_s, opt.u_dp_s,
+                                          u_send_intra=opt.u_send_intra, u_send_inter=opt.u_send_inter))
     return (opt.shards if opt.kind not in ("data_parallel",) else 0) * hold + ctx.n * uni
 
 
@@ -600,14 +656,22 @@ def estimate_plan(spec, system, plan_per_rank: list[list[Unit]], nodes: int, gpu
             if key not in seen:
                 seen.add(key)
                 _apply(_Option(o.kind, o.shards, 0, 0, 0, 0, 0, 0, 0, o.u_recv_intra, o.u_recv_inter, o.u_comp_s,
-                               o.u_dp_s), np.array([], dtype=np.int64), L)
+                               o.u_dp_s, u_send_intra=o.u_send_intra, u_send_inter=o.u_send_inter),
+                       np.array([], dtype=np.int64), L)
             _apply(_Option(o.kind, 1, o.rows, o.dim, o.pooling, o.comp_s, o.send_intra, o.send_inter,
-                           o.recv_intra_holder, 0, 0, storage=o.storage), holders, L)
+                           o.recv_intra_holder, 0, 0, storage=o.storage, recv_inter_holder=o.recv_inter_holder),
+                   holders, L)
     return float(L.costs().max())
 
 
-def _custom_option(ctx: _Ctx, u: Unit) -> _Option:
-    """The estimate of a shard count the enumerator does not produce (forced plans)."""
+def _custom_option(ctx: _Ctx, u: Unit, keys: bool = True) -> _Option:
+    """The estimate of a shard ``u`` of any shard count (forced plans; the enumerator's table-row-wise over
+    several nodes); ``keys``: with its input distribution (:func:`_with_keys`)."""
+    opt = _custom_option_comm(ctx, u)
+    return _with_keys(ctx, opt) if keys else opt
+
+
+def _custom_option_comm(ctx: _Ctx, u: Unit) -> _Option:
     dim = u.dim or ctx.D
     x = 2.0 * ctx.b * dim * ctx.ceb
     n, g = ctx.n, ctx.g
@@ -734,7 +798,7 @@ def _check_grid_ranks(ranks, g: int, D: int, src: str, fld: str) -> None:
 def _option_for(ctx: _Ctx, units: list[Unit], t: int) -> _Option:
     u = next(x for x in units if x.table == t)
     if u.kind == "grid" or (u.kind == "table_row_wise" and u.shards == ctx.g):
-        return _hier_option(ctx, t, u.kind, u.shards // ctx.g)
+        return _with_keys(ctx, _hier_option(ctx, t, u.kind, u.shards // ctx.g))
     opts = {(o.kind, o.shards): o for o in enumerate_options(ctx, t, SHARDINGS)}
     return opts.get((u.kind, u.shards)) or _custom_option(ctx, u)
 

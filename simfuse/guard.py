@@ -6,7 +6,9 @@ The estimate (order of magnitude, documented so that users can reason about it):
   for uneven DLRM placements, counted as 2), ``R`` in full mode.
 * ``W``: workgroups of the heaviest fused kernel per rank (embedding bags: ``tables_per_rank x global_batch /
   bags_per_wg``, twice for DLRM's forward and backward; GEMM/GEMV tiles for the other operators); ``waves =
-  ceil(W / slots)`` with ``slots = compute_units x max_workgroups_per_cu``.
+  ceil(W / slots)`` with ``slots = compute_units x max_workgroups_per_cu``.  A DLRM workload (its batch after
+  ``--global-batch`` / ``--batch-per-gpu``) counts one record per *wave*: its kernels run without per-workgroup
+  arrays; its flows are at most ``MAX_PUSH_WAVES`` push points x 64 destination groups per kernel.
 * ``workgroup records = R_sim x W``: every simulated rank keeps per-workgroup arrays (order, slice, destination,
   overhead), about :data:`BYTES_PER_WG_RECORD` bytes each, and touches each once per step.  Measured on the
   reference machine (``op --op embedding_all_to_all --mode full --nodes 4``, global batch 16,384 to 262,144:
@@ -131,9 +133,18 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
         uneven = spec.placement != "row_wise" and tables % ranks != 0
         full = sim_mode == "full" or (sim_mode == "auto" and uneven and ranks <= FULL_SIM_MAX_RANKS)
         simulated = ranks if full else (2 if uneven else 1)
+        # the engine runs a DLRM embedding kernel wave by wave without per-workgroup arrays (run_kernel_waves,
+        # RunPushEngine: at most MAX_PUSH_WAVES push points, each starting flows): its cost grows with the waves,
+        # so a wave is one record here (before 2026-12-04 every workgroup was, which refused big-batch runs that
+        # take seconds and, estimated on the model file's batch, missed runaway --batch-per-gpu values)
+        from .fused.base import MAX_PUSH_WAVES
+
         w = per_rank * spec.global_batch / max(1, spec.bags_per_wg)
-        return _estimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs ({'full' if full else 'classes'})",
-                         ranks, simulated, w, slots, kernels=2)
+        waves = math.ceil(w / max(1, slots))
+        push = min(waves, MAX_PUSH_WAVES)
+        flows = simulated * 2 * push * min(max(0, ranks - 1), 64)
+        return CostEstimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs ({'full' if full else 'classes'})",
+                            ranks, simulated, 2 * waves, 2 * waves, flows, simulated * 2 * waves + 2 * flows)
     if isinstance(spec, TransformerDecodeSpec):
         w = max(spec.hidden, spec.ffn) / 64.0
         return _estimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs", ranks, 1, w, slots,

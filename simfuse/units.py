@@ -54,6 +54,8 @@ def parse_size_bytes(text: str | int | float, source: str = "<argument>", field:
         raise SpecError(source, field, f"size must be at most {format_size(max_bytes)}, got {short_repr(text)}")
     if value < 0:
         raise SpecError(source, field, f"size must be non-negative, got {short_repr(text)}")
+    if abs(value - round(value)) > 1e-6:  # 1.5 (bytes) was silently rounded; 1.5KB = 1500 stays fine
+        raise SpecError(source, field, f"size {short_repr(text)} is not a whole number of bytes")
     return int(round(value))
 
 

@@ -175,3 +175,62 @@ def test_scaled_batch_settings_are_bounded(key, value):
     # 1e30 reached the graph builder and overflowed a machine integer (a traceback)
     with pytest.raises(SpecError, match=key):
         parse_execution({key: value})
+
+
+# stop 24: the three review findings left open at stop 23
+SMALL_DLRM = ROOT / "models" / "dlrm_dcnv2_mlperf.yaml"
+
+
+def _plan_run(plan, capsys):
+    rc = main(["run", "--model", str(SMALL_DLRM), "--topology", str(H200), "--nodes", "1", "--mode", "baseline",
+               "--set", "uncertainty=none", "--global-batch", "512", "--plan", str(plan)])
+    return rc, capsys.readouterr().err
+
+
+def test_plan_csv_with_an_unknown_mode_names_it(tmp_path, capsys):
+    rows = ["mode,table,sharding,ranks"] + [f"{'basline' if t == 3 else 'baseline'},t{t},table_wise,{t % 8}"
+                                            for t in range(26)]
+    plan = tmp_path / "plan.csv"
+    plan.write_text("\n".join(rows) + "\n")
+    rc, err = _plan_run(plan, capsys)
+    assert rc == 2 and "mode (line 5)" in err and "'basline'" in err and "Traceback" not in err
+
+
+def test_a_cut_off_json_plan_is_reported_as_json(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text('\n  "t0": {"sharding_type": "table_wise", "ranks": [0]}, "t1": {"shard')  # no opening brace
+    rc, err = _plan_run(plan, capsys)
+    assert rc == 2 and "malformed JSON" in err and "missing column" not in err
+
+
+@pytest.mark.parametrize("size", ["1.5", "0.3KiB"])
+def test_fractional_byte_sizes_are_refused(capsys, size):
+    rc = main(["collective", "--op", "all_reduce", "--topology", str(H200), "--nodes", "1", "--size", size])
+    assert rc == 2 and "whole number of bytes" in capsys.readouterr().err
+
+
+def test_fractional_sizes_that_are_whole_bytes_pass():
+    from simfuse.units import parse_size_bytes
+
+    assert parse_size_bytes("1.5KB") == 1500 and parse_size_bytes("0.5KiB") == 512
+
+
+def test_cost_guard_sees_the_scaled_batch(capsys):
+    """The guard estimates a DLRM run at its batch after --batch-per-gpu: a runaway batch is refused before
+    anything is built, and a big weak-scaling point the engine runs in seconds is not."""
+    from simfuse.fused.knobs import parse_execution
+    from simfuse.guard import estimate_workload
+    from simfuse.spec import load_workload
+    from simfuse.workloads.run import scaled_spec
+
+    rc = main(["run", "--model", str(SMALL_DLRM), "--topology", str(H200), "--nodes", "1", "--set", "uncertainty=none",
+               "--batch-per-gpu", str(2**40)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cost guard" in err and "--force" in err
+    spec = load_workload(ROOT / "models" / "dlrm_dcnv2_mlperf_16n.yaml")
+    topo = System.load(H200).topology
+    ex = parse_execution({"batch_per_gpu": "1056"})
+    big = estimate_workload(scaled_spec(spec, 16384, 8, ex), topo, 16384, 8)  # bench_planner's 16,384 nodes
+    assert not big.too_expensive and big.workgroups_per_rank > 1000
+    runaway = estimate_workload(scaled_spec(spec, 1, 8, parse_execution({"batch_per_gpu": str(2**40)})), topo, 1, 8)
+    assert runaway.too_expensive

@@ -42,7 +42,9 @@ def cmd_run(args) -> int:
         spec = load_workload(args.model)
         nodes, name = args.nodes, spec.name
         g = resolve_gpus_per_node(topo, args.gpus_per_node)
-        check_cost(estimate_workload(spec, topo, nodes, g, args.sim_mode), args.force)
+        from .run import scaled_spec
+
+        check_cost(estimate_workload(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode), args.force)
         if args.export_chakra:
             _export_chakra(spec, system, nodes, g, ex, args.export_chakra)
         res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace))
@@ -128,12 +130,14 @@ def cmd_sweep(args) -> int:
         raise SpecError("<argument>", "--workers", f"must be in 1..1024, got {args.workers}")
     check_out_dir(args.out)
     settings = {**_resolve_flags(args, parse_set_pairs(args.set)), **_scaling_settings(args)}
-    parse_execution({**settings, "mode": args.mode, "sim_mode": args.sim_mode})  # validate before any worker
+    ex = parse_execution({**settings, "mode": args.mode, "sim_mode": args.sim_mode})  # validate before any worker
     spec = load_workload(args.model)
     topo = System.load(args.topology).topology
     g = resolve_gpus_per_node(topo, args.gpus_per_node)
-    for n in nodes:  # the guard looks at every point before the first one starts
-        check_cost(estimate_workload(spec, topo, n, g, args.sim_mode), args.force)
+    from .run import scaled_spec
+
+    for n in nodes:  # the guard looks at every point, at its scaled batch, before the first one starts
+        check_cost(estimate_workload(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode), args.force)
     workers = args.workers or os.cpu_count() or 1
     df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
                    sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,

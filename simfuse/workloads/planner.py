@@ -718,9 +718,15 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
         for col in ("table", "sharding", "ranks"):
             if col not in df.columns:
                 raise SpecError(src, col, "missing column (needs table, sharding, ranks)")
-        if "mode" in df.columns:
-            df = df[df["mode"].str.strip().isin(("", mode))]
         df = df.assign(where=[f"line {i}" for i in df.index + 2])
+        if "mode" in df.columns:
+            modes = df["mode"].str.strip()
+            bad = ~modes.isin(("", "baseline", "fused"))
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raise SpecError(src, f"mode ({df['where'].iloc[i]})",
+                                f"unknown mode {modes.iloc[i][:40]!r}; expected baseline, fused or empty (both)")
+            df = df[modes.isin(("", mode))]
     ctx = _context(spec, system, n, g, mode)
     T, D = len(spec.tables), spec.dim
     per_rank: list[list[Unit]] = [[] for _ in range(n)]

@@ -93,8 +93,8 @@ def sniff(path) -> str:
     except OSError as exc:
         raise SpecError(str(path), "", f"cannot read the plan: {exc.strerror or exc}") from None
     s = head.lstrip()
-    if s.startswith("{"):
-        return "json"
+    if s.startswith("{") or (Path(path).suffix.lower() == ".json" and s):
+        return "json"  # a .json file is JSON even when cut off (read_json then says where it breaks)
     for line in head.splitlines():
         if line.startswith("module: ") or _cells(line) == list(PARAM_HEADER):
             return "text"

@@ -354,6 +354,7 @@ def test_defaults_reproduce_main(root, key):
     d = yaml.safe_load((root / "models" / f"{model}.yaml").read_text())
     d["global_batch"] = batch
     d["dense_fusion"] = "legacy"  # the dense element-wise kernels of that time (dense_fusion came later)
+    d["embedding"]["input_dist"] = "none"  # no ids' exchange then (input_dist came later, stop 24)
     spec = workload_from_dict(d, model)
     # the topology as it was then: the H100 file took over the H200's small-M GEMM curve later (stop 23)
     topo = load_topology(root / "topologies" / "h100_nvl8_ib_ndr.yaml")

@@ -303,6 +303,17 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
                             emb_grad, tail, loss_f, loss_b, emb_copy, classes)
 
 
+def sparse_update_work(label: str, spec: DLRMSpec, bags: int, lookup_cols: float, cols: float):
+    """The sparse update of a rank's model-parallel shards (one kernel): per lookup its row and its optimizer
+    state read and written (``lookup_cols`` = lookups per bag x columns, summed over the shards), each bag's
+    pooled gradient read once (``cols`` columns, ``comm_dtype``); priced by its bytes.  Checked against a
+    sort + fused segment-reduce + Adagrad on the H200: experiments/embedding_backward.py."""
+    eb, ceb = DTYPE_BYTES[spec.embedding_dtype], DTYPE_BYTES[spec.comm_dtype]
+    upd_bytes = bags * lookup_cols * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + bags * cols * ceb
+    return elementwise_work(label, upd_bytes, bags * lookup_cols * 3.0, spec.embedding_dtype,
+                            wgs=max(1, int(cols * bags // (64 * spec.dim))))
+
+
 def _buckets(grads_order: list[float], bucket_bytes: float) -> tuple[list[float], dict[int, int]]:
     """DDP buckets in backward order: sizes, and for each bucket the index of the layer that closes it."""
     buckets: list[float] = []
@@ -718,14 +729,10 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                                                   phase="allreduce_grouped", deps=(last,))))
         if U > 0:
             ps = sum(u.pooling * (u.dim or D) for u in units)  # lookups x columns
-            upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + B * cols * ceb
-            comp(elementwise_work("emb_update", upd_bytes, B * ps * 3.0, spec.embedding_dtype,
-                                  wgs=max(1, cols * B // (64 * D))), "embedding_update", deps=(bwd_x,))
+            comp(sparse_update_work("emb_update", spec, B, ps, cols), "embedding_update", deps=(bwd_x,))
         if tr_units:
-            ps = tr_lookups * dim_h  # lookups x columns
-            upd_bytes = B * ps * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + tr_tables * B * dim_h * ceb
-            comp(elementwise_work("emb_update_twrw", upd_bytes, B * ps * 3.0, spec.embedding_dtype,
-                                  wgs=max(1, tr_tables * dim_h * B // (64 * D))), "embedding_update", deps=(tr_x,))
+            comp(sparse_update_work("emb_update_twrw", spec, B, tr_lookups * dim_h, tr_tables * dim_h),
+                 "embedding_update", deps=(tr_x,))
         for t in dp_tables:  # the optimizer step over the table, once its reduced gradient is in
             rows = spec.tables[t].rows
             nbytes = rows * D * (eb * (2.0 + 2.0 * spec.optimizer_state_factor) + grad_eb)

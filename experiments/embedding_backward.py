@@ -1,0 +1,186 @@
+"""The embedding backward on one GPU against the simulator's sparse-update kernel (issue 11, item 5).
+
+A model-parallel shard's backward, as HugeCTR (index calculation, local reduce, update) and FBGEMM's fused TBE
+backward do it: sort the shard's ids (key-value radix sort of ``bags x lookups`` int32 ids with their positions),
+then one fused kernel that, for each distinct id (a run of equal ids in sorted order), adds up the pooled
+gradients of the bags that looked it up (fp16, one row of ``D`` per bag) and applies Adagrad to the row (fp32
+table and fp32 accumulator, one state element per element: HugeCTR's ``optimizers.cuh``).  Ids are uniform in
+``[0, rows)`` (the simulator's assumption).  simfuse prices the same shard with
+:func:`simfuse.workloads.dlrm.sparse_update_work` (bytes: per lookup its row and state read and written, each
+bag's gradient once) and does not price the sort.
+
+* ``python experiments/embedding_backward.py measure OUT_DIR`` (GPU; torch + Triton): checks the fused kernel
+  against a PyTorch reference on a small case, then times ``sort`` and ``update`` (each in a CUDA graph, median of
+  5 timings of 20 replays) per case: ``embedding_backward_<gpu>.csv``.
+* ``python experiments/embedding_backward.py predict CSV [--model M] [--topology T] [--out CSV]``: the simulator's
+  kernel for the same shards (launch included) next to the measured ``sort + update``.  Nothing is fitted.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # dlrm_dense_step (shared helpers)
+sys.path.insert(0, str(ROOT))
+DIM = 128
+#: (bags, lookups per bag on the shard, rows of the shard): the shards the validation runs see -- bags = the
+#: global batch a model-parallel shard pools (55,296 at 1 node, 135,168 at 8 and 16), lookups = its share of a
+#: table's (e.g. the 100-hot table over 4 or 32 GPUs: 25, 3), rows up to 10 M (40 M over 4 GPUs)
+CASES = [(55296, 1, 1_000_000), (55296, 4, 1_000_000), (55296, 25, 10_000_000), (135168, 1, 1_000_000),
+         (135168, 3, 1_250_000), (135168, 8, 10_000_000), (135168, 25, 10_000_000), (135168, 1, 40_000)]
+FIELDS = ["gpu", "bags", "lookups", "rows", "dim", "what", "time_s", "reps"]
+
+
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def seg_adagrad(sorted_ids, pos, grad, w, state, n, L, lr, eps, D: tl.constexpr):
+        i = tl.program_id(0)
+        cur = tl.load(sorted_ids + i)
+        prev = tl.load(sorted_ids + i - 1, mask=i > 0, other=-1)
+        if cur != prev:  # the first of a run of equal ids: reduce the run, update the row
+            cols = tl.arange(0, D)
+            acc = tl.zeros([D], dtype=tl.float32)
+            j = i
+            nxt = cur
+            while nxt == cur:
+                bag = tl.load(pos + j) // L
+                acc += tl.load(grad + bag.to(tl.int64) * D + cols).to(tl.float32)
+                j += 1
+                nxt = tl.load(sorted_ids + j, mask=j < n, other=-1)
+            row = cur.to(tl.int64) * D + cols
+            s = tl.load(state + row) + acc * acc
+            tl.store(state + row, s)
+            tl.store(w + row, tl.load(w + row) - lr * acc / (tl.sqrt(s) + eps))
+
+    return seg_adagrad
+
+
+def _check(torch, kern, device: str = "cuda") -> bool:
+    """The fused kernel against index_add_ + Adagrad in PyTorch (fp32), a small case with repeated ids (CPU under
+    ``TRITON_INTERPRET=1``: the smoke test)."""
+    dev = torch.device(device)
+    g = torch.Generator(device=dev).manual_seed(0)
+    B, L, R = 500, 7, 300
+    ids = torch.randint(0, R, (B * L,), device=dev, dtype=torch.int32, generator=g)
+    grad = torch.randn(B, DIM, device=dev, generator=g).half()
+    w0, s0 = torch.randn(R, DIM, device=dev, generator=g), torch.rand(R, DIM, device=dev, generator=g)
+    acc = torch.zeros(R, DIM, device=dev).index_add_(0, ids.long(), grad.float().repeat_interleave(L, 0))
+    touched = torch.zeros(R, dtype=torch.bool, device=dev)
+    touched[ids.long()] = True
+    s_ref = torch.where(touched[:, None], s0 + acc * acc, s0)
+    w_ref = torch.where(touched[:, None], w0 - 0.01 * acc / (s_ref.sqrt() + 1e-8), w0)
+    w, s = w0.clone(), s0.clone()
+    sid, pos = torch.sort(ids)
+    kern[(B * L,)](sid, pos.int(), grad, w, s, B * L, L, 0.01, 1e-8, D=DIM)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return bool(torch.allclose(w, w_ref, atol=1e-4, rtol=1e-4) and torch.allclose(s, s_ref, atol=1e-3, rtol=1e-4))
+
+
+def _eager_time(fn, torch, reps: int) -> float:  # pragma: no cover - needs a GPU
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(e) / 1e3 / reps)
+    return sorted(times)[2]
+
+
+def measure(out_dir: str) -> Path:  # pragma: no cover - needs a GPU
+    import torch
+    from dlrm_dense_step import graph_replay_time
+
+    kern = _kernel()
+    if not _check(torch, kern):
+        raise SystemExit("the fused segment-reduce + Adagrad kernel disagrees with the PyTorch reference")
+    gpu = torch.cuda.get_device_name().replace(" ", "_")
+    dev = torch.device("cuda")
+    rows_out = []
+    for B, L, R in CASES:
+        g = torch.Generator(device=dev).manual_seed(1)
+        n = B * L
+        ids = torch.randint(0, R, (n,), device=dev, dtype=torch.int32, generator=g)
+        grad = torch.randn(B, DIM, device=dev, generator=g).half()
+        w, st = torch.randn(R, DIM, device=dev), torch.rand(R, DIM, device=dev)
+        sid, pos = torch.sort(ids)
+        pos32 = pos.int()
+
+        def sort(ids=ids):
+            torch.sort(ids)
+
+        def update(sid=sid, pos32=pos32, grad=grad, w=w, st=st, n=n, L=L):
+            kern[(n,)](sid, pos32, grad, w, st, n, L, 1e-4, 1e-8, D=DIM)
+
+        for what, fn in (("sort", sort), ("update", update)):
+            try:
+                t, _g = graph_replay_time(fn, torch, reps=20, warm=3)
+            except RuntimeError as exc:  # not capturable: eager launches, CUDA events (launch gaps included)
+                print(f"{what}: no CUDA graph ({exc}); eager timing", flush=True)
+                t = _eager_time(fn, torch, 20)
+            rows_out.append({"gpu": gpu, "bags": B, "lookups": L, "rows": R, "dim": DIM, "what": what,
+                             "time_s": t, "reps": 20})
+            print(f"{B:7d} x {L:3d} rows {R:9d} {what:6s} {t * 1e6:9.1f} us", flush=True)
+        del w, st, ids, grad, sid, pos, pos32
+        torch.cuda.empty_cache()
+    out = Path(out_dir) / f"embedding_backward_{gpu}.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
+        wr.writeheader()
+        wr.writerows(rows_out)
+    return out
+
+
+def predict(csv_path: str, model: str, topology: str, out: str | None) -> Path:
+    """Per measured case: measured sort, update and their sum; simfuse's kernel for the shard (launch included)
+    and its ratio to the measured update and to sort + update."""
+    import dataclasses
+
+    import pandas as pd
+
+    from simfuse.engine.compute import simulate_kernel
+    from simfuse.spec import load_workload
+    from simfuse.system import System
+    from simfuse.workloads.dlrm import sparse_update_work
+
+    system = System.load(topology)
+    spec = dataclasses.replace(load_workload(model), embedding_comm_dtype="fp16", optimizer_state_factor=1.0)
+    df = pd.read_csv(csv_path)
+    piv = df.pivot_table(index=["gpu", "bags", "lookups", "rows", "dim"], columns="what", values="time_s")
+    rows = []
+    for (gpu, B, L, R, D), r in piv.iterrows():
+        work = sparse_update_work("emb_update", spec, int(B), float(L) * int(D), int(D))
+        sim = simulate_kernel(work, system.cost).time_s
+        meas = float(r["sort"]) + float(r["update"])
+        rows.append({"gpu": gpu, "bags": B, "lookups": L, "rows": R, "dim": D, "sort_s": float(r["sort"]),
+                     "update_s": float(r["update"]), "measured_s": meas, "sim_s": sim,
+                     "sim_over_update": sim / float(r["update"]), "sim_over_measured": sim / meas,
+                     "lookup_bytes": float(B) * float(L) * D * 4 * 4})
+    res = pd.DataFrame(rows)
+    dest = Path(out) if out else Path(csv_path).with_name(Path(csv_path).stem + "_vs_sim.csv")
+    res.to_csv(dest, index=False)
+    print(res.to_string(index=False))
+    return dest
+
+
+def main(argv=None) -> int:
+    from dlrm_dense_step import measure_predict_main
+
+    return measure_predict_main(argv, __doc__, measure, predict, str(ROOT / "models/dlrm_dcnv2_mlperf_hugectr.yaml"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

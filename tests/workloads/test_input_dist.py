@@ -127,16 +127,17 @@ def test_defaults_and_model_files():
 
 
 
-@pytest.mark.parametrize("dist", ["prefetch", "none"])
+@pytest.mark.parametrize("dist", ["inline", "prefetch", "none"])
 def test_planner_counts_the_ids_per_option(small, dist):
-    """The estimator's id traffic per option: ``x = b (P_shard k + 4)`` from every rank to each holder; a rank
-    sends ``shards x`` split as the uniform volumes; nothing for data-parallel or with ``input_dist: none``."""
+    """The estimator's id traffic per option with ``input_dist: inline``: ``x = b (P_shard k + 4)`` from every
+    rank to each holder; a rank sends ``shards x`` split as the uniform volumes; nothing for data-parallel, and
+    nothing for prefetched ids (they overlap the iteration, as TorchRec's estimator assumes) or ``none``."""
     from simfuse.workloads.planner import SHARDINGS, _context, enumerate_options
 
     spec = _spec(dim=64, input_dist=dist)
     ctx = _context(spec, small, N, G, "baseline")
     b, n, g, P = 1024 // N, N, G, 8.0  # table 1: 4,000 rows, 8 lookups per bag
-    on = dist != "none"
+    on = dist == "inline"
     seen = set()
     for o in enumerate_options(ctx, 1, SHARDINGS):
         seen.add(o.kind)
@@ -167,7 +168,7 @@ def test_table_row_wise_over_several_nodes_is_enumerated(small):
 
 
 def test_ids_raise_every_sharded_options_estimate(small):
-    """Counting the ids never lowers an option's estimate and raises every sharded one's; a column split pays
+    """Counting inline ids never lowers an option's estimate and raises every sharded one's; a column split pays
     its table's ids once per column shard (every rank sends ``k x``), a row split only once in all."""
     from simfuse.workloads.planner import SHARDINGS, _context, _option_cost_alone, enumerate_options
 
@@ -175,7 +176,7 @@ def test_ids_raise_every_sharded_options_estimate(small):
         ctx = _context(_spec(dim=64, input_dist=dist), small, N, G, "baseline")
         return ctx, {(o.kind, o.shards): o for o in enumerate_options(ctx, 1, SHARDINGS)}
 
-    (c0, off), (c1, on) = opts("none"), opts("prefetch")
+    (c0, off), (c1, on) = opts("none"), opts("inline")
     for key, o in on.items():
         before, after = _option_cost_alone(c0, off[key]), _option_cost_alone(c1, o)
         assert after > before if key[0] != "data_parallel" else after == before

@@ -36,6 +36,14 @@ def gemm_curve_time_s(device: DeviceSpec, work: KernelWork, launch_latency_s: fl
     return max(curve.floor_s - launch_latency_s, max(t_flops, t_bytes) / curve.efficiency(m))
 
 
+def strided_factor(device: DeviceSpec, work: KernelWork) -> float:
+    """Time multiplier of a strided copy kernel (``shape`` flag ``strided``: the DLRM concat copies) whose bytes
+    exceed the L2, from the device's measured ``strided_copy`` rate; 1.0 for every other kernel."""
+    if device.strided_copy is None or not dict(work.shape).get("strided"):
+        return 1.0
+    return device.strided_copy_factor(work.total_bytes)
+
+
 def spread_over_waves_s(kernel_time_s: float, work: KernelWork, concurrent_wgs: int) -> float:
     """Per-workgroup time that makes the engine's waves of ``concurrent_wgs`` workgroups add up to the kernel
     time (``n / W`` of it per wave of ``n``)."""
@@ -74,7 +82,7 @@ class RooflineCostModel:
         byte_rate = min(hbm / n, PER_CU_BW_HEADROOM * hbm / dev.compute_units / per_cu)
         t_flops = work.flops_per_wg / flop_rate if work.flops_per_wg > 0 else 0.0
         t_bytes = work.bytes_per_wg / byte_rate if work.bytes_per_wg > 0 else 0.0
-        return max(t_flops, t_bytes)
+        return max(t_flops, t_bytes * strided_factor(dev, work))
 
     def launch_latency_s(self, work: KernelWork) -> float:
         return self.device.kernel_launch_latency_s

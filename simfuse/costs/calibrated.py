@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import SimfuseError
-from .analytic import PER_CU_BW_HEADROOM, RooflineCostModel, gemm_curve_time_s, spread_over_waves_s
+from .analytic import PER_CU_BW_HEADROOM, RooflineCostModel, gemm_curve_time_s, spread_over_waves_s, strided_factor
 from .base import KernelWork
 
 #: Simulator ``KernelWork.name`` -> kernel name in the traces / profile.  Trace names map to themselves.
@@ -738,6 +738,8 @@ class CalibratedCostModel:
 
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
         t = self.dense_time_s(work)
+        if t is not None:  # a strided copy beyond the L2 at the device's measured rate (device.strided_copy)
+            t *= strided_factor(self.fallback.device, work)
         if t is None:
             t = self.curve_time_s(work)
         if t is not None:

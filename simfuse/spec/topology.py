@@ -66,6 +66,28 @@ class GemmEfficiencySpec:
 
 
 @dataclass(frozen=True)
+class StridedCopySpec:
+    """Measured rate of copies into (or out of) column slices of a row-major matrix -- the DLRM concat kernels
+    (HugeCTR's ``concat_fwd_kernel`` / ``concat_bwd_kernel``, PyTorch's ``torch.cat`` along dim 1) -- whose working
+    set does not fit the L2 (``device.strided_copy``; opt-in, absent = such copies priced as any element-wise
+    kernel).
+
+    ``efficiency``: the fraction of the HBM data-sheet rate the copy reaches when its bytes exceed ``min_bytes``
+    (the L2 size, data sheet); below it the copy is priced as any element-wise kernel (measured within 0.8-1.0 of
+    that there).  ``source``: where it was measured."""
+
+    source: str
+    efficiency: float
+    min_bytes: float
+
+    def factor(self, hbm_bw_bytes_per_s: float, hbm_efficiency: float, nbytes: float) -> float:
+        """Time multiplier of a strided copy of ``nbytes`` over an element-wise kernel of the same bytes (>= 1)."""
+        if nbytes <= self.min_bytes:
+            return 1.0
+        return max(1.0, hbm_efficiency / self.efficiency)
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """One GPU.  ``peak_flops`` maps dtype -> FLOP/s (dense); efficiencies are achievable fractions of peak."""
 
@@ -80,6 +102,13 @@ class DeviceSpec:
     memory_bytes: float = 141e9
     #: small-M efficiency of library GEMMs (``device.gemm_efficiency``); None = the tiled roofline everywhere
     gemm_efficiency: GemmEfficiencySpec | None = None
+    #: measured rate of strided (column-slice) copies beyond the L2 (``device.strided_copy``); None = element-wise
+    strided_copy: StridedCopySpec | None = None
+
+    def strided_copy_factor(self, nbytes: float) -> float:
+        """Time multiplier of a strided copy of ``nbytes`` (1.0 without ``strided_copy``)."""
+        sc = self.strided_copy
+        return 1.0 if sc is None else sc.factor(self.hbm_bw_bytes_per_s, self.hbm_efficiency, nbytes)
 
     @property
     def workgroup_slots(self) -> int:
@@ -259,12 +288,24 @@ def _device(f: Fields) -> DeviceSpec:
                                          max_value=MAX_LATENCY_US) * 1e-6,
         memory_bytes=f.number("memory_gb", 141.0, positive=True, max_value=1e9) * 1e9,
         gemm_efficiency=_gemm_efficiency(f.sub("gemm_efficiency")) if f.has("gemm_efficiency") else None,
+        strided_copy=_strided_copy(f.sub("strided_copy")) if f.has("strided_copy") else None,
     )
     f.reject_unknown()
     return dev
 
 
 MAX_GEMM_CURVE_POINTS = 1000
+
+
+def _strided_copy(f: Fields) -> StridedCopySpec:
+    """``device.strided_copy: {source: str, efficiency: (0, 1], l2_mb: number}``."""
+    source = f.string("source")
+    if not source.strip():
+        raise SpecError(f.source, f.name("source"), "must name where the rate was measured")
+    eff = f.number("efficiency", positive=True, max_value=1.0)
+    l2 = f.number("l2_mb", min_value=0.0, max_value=1e9) * 1e6
+    f.reject_unknown()
+    return StridedCopySpec(source, eff, l2)
 
 
 def _gemm_efficiency(f: Fields) -> GemmEfficiencySpec:

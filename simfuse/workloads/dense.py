@@ -20,7 +20,10 @@ def gemm_work(label: str, m: int, n: int, k: int, dtype: str, tile: int = 128) -
                       traffic_bytes_per_wg=(bm * k + k * bn + bm * bn) * eb)
 
 
-def elementwise_work(label: str, nbytes: float, flops: float, dtype: str, wgs: int = 1024) -> KernelWork:
-    """A bandwidth-bound kernel moving ``nbytes`` with ``flops`` of arithmetic."""
+def elementwise_work(label: str, nbytes: float, flops: float, dtype: str, wgs: int = 1024,
+                     strided: bool = False) -> KernelWork:
+    """A bandwidth-bound kernel moving ``nbytes`` with ``flops`` of arithmetic; ``strided``: a copy into or out of
+    column slices (priced at the device's measured ``strided_copy`` rate beyond the L2)."""
     wgs = max(1, int(wgs))
-    return KernelWork("elementwise", wgs, flops / wgs, nbytes / wgs, dtype, "compute", (("bytes", nbytes),))
+    shape = (("bytes", nbytes), ("strided", 1.0)) if strided else (("bytes", nbytes),)
+    return KernelWork("elementwise", wgs, flops / wgs, nbytes / wgs, dtype, "compute", shape)

@@ -220,9 +220,10 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
     classes: dict = {}
 
     def ew(label: str, elems_moved: float, flops: float, what: str) -> tuple[str, KernelWork]:
-        """(label, kernel); ``what``: its op class (``DenseElementwise.op_classes``)."""
+        """(label, kernel); ``what``: its op class (``DenseElementwise.op_classes``).  The concat copies (into or
+        out of the interaction input's column slices) are strided: ``device.strided_copy`` prices them."""
         classes[label] = what
-        return label, elementwise_work(label, elems_moved * eb, flops, dt)
+        return label, elementwise_work(label, elems_moved * eb, flops, dt, strided=label.startswith("concat"))
 
     # the dot interaction: one kernel forward (the pairwise dot products of the F features) and one backward
     dot = None if spec.interaction == "dcn" else \

@@ -31,7 +31,13 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import SimfuseError
-from .analytic import PER_CU_BW_HEADROOM, RooflineCostModel, gemm_curve_time_s, spread_over_waves_s, strided_factor
+from .analytic import (
+    PER_CU_BW_HEADROOM,
+    RooflineCostModel,
+    gemm_curve_time_s,
+    spread_over_waves_s,
+    strided_factor,
+)
 from .base import KernelWork
 
 #: Simulator ``KernelWork.name`` -> kernel name in the traces / profile.  Trace names map to themselves.

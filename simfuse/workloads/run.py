@@ -211,9 +211,14 @@ def workload_graph(spec, system, nodes: int, mode: str, *, gpus_per_node=None,
 
     system = as_system(system)
     ex = execution or ExecutionSpec()
+    g = gpus_per_node or system.gpus_per_node
+    spec = scaled_spec(spec, nodes, g, ex)  # the batch, placement and dense kernels the run itself simulates
     if isinstance(spec, DLRMSpec):
-        return build_dlrm_graph(spec, system, nodes, gpus_per_node=gpus_per_node, mode=mode, sim_mode=ex.sim_mode,
-                                knobs=ex.knobs)
+        from .planner import load_plan
+
+        plan = load_plan(ex.plan_file, spec, system, nodes, g, mode) if ex.plan_file else None
+        return build_dlrm_graph(spec, system, nodes, gpus_per_node=g, mode=mode, sim_mode=ex.sim_mode,
+                                knobs=ex.knobs, plan=plan)
     from .llm import build_llm_graph
 
     builder = {TransformerDecodeSpec: build_decode_graph, MoESpec: build_moe_graph,

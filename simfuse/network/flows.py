@@ -37,8 +37,12 @@ _INF = float("inf")
 #: numpy no slower than Python from 770-960 entries with the layout kept and 480-580 with it built each time over
 #: 40 links, 380-580 and 290-380 over 200 links (runs of 5-10 problems a size; first measured when the solver was
 #: written, issue 11: about 600 and 450).  Both solvers give the same rates bit for bit, so the threshold moves
-#: only wall time.
-NUMPY_MIN_ENTRIES = 512
+#: only wall time.  The simulator's own problems favour numpy earlier than random ones (many groups on few
+#: links: Python's fill loops over the groups at every level).  Stop 24, `simfuse run` on the 2-core VM, two
+#: interleaved runs each: DLRM-DCNv2 8 nodes 4.5 s at 512 -> 3.6-4.3 s at 128; DLRM-DCNv2 MLPerf 128 nodes
+#: 5.6-6.8 -> 4.9-5.1 s; the MoE layer at 128 nodes 0.47-0.52 s at both; the 1,024-node weak-scaling run 8.5 ->
+#: 7.7 s (15.7 -> 13.2 s with ``bound``).  So 128.
+NUMPY_MIN_ENTRIES = 128
 #: entries of the rate-problem layouts a network keeps (about 150 bytes each); all are dropped when it is exceeded
 _MAX_LAYOUT_ENTRIES = 100_000
 #: entries of the vectorised path's kept layouts (24 bytes each: 4.8 MB at the bound)

@@ -77,14 +77,23 @@ def gbit_to_bytes_per_s(bw_gbit_per_s: float) -> float:
     return float(bw_gbit_per_s) * 1e9 / 8.0
 
 
-def seed_arg(value: str) -> int:
-    """argparse type of ``--seed``: a non-negative integer (numpy's generators take no negative seed)."""
+def int_arg(minimum: int):
+    """An argparse type: an integer of at least ``minimum``, refused with a one-line message otherwise."""
     import argparse
 
-    try:
-        seed = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value[:60]!r}") from None
-    if seed < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {seed}")
-    return seed
+    what = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value[:60]!r}") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {n}")
+        return n
+
+    return parse
+
+
+#: argparse type of ``--seed``: a non-negative integer (numpy's generators take no negative seed)
+seed_arg = int_arg(0)

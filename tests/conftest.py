@@ -29,10 +29,10 @@ def h200():
 
 def make_topology(gpus_per_node=8, nics_per_node=8, nvl_gbps=450.0, nvl_lat_us=1.0, nic_gbit=400.0,
                   nic_lat_us=3.0, fabric="fat_tree", oversub=1.0, launch_us=0.0, sync_us=0.0, scale_out_extra=None,
-                  scale_up_extra=None, collectives_extra=None, **extra):
+                  scale_up_extra=None, collectives_extra=None, device_extra=None, **extra):
     """A topology dict with round numbers for closed-form checks (efficiencies 1).  ``scale_out_extra``,
-    ``scale_up_extra``, ``collectives_extra``: further keys of those sections (the fat_tree_3tier geometry,
-    ``nvls``, ``sharp``, ``protocol_model`` ...)."""
+    ``scale_up_extra``, ``collectives_extra``, ``device_extra``: further keys of those sections (the
+    fat_tree_3tier geometry, ``nvls``, ``sharp``, ``protocol_model``, ``gemm_efficiency`` ...)."""
     from simfuse.spec import topology_from_dict
 
     d = {
@@ -48,6 +48,7 @@ def make_topology(gpus_per_node=8, nics_per_node=8, nvl_gbps=450.0, nvl_lat_us=1
     d["scale_out"].update(scale_out_extra or {})
     d["scale_up"].update(scale_up_extra or {})
     d["collectives"].update(collectives_extra or {})
+    d["device"].update(device_extra or {})
     for k, v in extra.items():
         d[k] = v
     return topology_from_dict(d, "<test>")

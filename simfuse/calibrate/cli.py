@@ -12,6 +12,7 @@ import sys
 
 from ..errors import SimfuseError
 from ..names import COLLECTIVES, canonical_collective
+from ..units import int_arg
 
 
 def _collective_arg(value: str) -> str:
@@ -21,14 +22,7 @@ def _collective_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-    return n
+_positive_int = int_arg(1)
 
 
 def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:

@@ -41,7 +41,7 @@ def strided_factor(device: DeviceSpec, work: KernelWork) -> float:
     exceed the L2, from the device's measured ``strided_copy`` rate; 1.0 for every other kernel."""
     if device.strided_copy is None or not dict(work.shape).get("strided"):
         return 1.0
-    return device.strided_copy_factor(work.total_bytes)
+    return device.strided_copy.factor(device.hbm_efficiency, work.total_bytes)
 
 
 def spread_over_waves_s(kernel_time_s: float, work: KernelWork, concurrent_wgs: int) -> float:

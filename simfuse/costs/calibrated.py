@@ -746,7 +746,7 @@ class CalibratedCostModel:
         t = self.dense_time_s(work)
         if t is not None:  # a strided copy beyond the L2 at the device's measured rate (device.strided_copy)
             t *= strided_factor(self.fallback.device, work)
-        if t is None:
+        else:
             t = self.curve_time_s(work)
         if t is not None:
             # the engine runs waves of ``n`` workgroups; ``n / W`` of the kernel time each sums to the kernel time

@@ -93,6 +93,16 @@ def _launch_wait(sim: Simulation, cost: CostModel, work: KernelWork, launch: boo
             yield sim.env.timeout(lat)
 
 
+def _on_sms(env, share, duration_s: float, demand: float = 1.0):
+    """Busy the SMs for ``duration_s`` of work: a plain wait, or, when another compute stream of the rank may run
+    beside it (``share``: :class:`~simfuse.engine.share.DeviceShare`), a hold of ``demand`` of the time-shared
+    device."""
+    if share is not None:
+        yield from share.hold(duration_s, demand)
+    else:
+        yield env.timeout(duration_s)
+
+
 def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int = 0,
                order: Sequence[int] | None = None, on_complete: CompletionFn | None = None,
                wg_overhead_s: Callable[[np.ndarray], np.ndarray] | None = None, occupancy_loss: float = 0.0,
@@ -120,10 +130,8 @@ def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int 
     if plain:
         # nothing observes the waves: identical waves back to back are one wait (the same end time, one event)
         total = (W // slots) * full_t + (rem_t if W % slots else 0.0)
-        if share is not None:  # another compute stream may run beside it: the SMs are time-shared (engine.share)
-            yield from share.hold(total, 1.0)
-        elif total > 0:
-            yield env.timeout(total)
+        if share is not None or total > 0:
+            yield from _on_sms(env, share, total)
         sim.recorder.add("kernel", work.name, track or f"gpu{rank}/compute", rank, t_start, env.now,
                          variant=work.variant, workgroups=W, slots=slots, launched_s=t0)
         return env.now
@@ -142,10 +150,7 @@ def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int 
         for lo in range(0, W, slots):
             hi = min(W, lo + slots)
             d = durations(lo, hi)
-            if share is not None:
-                yield from share.hold(float(d.max()), 1.0)
-            else:
-                yield env.timeout(float(d.max()))
+            yield from _on_sms(env, share, float(d.max()))
             if records is not None:
                 records.extend((int(i), env.now - float(d.max()), env.now, j) for j, i in enumerate(idx[lo:hi]))
             if on_complete is not None:
@@ -159,10 +164,7 @@ def run_kernel(sim: Simulation, work: KernelWork, cost: CostModel, *, rank: int 
                 k = state["next"]
                 state["next"] += 1
                 s = env.now
-                if share is not None:
-                    yield from share.hold(float(all_d[k]), 1.0 / slots)
-                else:
-                    yield env.timeout(float(all_d[k]))
+                yield from _on_sms(env, share, float(all_d[k]), 1.0 / slots)
                 if records is not None:
                     records.append((int(idx[k]), s, env.now, slot))
                 if on_complete is not None:
@@ -229,10 +231,7 @@ def run_kernel_waves(sim: Simulation, work: KernelWork, cost: CostModel, *, rank
             if wave_overhead_s is not None:
                 d = d + float(wave_overhead_s(lo, hi))
             total = d if group == 1 else total + d
-        if share is not None:
-            yield from share.hold(float(total), 1.0)
-        else:
-            yield env.timeout(float(total))
+        yield from _on_sms(env, share, float(total))
         if on_wave is not None:
             on_wave(g0 * slots, min(W, (g0 + group) * slots), env.now)
     sim.recorder.add("kernel", work.name, track or f"gpu{rank}/compute", rank, t_start, env.now,

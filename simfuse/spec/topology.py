@@ -80,7 +80,7 @@ class StridedCopySpec:
     efficiency: float
     min_bytes: float
 
-    def factor(self, hbm_bw_bytes_per_s: float, hbm_efficiency: float, nbytes: float) -> float:
+    def factor(self, hbm_efficiency: float, nbytes: float) -> float:
         """Time multiplier of a strided copy of ``nbytes`` over an element-wise kernel of the same bytes (>= 1)."""
         if nbytes <= self.min_bytes:
             return 1.0
@@ -104,11 +104,6 @@ class DeviceSpec:
     gemm_efficiency: GemmEfficiencySpec | None = None
     #: measured rate of strided (column-slice) copies beyond the L2 (``device.strided_copy``); None = element-wise
     strided_copy: StridedCopySpec | None = None
-
-    def strided_copy_factor(self, nbytes: float) -> float:
-        """Time multiplier of a strided copy of ``nbytes`` (1.0 without ``strided_copy``)."""
-        sc = self.strided_copy
-        return 1.0 if sc is None else sc.factor(self.hbm_bw_bytes_per_s, self.hbm_efficiency, nbytes)
 
     @property
     def workgroup_slots(self) -> int:

@@ -404,7 +404,8 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     # a column shard all of its table's) and one length per bag and shard; the same vector from every rank
     if spec.input_dist != "none":
         if vec:
-            key_lk, key_units = per_rank.lookups(_SHARDED_KINDS), per_rank.units(_SHARDED_KINDS)
+            key_lk = per_rank.lookups(_SHARDED_KINDS)
+            key_units = sum(per_rank.count(k) for k in _SHARDED_KINDS)
         else:
             key_lk = np.array([sum(u.pooling for u in us if u.kind in _SHARDED_KINDS) for us in per_rank])
             key_units = np.array([sum(1 for u in us if u.kind in _SHARDED_KINDS) for us in per_rank], dtype=float)

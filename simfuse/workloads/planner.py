@@ -179,8 +179,7 @@ class RankUnits(Sequence):
     Entry ``i`` is one table's option and its holder ranks (shard ``s`` on ``holders[s]``); ``self[r]`` builds
     rank ``r``'s list of :class:`~simfuse.workloads.placement.Unit` in placement order, the order the per-rank
     lists of the straightforward construction have.  The per-rank summaries the DLRM builder needs
-    (:meth:`rank_classes`, :meth:`columns`, :meth:`dims`, :meth:`lookups`, :meth:`units`, :meth:`count`,
-    :meth:`tables_of`,
+    (:meth:`rank_classes`, :meth:`columns`, :meth:`dims`, :meth:`lookups`, :meth:`count`, :meth:`tables_of`,
     :meth:`memory_bytes`) are computed per entry with numpy and equal those of the materialised lists
     (``tests/workloads/test_planner_vectorised.py`` checks it against the per-rank construction)."""
 
@@ -233,10 +232,6 @@ class RankUnits(Sequence):
     def lookups(self, kinds) -> np.ndarray:
         """Lookups per bag each rank serves in units of ``kinds`` (``u.pooling`` summed)."""
         return self._per_rank_sum(lambda u: u.pooling if u.kind in kinds else 0)
-
-    def units(self, kinds) -> np.ndarray:
-        """Units of any of ``kinds`` on each rank."""
-        return self._per_rank_sum(lambda u: 1 if u.kind in kinds else 0)
 
     def count(self, kind: str) -> np.ndarray:
         """Units of ``kind`` on each rank."""
@@ -405,7 +400,7 @@ def _with_keys(ctx: _Ctx, opt: _Option) -> _Option:
     of its ``b`` bags that the shard serves (``pooling`` per bag, ``kb`` bytes each) and one ``lb``-byte length
     per bag: ``x = b (pooling kb + lb)``.  A holder receives ``x`` from each other rank (``g - 1`` of them over
     NVLink); a rank sends ``shards x``, the tiers split as the uniform receive volumes (``(g - 1) / n`` intra).
-    Prefetched ids overlap the iteration but share its links, so they count as the other traffic does."""
+    Only ``inline`` ids count (``ctx.kb`` / ``ctx.lb`` are 0 otherwise: see the module docstring)."""
     if opt.kind == "data_parallel" or not (ctx.kb or ctx.lb):
         return opt
     n, g = ctx.n, ctx.g
@@ -444,8 +439,8 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
         out.append(_hier_option(ctx, t, "table_row_wise", 1))
         m = 2  # row shards over m whole nodes (HugeCTR's hierarchical plans put its hottest table on 2-4 nodes)
         while m <= N and m * g <= tab.rows:
-            out.append(_custom_option(ctx, Unit(t, math.ceil(tab.rows / (m * g)), tab.pooling / (m * g), 0, m * g,
-                                                "table_row_wise"), keys=False))
+            out.append(_custom_option_comm(ctx, Unit(t, math.ceil(tab.rows / (m * g)), tab.pooling / (m * g), 0,
+                                                     m * g, "table_row_wise")))
             m *= 2
     if "grid" in allowed and g > 1:
         k = 2
@@ -669,14 +664,14 @@ def estimate_plan(spec, system, plan_per_rank: list[list[Unit]], nodes: int, gpu
     return float(L.costs().max())
 
 
-def _custom_option(ctx: _Ctx, u: Unit, keys: bool = True) -> _Option:
-    """The estimate of a shard ``u`` of any shard count (forced plans; the enumerator's table-row-wise over
-    several nodes); ``keys``: with its input distribution (:func:`_with_keys`)."""
-    opt = _custom_option_comm(ctx, u)
-    return _with_keys(ctx, opt) if keys else opt
+def _custom_option(ctx: _Ctx, u: Unit) -> _Option:
+    """The estimate of a shard count the enumerator does not produce (forced plans), ids included."""
+    return _with_keys(ctx, _custom_option_comm(ctx, u))
 
 
 def _custom_option_comm(ctx: _Ctx, u: Unit) -> _Option:
+    """:func:`_custom_option` without the input distribution (also the enumerator's table-row-wise over several
+    nodes, whose list gets the ids once)."""
     dim = u.dim or ctx.D
     x = 2.0 * ctx.b * dim * ctx.ceb
     n, g = ctx.n, ctx.g

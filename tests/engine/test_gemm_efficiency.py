@@ -22,11 +22,7 @@ CURVE = {"source": "test", "dtype": "bf16", "floor_us": 5.0, "points": [[64, 0.2
 
 
 def _device(curve=CURVE):
-    dev = {"name": "dev", "compute_units": 100, "max_workgroups_per_cu": 2, "peak_tflops": {"bf16": 1000, "fp32": 100},
-           "hbm_bw_gbps": 4000, "hbm_efficiency": 1.0, "flops_efficiency": 1.0, "kernel_launch_latency_us": 2.0}
-    if curve is not None:
-        dev["gemm_efficiency"] = curve
-    return make_topology(device=dev).device
+    return make_topology(device_extra={} if curve is None else {"gemm_efficiency": curve}).device
 
 
 def test_closed_form_under_the_curve():

@@ -21,11 +21,7 @@ SC = {"source": "test", "efficiency": 0.2, "l2_mb": 10}
 
 
 def _device(sc=SC):
-    dev = {"name": "dev", "compute_units": 100, "max_workgroups_per_cu": 2, "peak_tflops": {"bf16": 1000, "fp32": 100},
-           "hbm_bw_gbps": 4000, "hbm_efficiency": 0.8, "flops_efficiency": 1.0, "kernel_launch_latency_us": 2.0}
-    if sc is not None:
-        dev["strided_copy"] = sc
-    return make_topology(device=dev).device
+    return make_topology(device_extra={"hbm_efficiency": 0.8, **({} if sc is None else {"strided_copy": sc})}).device
 
 
 @pytest.mark.parametrize("nbytes", [40e6, 400e6])

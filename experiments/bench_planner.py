@@ -11,8 +11,10 @@ The CLI's default uncertainty is ``bound`` (the whole run repeated with every ke
 p90 residual: 4 simulations of each mode); ``none`` is the simulation alone.  Each point runs in a fresh Python
 process, so ``peak_rss_gib`` is that point's own peak resident set; ``wall_s`` is the time inside it (model and
 topology loading, planning, simulation), ``process_wall_s`` the whole process as the parent saw it (interpreter
-start and imports included).  Rows are appended to ``experiments/results/bench_planner.csv`` with the machine,
-the date and the commit::
+start and imports included).  ``simfuse run`` uses its default ``--workers`` (the CPU count: 2 here) for the
+fused candidates and the interval's runs; a run point's ``peak_rss_gib`` bounds the whole process tree (this
+process plus every worker at the largest worker's peak).  Rows are appended to
+``experiments/results/bench_planner.csv`` with the machine, the date and the commit::
 
     python experiments/bench_planner.py [--points planner:1024,run:1024:none,run:1024:bound,...] [--out CSV]
 """
@@ -40,9 +42,10 @@ DEFAULT_POINTS = ("planner:1024,run:1024:none,run:1024:bound,planner:16384,run:1
 RSS_TARGET_GIB = 4.0
 
 
-def _rss_gib() -> float:
-    """Peak resident set of this process so far (GiB; Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+def _rss_gib(who=resource.RUSAGE_SELF) -> float:
+    """Peak resident set of this process so far (GiB; Linux reports ru_maxrss in KiB); ``RUSAGE_CHILDREN``: of
+    its largest finished child (a worker of ``simfuse run --workers``)."""
+    return resource.getrusage(who).ru_maxrss / 2**20
 
 
 def _run_target_s(nodes: int) -> float:
@@ -95,7 +98,13 @@ def _child_run(nodes: int, model: str, topology: str, uncertainty: str, batch_pe
         raise SystemExit(f"simfuse {' '.join(argv)} exited with {rc}")
     out = {r["mode"]: r for r in json.loads(buf.getvalue())["rows"]}
     b, f = out["baseline"], out["fused"]
-    return [{"what": "run_both_modes", "wall_s": wall, "target_s": _run_target_s(nodes), "peak_rss_gib": _rss_gib(),
+    workers = os.cpu_count() or 1  # the CLI's default --workers
+    # an upper bound on the peak of the whole process tree: this process plus every worker at the largest
+    # worker's peak, all at once (forked workers share the parent's pages, so the real sum is lower)
+    child = _rss_gib(resource.RUSAGE_CHILDREN)
+    return [{"what": "run_both_modes", "wall_s": wall, "target_s": _run_target_s(nodes),
+             "peak_rss_gib": _rss_gib() + workers * child, "parent_rss_gib": _rss_gib(), "worker_rss_gib": child,
+             "workers": workers,
              "gpus": f["gpus"], "global_batch": f.get("global_batch"), "model": f.get("model"), "topology": f.get("topology"),
              "baseline_iteration_s": b["iteration_time_s"], "fused_iteration_s": f["iteration_time_s"],
              "rank_classes": f.get("rank_classes"), "sim_mode": f.get("sim_mode"),

@@ -38,9 +38,10 @@ def _system(topology):
 
 
 def run(model, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mode: str = "both",
-        sim_mode: str = "auto", **settings) -> pd.DataFrame:
+        sim_mode: str = "auto", workers: int = 1, **settings) -> pd.DataFrame:
     """One iteration of a workload (``simfuse run``): one row per mode with iteration, compute and exposed
-    communication time (s) and the speedup."""
+    communication time (s) and the speedup.  ``workers``: processes for the run's independent simulations
+    (``simfuse run --workers``; the results do not depend on it)."""
     from .fused.knobs import parse_execution
     from .workloads.run import simulate_workload, summary_rows
 
@@ -48,7 +49,7 @@ def run(model, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mo
     system = _system(topology)
     ex = parse_execution({**settings, "mode": mode, "sim_mode": sim_mode}, source="<api>")
     g = gpus_per_node or system.gpus_per_node
-    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex)
+    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers)
     return pd.DataFrame(summary_rows(spec.name, system.name, nodes, nodes * g, res))
 
 

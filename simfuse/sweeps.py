@@ -449,6 +449,6 @@ def _run_points(todo, finish, model, topology, g, mode, sim_mode, workers, sched
                 finish(n, p, result)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-    else:
+    else:  # one point (or one worker): the point's own simulations get the workers
         for n, p in todo:
-            finish(n, p, run_point(model, topology, n, g, mode, sim_mode, settings))
+            finish(n, p, run_point(model, topology, n, g, mode, sim_mode, settings, workers or 1))

@@ -45,7 +45,7 @@ _INF = float("inf")
 NUMPY_MIN_ENTRIES = 128
 #: entries of the rate-problem layouts a network keeps (about 150 bytes each); all are dropped when it is exceeded
 _MAX_LAYOUT_ENTRIES = 100_000
-#: entries of the vectorised path's kept layouts (24 bytes each: 4.8 MB at the bound)
+#: entries of the vectorised path's kept layouts (about 40 bytes each: 8 MB at the bound)
 _MAX_NP_LAYOUT_ENTRIES = 200_000
 
 
@@ -87,6 +87,7 @@ class FlowNetwork:
         self._np_layouts: dict = {}  # active bundles -> their entries as arrays (the vectorised path)
         self._np_layout_entries = 0
         self._bcount: dict[int, float] = {}  # active bundle -> flows in it (sum of its groups' counts)
+        self._b_entries = 0  # entries (links) of the active bundles: picks the solver without a pass over them
         self._layouts: dict = {}  # active bundles (sorted ids) -> their rate problem's layout
         self._layout_entries = 0  # entries in the kept layouts
         # active groups, in start order, as numpy rows: remaining bytes, completion threshold (bytes), latency,
@@ -209,6 +210,7 @@ class FlowNetwork:
                         bcount[b] = left
                     else:
                         del bcount[b]
+                        self._b_entries -= len(self._b_links[b])
                 keep = ~fin
                 self._g, self._bid, self._done = g[:, keep], self._bid[keep], done[keep]
         if self._new:
@@ -222,7 +224,12 @@ class FlowNetwork:
                     self._finish_later(done, lat, sz * cnt)
                 else:
                     fresh.append((sz, thr, lat, sz * cnt, cnt, b, done))
-                    bcount[b] = bcount.get(b, 0.0) + cnt
+                    had = bcount.get(b)
+                    if had is None:
+                        bcount[b] = cnt
+                        self._b_entries += len(self._b_links[b])
+                    else:
+                        bcount[b] = had + cnt
             if fresh:
                 size_l, thr_l, lat_l, nb_l, cnt_l, bid_l, done_l = zip(*fresh, strict=True)
                 self._g = np.concatenate([self._g, np.array([size_l, thr_l, lat_l, nb_l, cnt_l])], axis=1)
@@ -253,8 +260,7 @@ class FlowNetwork:
         bcount = self._bcount
         active = tuple(sorted(bcount))
         kept = self._layouts.get(active)
-        if kept is None and (active in self._np_layouts or
-                             sum(len(self._b_links[b]) for b in active) >= NUMPY_MIN_ENTRIES):
+        if kept is None and (self._b_entries >= NUMPY_MIN_ENTRIES or active in self._np_layouts):
             return self._compute_rates_numpy(active)  # (a set seen before skips counting its entries)
         if kept is not None:
             e_group, e_link, e_uw, lay = kept
@@ -303,19 +309,20 @@ class FlowNetwork:
                     hit = b_np[b] = (np.asarray(b_links[b], dtype=np.int64), np.asarray(b_w[b], dtype=float))
                 parts.append(hit)
             e_link = np.concatenate([p[0] for p in parts])
+            links, e_local = np.unique(e_link, return_inverse=True)
             lay = (e_link, np.concatenate([p[1] for p in parts]),
                    np.repeat(np.arange(len(active), dtype=np.int64), [len(p[0]) for p in parts]),
-                   np.asarray(active, dtype=np.int64))
+                   np.asarray(active, dtype=np.int64), e_local.reshape(-1), self.capacity[links])
             self._np_layout_entries += len(e_link)
             if self._np_layout_entries > _MAX_NP_LAYOUT_ENTRIES:
                 self._np_layouts.clear()
                 self._np_layout_entries = len(e_link)
             self._np_layouts[active] = lay
-        e_link, e_uw, e_group, active_idx = lay
+        e_link, e_uw, e_group, active_idx, e_local, cap_local = lay
         bcount = self._bcount
-        cs = np.array([bcount[b] for b in active], dtype=float)
+        cs = np.fromiter(map(bcount.__getitem__, active), dtype=float, count=len(active))
         e_w = e_uw * cs[e_group]
-        rates = _fill_numpy(np.asarray(self.capacity, dtype=float), e_group, e_link, e_w, len(active))
+        rates = _fill_local(cap_local, e_group, e_local, e_w, len(active))
         if rates.min() <= 0:
             raise RuntimeError("flow network stalled: an active flow group has zero rate")
         self._loads = np.bincount(e_link, weights=e_w * rates[e_group], minlength=self.n_links)
@@ -487,35 +494,76 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
 
 def _fill_numpy(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
                 n_groups: int) -> np.ndarray:
-    """:func:`progressive_fill` vectorised: the loop works on the links the entries touch (renumbered) and drops
-    a frozen group's entries, so an iteration costs the entries still rising, not the whole network."""
+    """:func:`progressive_fill` vectorised: the loop works on the links the entries touch (renumbered, so an
+    iteration costs the entries still rising, not the whole network); see :func:`_fill_local`."""
+    if not len(e_group):
+        return np.zeros(n_groups)
+    links, e_l = np.unique(e_link, return_inverse=True)
+    return _fill_local(capacity[links], e_group, e_l.reshape(-1), e_w, n_groups)
+
+
+def _fill_local(cap_local: np.ndarray, e_group: np.ndarray, e_l: np.ndarray, e_w: np.ndarray,
+                n_groups: int) -> np.ndarray:
+    """Progressive filling on links numbered ``0 .. len(cap_local) - 1`` (entry ``i`` loads link ``e_l[i]``): the
+    operations of :func:`_fill` as array operations, each fill level dropping the entries of the groups it froze.
+    A link without rising entries (denominator 0) offers no share (inf) and loses ``inc x 0 = 0``: the same
+    numbers as leaving it out.  (Numbering the links differently moves no number: per-link sums follow the entry
+    order, and the minimum share is order-free.)"""
     rates = np.zeros(n_groups)
     if not len(e_group):
         return rates
-    links, e_l = np.unique(e_link, return_inverse=True)
-    n_links = len(links)
-    remaining = capacity[links].astype(float)
-    frozen = np.zeros(n_groups, dtype=bool)
-    g, lk, w = e_group, e_l.reshape(-1), e_w
+    n_links = len(cap_local)
+    remaining = np.array(cap_local, dtype=float)
+    alive = np.ones(n_groups, dtype=bool)
+    g, lk, w = e_group, e_l, e_w
     level = 0.0
+    share = np.empty(n_links)
+    fmin = np.fmin.reduce
+    # 0/0 (a saturated link whose groups froze) is NaN and x/0 inf: neither is a minimum (fmin skips NaN) nor
+    # at or below the threshold, as a link left out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(n_groups + 1):
+            if not len(g):
+                break
+            denom = np.bincount(lk, weights=w, minlength=n_links)
+            np.divide(remaining, denom, out=share)
+            inc = float(fmin(share))
+            if not inc < _INF:  # no link offers a share (NaN included)
+                break
+            if inc < 0.0:
+                inc = 0.0
+            level += inc
+            remaining -= inc * denom
+            np.maximum(remaining, 0.0, out=remaining)
+            newly = g[(share <= inc * (1 + 1e-9) + 1e-300)[lk]]  # repeated group ids assign the same level
+            rates[newly] = level
+            alive[newly] = False
+            keep = alive[g]
+            g, lk, w = g[keep], lk[keep], w[keep]
+    return rates
+    n_links = len(cap_local)
+    remaining = np.array(cap_local, dtype=float)
+    frozen = np.zeros(n_groups, dtype=bool)
+    g, lk, w = e_group, e_l, e_w
+    level = 0.0
+    share = np.empty(n_links)
     for _ in range(n_groups + 1):
         if not len(g):
             break
         denom = np.bincount(lk, weights=w, minlength=n_links)
-        used = denom > 0
-        share = np.full(n_links, np.inf)
-        share[used] = remaining[used] / denom[used]
-        inc = share.min()
-        if not np.isfinite(inc):
+        share.fill(_INF)
+        np.divide(remaining, denom, out=share, where=denom > 0)
+        inc = float(share.min())
+        if inc == _INF:
             break
-        inc = max(inc, 0.0)
+        if inc < 0.0:
+            inc = 0.0
         level += inc
-        remaining[used] -= inc * denom[used]
-        bottleneck = used & (share <= inc * (1 + 1e-9) + 1e-300)
-        newly = g[bottleneck[lk]]  # repeated group ids assign the same level
+        remaining -= inc * denom
+        np.maximum(remaining, 0.0, out=remaining)
+        newly = g[(share <= inc * (1 + 1e-9) + 1e-300)[lk]]  # repeated group ids assign the same level
         rates[newly] = level
         frozen[newly] = True
         keep = ~frozen[g]
         g, lk, w = g[keep], lk[keep], w[keep]
-        remaining = np.maximum(remaining, 0.0)
     return rates

@@ -19,6 +19,7 @@ def cmd_run(args) -> int:
 
     # every argument checked before simulating: a bad --out fails now, not after the simulation
     check_nodes(args.nodes)
+    _check_workers(args.workers)
     if args.trace and not args.out:
         raise SpecError("<argument>", "--trace", "needs --out DIR")
     check_out_dir(args.out)
@@ -47,7 +48,8 @@ def cmd_run(args) -> int:
         check_cost(estimate_workload(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode), args.force)
         if args.export_chakra:
             _export_chakra(spec, system, nodes, g, ex, args.export_chakra)
-        res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace))
+        res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
+                                workers=_workers(args.workers))
     rows = summary_rows(name, topo.name, nodes, nodes * g, res, ex)
     df = pd.DataFrame(rows)
     cols = ["mode", "iteration_time_s", "compute_time_s", "exposed_comm_time_s"] + (["speedup"] if "speedup" in df
@@ -114,7 +116,6 @@ def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str) -> None
 
 
 def cmd_sweep(args) -> int:
-    import os
 
     from ..checks import check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
@@ -126,8 +127,7 @@ def cmd_sweep(args) -> int:
     if not args.model:
         raise SpecError("<argument>", "--model", "sweep needs --model FILE")
     nodes = parse_nodes(args.nodes)
-    if args.workers is not None and not 1 <= args.workers <= 1024:
-        raise SpecError("<argument>", "--workers", f"must be in 1..1024, got {args.workers}")
+    _check_workers(args.workers)
     check_out_dir(args.out)
     settings = {**_resolve_flags(args, parse_set_pairs(args.set)), **_scaling_settings(args)}
     ex = parse_execution({**settings, "mode": args.mode, "sim_mode": args.sim_mode})  # validate before any worker
@@ -138,7 +138,7 @@ def cmd_sweep(args) -> int:
 
     for n in nodes:  # the guard looks at every point, at its scaled batch, before the first one starts
         check_cost(estimate_workload(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode), args.force)
-    workers = args.workers or os.cpu_count() or 1
+    workers = _workers(args.workers)
     df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
                    sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
                    progress=not args.quiet, settings=settings)
@@ -207,6 +207,18 @@ def _common(p) -> None:
     add_set_option(p)
 
 
+def _check_workers(workers: int | None) -> None:
+    if workers is not None and not 1 <= workers <= 1024:
+        raise SpecError("<argument>", "--workers", f"must be in 1..1024, got {workers}")
+
+
+def _workers(workers: int | None) -> int:
+    """``--workers``, or this machine's CPU count."""
+    import os
+
+    return workers or os.cpu_count() or 1
+
+
 def add_set_option(p) -> None:
     """``--set KEY=VALUE`` for every execution setting and fused-operator knob (generated from the dataclasses
     in :mod:`simfuse.fused.knobs`)."""
@@ -230,6 +242,9 @@ def add_run_parser(sub) -> None:
                    help="run a Chakra execution trace (ET files <prefix>.<rank>.et) instead of --model")
     p.add_argument("--export-chakra", default=None, metavar="DIR",
                    help="also write the workload's baseline graph as Chakra ET (one file per rank) into DIR")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes for the run's independent simulations: fused candidates, interval runs "
+                        "(default: CPU count; results do not depend on it)")
     p.set_defaults(func=cmd_run)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -39,7 +40,6 @@ def _tuning_matters(res) -> bool:
 def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
     """``spec`` with the global batch the scaling mode asks for: ``batch_per_gpu`` x GPUs (weak scaling),
     ``global_batch`` (strong scaling), or the model file's.  Non-DLRM workloads refuse both settings."""
-    import dataclasses
 
     if execution.placement is not None:
         if not isinstance(spec, DLRMSpec):
@@ -59,15 +59,26 @@ def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
     return dataclasses.replace(spec, global_batch=int(B))
 
 
-def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen=None) -> dict:
+def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan):
+    """One DLRM simulation in a worker process (:mod:`~simfuse.workloads.parallel`): the result without its
+    simulator objects, which do not cross processes (a run that records a trace does not use workers)."""
+    r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=mode, sim_mode=sim_mode, seed=seed, knobs=knobs,
+                      tuner=tuner, plan=plan)
+    r.sim = r.net = None
+    return r
+
+
+def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen=None,
+                         pool=None) -> dict:
     """Each mode with its own plan (forced from ``plan_file`` or planned for that mode) and, in fused mode with
     ``tune_knobs=auto`` and a planned placement, the fastest knobs of :data:`TUNE_GRID`.  ``chosen``: results of
-    an earlier run whose plan and knobs each mode reuses as they are (no planning, no tuning)."""
-    import dataclasses
+    an earlier run whose plan and knobs each mode reuses as they are (no planning, no tuning).  ``pool``: a
+    :class:`~simfuse.workloads.parallel.Pool` for the fused candidates (the same choice as the serial loop)."""
 
     from .planner import load_plan
 
     out = {}
+    first_s = 0.0  # wall time of this run's first simulation: whether the rest is worth shipping to workers
     for m in modes:
         if chosen is not None:
             c = chosen[m]
@@ -88,19 +99,37 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
         if m == "fused" and plan is None and spec.placement == "planned" and "baseline" in out \
                 and out["baseline"].plan is not None:
             plans.append(out["baseline"].plan)
+        knobs = [dataclasses.replace(ex.knobs, **pt) for pt in grid]
+        done: dict = {}  # (plan index, grid index) -> result, computed ahead in workers
+        if pool is not None and not record and pool.parallel(len(plans) * len(grid), first_s):
+            if plans[0] is None and spec.placement == "planned":  # what simulate_dlrm would plan
+                from .planner import plan_tables
+
+                plans[0] = plan_tables(spec, system, nodes, g, m)
+
+            first = [(i, 0) for i in range(len(plans))]
+            # then the other knobs of every plan whose first result says tuning matters: exactly what the loop
+            # below asks for when the plans agree (the usual case); otherwise it computes what it misses in turn
+            for stage in (first, None):
+                keys = stage or [(i, j) for i in range(len(plans)) for j in range(1, len(grid))
+                                 if _tuning_matters(done[(i, 0)])]
+                tasks = [(spec, system, nodes, g, m, sim_mode, seed, knobs[j], tuner, plans[i]) for i, j in keys]
+                done.update(zip(keys, pool.map(_dlrm_one, tasks), strict=True))
         best = None
         n_grid = len(grid)
-        for cand in plans:
-            for i, pt in enumerate(grid):
-                if i and not _tuning_matters(best):
-                    n_grid = min(n_grid, i)
+        for i, cand in enumerate(plans):
+            for j in range(len(grid)):
+                if j and not _tuning_matters(best):
+                    n_grid = min(n_grid, j)
                     break
-                kn = dataclasses.replace(ex.knobs, **pt)
-                r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
-                                  record=record, record_usage=record, knobs=kn, tuner=tuner, plan=cand)
+                r = done.get((i, j))
+                if r is None:
+                    r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
+                                      record=record, record_usage=record, knobs=knobs[j], tuner=tuner, plan=cand)
                 cand = r.plan  # plan once per mode, reuse for every grid point
                 if best is None or r.iteration_time_s < best.iteration_time_s:
                     best = r
+                first_s = first_s or r.wall_s
         grid = grid[:n_grid]
         best.tuned = len(grid) > 1
         out[m] = best
@@ -109,7 +138,7 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
 
 def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus_per_node=None,
                       sim_mode: str | None = None, record: bool = False, seed: int | None = None,
-                      execution: ExecutionSpec | None = None) -> dict:
+                      execution: ExecutionSpec | None = None, workers: int = 1) -> dict:
     """``{"baseline": IterationResult, "fused": IterationResult}`` (the modes asked for).
 
     ``system``: a :class:`~simfuse.system.System` (a topology spec is resolved here once).  ``execution`` carries
@@ -123,25 +152,49 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
     correlation.  Without residuals (roofline, or a perfect fit) the interval collapses onto the point.  The
     runs of an interval keep the configuration the point estimate chose (DLRM: each mode's sharding plan and
     fused knobs): the interval is that configuration's iteration time under the cost model's uncertainty, not a
-    re-planning per draw (which would mix the planner's choice into the spread and cost a planning per run)."""
+    re-planning per draw (which would mix the planner's choice into the spread and cost a planning per run).
+
+    ``workers``: processes for the simulations that do not depend on each other (the fused candidates of a DLRM
+    point estimate, the runs of an interval; :mod:`~simfuse.workloads.parallel`); the results are the same for
+    any number."""
+    from .parallel import Pool
+
     system = as_system(system)
     ex = execution or ExecutionSpec()
-    res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
-                         record=record, seed=seed, execution=ex)
-    method = ex.uncertainty if system.has_residuals else "none"
-    runs = []
-    if method == "bound":
-        runs = [_simulate_once(spec, system.at_quantile(q), nodes, mode=mode, gpus_per_node=gpus_per_node,
-                               sim_mode=sim_mode, seed=seed, execution=ex, chosen=res) for q in (0.1, 0.5, 0.9)]
-    elif method == "mc":
-        import numpy as np
+    with Pool(workers) as pool:
+        res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
+                             record=record, seed=seed, execution=ex, pool=pool)
+        method = ex.uncertainty if system.has_residuals else "none"
+        systems = []
+        if method == "bound":
+            systems = [system.at_quantile(q) for q in (0.1, 0.5, 0.9)]
+        elif method == "mc":
+            import numpy as np
 
-        rng = np.random.default_rng(ex.seed if seed is None else seed)
-        runs = [_simulate_once(spec, system.draw(rng), nodes, mode=mode, gpus_per_node=gpus_per_node,
-                               sim_mode=sim_mode, seed=seed, execution=ex, chosen=res)
-                for _ in range(ex.uncertainty_draws)]
+            rng = np.random.default_rng(ex.seed if seed is None else seed)
+            systems = [system.draw(rng) for _ in range(ex.uncertainty_draws)]
+        chosen = {m: _Chosen(getattr(r, "plan", None), getattr(r, "knobs", None), getattr(r, "tuned", False))
+                  for m, r in res.items()}
+        tasks = [(spec, s, nodes, mode, gpus_per_node, sim_mode, seed, ex, chosen) for s in systems]
+        runs = pool.map(_interval_times, tasks, pool.parallel(len(tasks), max(r.wall_s for r in res.values())))
     _attach_intervals(res, runs, method)
     return res
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chosen:
+    """What the runs of an interval keep from the point estimate's result of a mode (DLRM: its plan and knobs)."""
+
+    plan: object
+    knobs: object
+    tuned: bool
+
+
+def _interval_times(spec, system, nodes, mode, gpus_per_node, sim_mode, seed, ex, chosen) -> dict[str, float]:
+    """The iteration time of every mode on the cost model ``system``, with the choices of ``chosen``."""
+    res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
+                         seed=seed, execution=ex, chosen=chosen)
+    return {m: r.iteration_time_s for m, r in res.items()}
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
@@ -152,17 +205,18 @@ def _quantiles(values: list[float]) -> dict[str, float]:
 
 
 def _attach_intervals(res: dict, runs: list[dict], method: str) -> None:
-    """``interval`` / ``speedup_interval`` on every result (see :func:`simulate_workload`)."""
+    """``interval`` / ``speedup_interval`` on every result (see :func:`simulate_workload`); ``runs``: the iteration
+    time of every mode in each run of the interval."""
     for m, r in res.items():
         r.uncertainty = method if runs else "none"
-        times = [run[m].iteration_time_s for run in runs] or [r.iteration_time_s]
+        times = [run[m] for run in runs] or [r.iteration_time_s]
         if method == "bound" and runs:  # the three runs are the p10, p50 and p90 cost models
             r.interval = bound_envelope(times, r.iteration_time_s)
         else:
             r.interval = _quantiles(times)
     if "baseline" in res and "fused" in res:
         point = res["baseline"].iteration_time_s / res["fused"].iteration_time_s
-        pairs = [(run["baseline"].iteration_time_s, run["fused"].iteration_time_s) for run in runs] or [
+        pairs = [(run["baseline"], run["fused"]) for run in runs] or [
             (res["baseline"].iteration_time_s, res["fused"].iteration_time_s)]
         ratios = [b / f for b, f in pairs]
         if method == "bound" and runs:
@@ -173,7 +227,7 @@ def _attach_intervals(res: dict, runs: list[dict], method: str) -> None:
 
 def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_per_node=None,
                    sim_mode: str | None = None, record: bool = False, seed: int | None = None,
-                   execution: ExecutionSpec | None = None, chosen: dict | None = None) -> dict:
+                   execution: ExecutionSpec | None = None, chosen: dict | None = None, pool=None) -> dict:
     """One simulation of every mode asked for, on ``system``'s cost model as it is (DLRM: with the plans and
     knobs of ``chosen``'s results when given)."""
     ex = execution or ExecutionSpec()
@@ -191,7 +245,7 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
         from ..collectives.groups import Tuner
 
         tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())  # shared by both modes
-        return _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen)
+        return _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen, pool)
     if isinstance(spec, TransformerDecodeSpec):
         res = simulate_decode(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     elif isinstance(spec, MoESpec):
@@ -309,9 +363,10 @@ def breakdown_rows(results: dict) -> list[dict]:
 
 
 def run_point(model, topology, nodes: int, gpus_per_node: int | None = None,
-              mode: str = "both", sim_mode: str = "auto", settings: dict | None = None) -> list[dict]:
+              mode: str = "both", sim_mode: str = "auto", settings: dict | None = None, workers: int = 1) -> list[dict]:
     """One sweep point (picklable entry point for process pools and Dask).  ``model``: a workload spec or a
-    path; ``topology``: a :class:`~simfuse.system.System` or a path; ``settings``: ``--set`` pairs."""
+    path; ``topology``: a :class:`~simfuse.system.System` or a path; ``settings``: ``--set`` pairs; ``workers``:
+    processes for the point's own simulations (a sweep whose points run in parallel gives each 1)."""
     from ..fused.knobs import parse_execution
 
     spec = load_workload(model) if isinstance(model, (str, Path)) else model
@@ -319,7 +374,7 @@ def run_point(model, topology, nodes: int, gpus_per_node: int | None = None,
     g = gpus_per_node or system.gpus_per_node
     ex = parse_execution({**(settings or {}), "mode": mode, "sim_mode": sim_mode})
     t0 = time.perf_counter()
-    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex)
+    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers)
     rows = summary_rows(spec.name, system.name, nodes, nodes * g, res, ex)
     for r in rows:
         r["wall_s"] = time.perf_counter() - t0

@@ -255,9 +255,9 @@ def test_every_entry_point_picks_the_solver_by_the_one_threshold(monkeypatch):
     """progressive_fill, max_min_rates and the network's recomputations all go through _solve: below
     NUMPY_MIN_ENTRIES the Python fill, from it on the vectorised one (the threshold lowered to 6 entries here)."""
     calls = []
-    py_fill, np_fill = flows._fill, flows._fill_numpy
+    py_fill, np_fill = flows._fill, flows._fill_local  # the vectorised fill's core (the network calls it directly)
     monkeypatch.setattr(flows, "_fill", lambda *a: calls.append("python") or py_fill(*a))
-    monkeypatch.setattr(flows, "_fill_numpy", lambda *a: calls.append("numpy") or np_fill(*a))
+    monkeypatch.setattr(flows, "_fill_local", lambda *a: calls.append("numpy") or np_fill(*a))
     monkeypatch.setattr(flows, "NUMPY_MIN_ENTRIES", 6)
     caps = np.array([1e9, 2e9, 3e9])
     for n_groups, want in ((2, "python"), (3, "numpy")):  # 2 links a group: 4 and 6 entries

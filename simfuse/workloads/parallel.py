@@ -1,0 +1,66 @@
+"""The independent simulations of one run, in worker processes (``simfuse run --workers N``).
+
+A point estimate of a DLRM run with a planned placement simulates the fused mode several times (each fused knob
+of :data:`~simfuse.workloads.run.TUNE_GRID`, the fused plan and the baseline's plan), and a prediction interval
+repeats the run on three (``bound``) or more (``mc``) cost models.  Those simulations do not depend on each other:
+:class:`Pool` runs them in up to ``workers`` processes.  Every simulation is deterministic and the results are
+combined in the order the serial loop would combine them, so the outputs are the same bit for bit whatever the
+worker count (``tests/workloads/test_parallel_runs.py``); only the wall time changes.
+
+The workers are forked where the platform allows it (Linux): the parent's modules are loaded already, so a
+worker costs milliseconds, not the ~1 s of a fresh interpreter.  Elsewhere they are spawned.  A simulation that
+records a trace (``record``) stays in the parent: its simulator objects do not cross processes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from ..errors import SimfuseError
+
+#: a run whose first simulation took less wall time than this (s) keeps the others in its own process: below it
+#: starting workers and shipping the model, the system and the plans to them costs more than it saves (forking
+#: and one round trip take ~20-50 ms on the 2-core VM; a 1,024-node DLRM simulation takes 0.3-1.3 s)
+MIN_PARALLEL_SIM_S = 0.2
+
+
+class Pool:
+    """Up to ``workers`` processes, started on first use (``workers <= 1``: everything runs in this process).
+    Use as a context manager; :meth:`map` returns results in task order."""
+
+    def __init__(self, workers: int = 1):
+        self.workers = max(1, int(workers))
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def parallel(self, n_tasks: int, first_sim_s: float) -> bool:
+        """Whether ``n_tasks`` simulations, each about as long as one of ``first_sim_s`` seconds, go to workers."""
+        return self.workers > 1 and n_tasks > 1 and first_sim_s >= MIN_PARALLEL_SIM_S
+
+    def map(self, fn, tasks: list[tuple], parallel: bool = True) -> list:
+        """``[fn(*t) for t in tasks]``, in worker processes when ``parallel`` (and there are workers)."""
+        if not parallel or self.workers <= 1 or len(tasks) <= 1:
+            return [fn(*t) for t in tasks]
+        if self._pool is None:
+            method = "fork" if sys.platform.startswith("linux") else "spawn"
+            self._pool = ProcessPoolExecutor(max_workers=self.workers,
+                                             mp_context=multiprocessing.get_context(method))
+        futs = [self._pool.submit(fn, *t) for t in tasks]
+        try:
+            return [f.result() for f in futs]
+        except BrokenProcessPool:
+            raise SimfuseError("a worker process died during the run (out of memory?); rerun with --workers 1") \
+                from None

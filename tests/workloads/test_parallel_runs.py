@@ -1,0 +1,155 @@
+"""The independent simulations of a run in worker processes (simfuse/workloads/parallel.py): the same results as
+one process, bit for bit, for the fused candidates of a planned DLRM point and for the runs of an interval."""
+
+import dataclasses
+
+import pytest
+
+from simfuse.errors import SimfuseError, SpecError
+from simfuse.fused.knobs import ExecutionSpec
+from simfuse.spec import load_workload, workload_from_dict
+from simfuse.system import System
+from simfuse.workloads import parallel, run
+from simfuse.workloads.parallel import Pool
+from simfuse.workloads.run import simulate_workload, summary_rows
+
+
+@pytest.fixture(scope="module")
+def h200(root):
+    return System.load(root / "topologies" / "h200_nvl8_ib_ndr.yaml")
+
+
+def _dlrm(batch=4096):
+    tables = [(200_000, 20), (40_000, 4), (1_000_000, 8), (5_000, 1), (300_000, 2), (60_000, 3)]
+    return workload_from_dict({"name": "t", "kind": "dlrm", "global_batch": batch, "dense_features": 13,
+                               "bottom_mlp": [128, 64], "top_mlp": [128, 1], "interaction": {"kind": "dot"},
+                               "embedding": {"dim": 64, "placement": "planned",
+                                             "tables": [{"rows": r, "pooling": p} for r, p in tables]}}, "<test>")
+
+
+def _rows(res, ex, nodes, g):
+    return summary_rows("t", "h200", nodes, nodes * g, res, ex)
+
+
+@pytest.fixture
+def eager(monkeypatch):
+    """Workers for every run, however short its simulations (the threshold guards wall time, not results)."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_SIM_S", 0.0)
+
+
+def _count_sims(monkeypatch):
+    calls = []
+    orig = run.simulate_dlrm
+
+    def counted(*a, **k):
+        calls.append(k.get("mode"))
+        return orig(*a, **k)
+
+    monkeypatch.setattr(run, "simulate_dlrm", counted)
+    return calls
+
+
+@pytest.mark.parametrize("uncertainty", ["bound", "mc"])
+def test_workers_change_no_result(h200, eager, uncertainty):
+    ex = ExecutionSpec(uncertainty=uncertainty, uncertainty_draws=3)
+    one = simulate_workload(_dlrm(), h200, 2, execution=ex, workers=1)
+    two = simulate_workload(_dlrm(), h200, 2, execution=ex, workers=2)
+    assert _rows(one, ex, 2, 8) == _rows(two, ex, 2, 8)
+    for m in one:
+        assert one[m].phases == two[m].phases
+        assert one[m].plan.to_frame().equals(two[m].plan.to_frame())
+    assert one["fused"].tuned and two["fused"].tuned  # the knob grid ran (planned placement, tune_knobs auto)
+
+
+def test_candidates_ran_in_workers(h200, eager, monkeypatch):
+    """With workers, the parent simulates the baseline only (its plan is the fused mode's second candidate); the
+    four fused candidates (2 plans x 2 knobs) run in the workers: the parent's simulate_dlrm sees one call."""
+    calls = _count_sims(monkeypatch)
+    simulate_workload(_dlrm(), h200, 2, execution=ExecutionSpec(uncertainty="none"), workers=2)
+    assert calls == ["baseline"]
+    calls.clear()
+    simulate_workload(_dlrm(), h200, 2, execution=ExecutionSpec(uncertainty="none"), workers=1)
+    assert calls == ["baseline"] + ["fused"] * 4
+
+
+@pytest.mark.parametrize("matters", [(True, False), (False, True), (False, False)])
+def test_plans_that_disagree_on_tuning_keep_the_serial_choice(h200, eager, monkeypatch, matters):
+    """When only some plans' first results say the knobs matter, the loop asks for exactly the serial loop's
+    simulations (computing in turn what the workers did not): same result, same tuned flag."""
+    ex = ExecutionSpec(uncertainty="none")
+    spec = _dlrm()
+
+    def fake(res):  # tuning matters for the candidates marked True: the fused plan, the baseline's plan
+        return matters[0] if res.plan.mode == "fused" else matters[1]
+
+    monkeypatch.setattr(run, "_tuning_matters", fake)
+    calls = _count_sims(monkeypatch)
+    one = simulate_workload(spec, h200, 2, execution=ex, workers=1)
+    serial = list(calls)
+    calls.clear()
+    two = simulate_workload(spec, h200, 2, execution=ex, workers=2)
+    assert _rows(one, ex, 2, 8) == _rows(two, ex, 2, 8)
+    assert one["fused"].tuned == two["fused"].tuned
+    assert serial[0] == "baseline" and 2 <= serial.count("fused") <= 2 + matters[0] + matters[1]
+    assert calls[0] == "baseline" and calls.count("fused") <= serial.count("fused") - 2  # the first two: workers
+
+
+def test_non_dlrm_interval_runs_in_workers(h200, eager, root):
+    model = load_workload(root / "models" / "transformer_tp_decode.yaml")
+    ex = ExecutionSpec(uncertainty="mc", uncertainty_draws=4, seed=3)
+    one = simulate_workload(model, h200, 2, execution=ex, workers=1)
+    two = simulate_workload(model, h200, 2, execution=ex, workers=2)
+    assert {m: r.interval for m, r in one.items()} == {m: r.interval for m, r in two.items()}
+    assert one["fused"].speedup_interval == two["fused"].speedup_interval
+
+
+def test_short_runs_stay_in_the_parent(h200, monkeypatch):
+    """Below MIN_PARALLEL_SIM_S a run's simulations stay in its own process (no pool is started)."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_SIM_S", 1e9)
+    started = []
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", lambda *a, **k: started.append(1) or None)
+    res = simulate_workload(_dlrm(), h200, 2, execution=ExecutionSpec(), workers=4)
+    assert not started and res["fused"].interval["p10"] <= res["fused"].interval["p90"]
+
+
+def _boom(x):
+    if x == 2:
+        raise SpecError("<test>", "x", "bad value 2")
+    return x * x
+
+
+def _die(x):
+    import os
+
+    os._exit(3)
+
+
+def test_pool_keeps_task_order_and_forwards_errors():
+    with Pool(2) as pool:
+        assert pool.map(_boom, [(3,), (1,), (4,)]) == [9, 1, 16]
+        with pytest.raises(SpecError, match="x: bad value 2"):
+            pool.map(_boom, [(1,), (2,)])
+    with Pool(1) as pool:  # no workers: in this process
+        assert pool.map(_boom, [(5,)]) == [25] and pool._pool is None
+    with Pool(2) as pool, pytest.raises(SimfuseError, match="worker process died"):
+        pool.map(_die, [(1,), (2,)])
+
+
+def test_cli_refuses_bad_worker_counts(root, capsys):
+    from simfuse.cli import main
+
+    for bad in ("0", "5000"):
+        rc = main(["run", "--model", str(root / "models/transformer_tp_decode.yaml"), "--topology",
+                   str(root / "topologies/h200_nvl8_ib_ndr.yaml"), "--workers", bad])
+        assert rc == 2 and "--workers: must be in 1..1024" in capsys.readouterr().err
+
+
+def test_results_pickle_without_simulator_objects(h200):
+    """A worker's DLRM result crosses processes: everything but the simulator objects survives pickling."""
+    import pickle
+
+    spec = run.scaled_spec(_dlrm(), 2, 8, ExecutionSpec())
+    r = run._dlrm_one(spec, h200, 2, 8, "fused", "auto", 0, ExecutionSpec().knobs, None, None)
+    back = pickle.loads(pickle.dumps(r))
+    assert back.sim is None and back.net is None
+    assert dataclasses.asdict(back.knobs) == dataclasses.asdict(r.knobs) and back.phases == r.phases

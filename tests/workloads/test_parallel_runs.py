@@ -153,3 +153,23 @@ def test_results_pickle_without_simulator_objects(h200):
     back = pickle.loads(pickle.dumps(r))
     assert back.sim is None and back.net is None
     assert dataclasses.asdict(back.knobs) == dataclasses.asdict(r.knobs) and back.phases == r.phases
+
+
+def test_a_one_point_sweep_gives_its_workers_to_the_point(root, tmp_path, eager, monkeypatch):
+    """A sweep of one node count runs that point with the sweep's workers (its fused candidates in them); the
+    table is the one a single process writes."""
+    from simfuse.sweeps import run_sweep
+
+    model = tmp_path / "m.yaml"
+    model.write_text((root / "models/dlrm_dcnv2_mlperf_16n.yaml").read_text())
+    topo = str(root / "topologies/h200_nvl8_ib_ndr.yaml")
+    settings = {"batch_per_gpu": "64", "placement": "planned", "uncertainty": "none"}
+    calls = _count_sims(monkeypatch)
+    one = run_sweep(str(model), topo, [2], tmp_path / "one", workers=1, progress=False, plots=False,
+                    settings=settings)
+    n_serial = len(calls)
+    calls.clear()
+    two = run_sweep(str(model), topo, [2], tmp_path / "two", workers=2, progress=False, plots=False,
+                    settings=settings)
+    assert one.equals(two)
+    assert calls == ["baseline"] and n_serial > 1

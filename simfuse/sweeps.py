@@ -27,7 +27,6 @@ import math
 import os
 import shutil
 import sys
-import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -38,6 +37,7 @@ from .checks import MAX_NODES, MAX_SWEEP_POINTS, check_out_dir, inside, resolve_
 from .errors import SimfuseError, SpecError, short_repr
 from .results.io import atomic_write_df, atomic_write_text
 from .spec import load_topology, load_workload
+from .workloads.parallel import die_with_parent as _die_with_parent
 from .workloads.run import run_point
 
 #: Version of the point-file layout (part of the key: older files are recomputed).
@@ -258,32 +258,6 @@ class SweepLock:
 
 
 # ------------------------------------------------------------------------------------------ worker lifetime
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Pool initializer: the worker exits when the sweep process does (even on SIGKILL).
-
-    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``; everywhere: a daemon thread that polls ``os.getppid()``."""
-    import signal
-
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-    def watch() -> None:
-        import time
-
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent_pid:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="simfuse-parent-watch", daemon=True).start()
-
 
 class _Progress:
     def __init__(self, total: int, enabled: bool):

@@ -14,8 +14,11 @@ records a trace (``record``) stays in the parent: its simulator objects do not c
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -25,6 +28,32 @@ from ..errors import SimfuseError
 #: starting workers and shipping the model, the system and the plans to them costs more than it saves (forking
 #: and one round trip take ~20-50 ms on the 2-core VM; a 1,024-node DLRM simulation takes 0.3-1.3 s)
 MIN_PARALLEL_SIM_S = 0.2
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Pool initializer: the worker exits when its parent process does (even on SIGKILL).
+
+    Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``; everywhere: a daemon thread that polls ``os.getppid()``."""
+    import signal
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        import time
+
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="simfuse-parent-watch", daemon=True).start()
 
 
 class Pool:
@@ -56,8 +85,8 @@ class Pool:
             return [fn(*t) for t in tasks]
         if self._pool is None:
             method = "fork" if sys.platform.startswith("linux") else "spawn"
-            self._pool = ProcessPoolExecutor(max_workers=self.workers,
-                                             mp_context=multiprocessing.get_context(method))
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(method),
+                                             initializer=die_with_parent, initargs=(os.getpid(),))
         futs = [self._pool.submit(fn, *t) for t in tasks]
         try:
             return [f.result() for f in futs]

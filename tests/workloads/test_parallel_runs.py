@@ -173,3 +173,49 @@ def test_a_one_point_sweep_gives_its_workers_to_the_point(root, tmp_path, eager,
                     settings=settings)
     assert one.equals(two)
     assert calls == ["baseline"] and n_serial > 1
+
+
+def test_workers_exit_when_the_run_is_killed(tmp_path):
+    """A run killed with SIGKILL leaves no simulation running on in its workers (the sweep's initializer)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from simfuse.workloads.parallel import Pool\n"
+        "def task(d, i):\n"
+        "    open(os.path.join(d, f'{i}.pid'), 'w').write(str(os.getpid()))\n"
+        "    time.sleep(60)\n"
+        "with Pool(2) as p:\n"
+        "    p.map(task, [(sys.argv[1], 0), (sys.argv[1], 1)])\n")
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 30
+        while len(list(tmp_path.glob("*.pid"))) < 2:
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.05)
+        pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+        def alive(pid):  # a zombie (killed, not yet reaped by whoever adopted it) is not running
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return False
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                return False
+
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(p) for p in pids)
+    finally:
+        proc.kill()

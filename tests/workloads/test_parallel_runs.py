@@ -2,6 +2,7 @@
 one process, bit for bit, for the fused candidates of a planned DLRM point and for the runs of an interval."""
 
 import dataclasses
+import sys
 
 import pytest
 
@@ -175,12 +176,12 @@ def test_a_one_point_sweep_gives_its_workers_to_the_point(root, tmp_path, eager,
     assert calls == ["baseline"] and n_serial > 1
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc: Linux")
 def test_workers_exit_when_the_run_is_killed(tmp_path):
     """A run killed with SIGKILL leaves no simulation running on in its workers (the sweep's initializer)."""
     import os
     import signal
     import subprocess
-    import sys
     import time
 
     script = tmp_path / "run.py"

@@ -66,10 +66,13 @@ def test_nccl_validation_smoke(root, tmp_path):
     out = tmp_path / "nccl_validation.csv"
     _run(root, "experiments/nccl_validation.py", "--smoke", "--out", str(out))
     df = pd.read_csv(out)
-    assert set(df["case"]) == {"nvls_1x8", "default_2x8_290"}
+    assert set(df["case"]) == {"nvls_1x8", "default_2x8_290", "alltoall_8x8_1531"}
     assert df["source_url"].str.startswith("https://github.com/").all()
     nvls = df[df["case"] == "nvls_1x8"].iloc[0]
     assert nvls["algorithm"] == "nvls" and nvls["simulated_busbw_gbyte_per_s"] > 450  # above the NVLink wire rate
+    # all-to-all over N nodes: busbw at most N / (N - 1) x a GPU's NIC rate (nccl-tests#130; 400 Gb/s x 0.92 here)
+    a2a = df[df["case"] == "alltoall_8x8_1531"].iloc[0]
+    assert a2a["op"] == "all_to_all" and 0 < a2a["simulated_busbw_gbyte_per_s"] <= 50 * 0.92 * 8 / 7 * 1.001
 
 
 def test_dlrm_validation_smoke(root, tmp_path):

@@ -81,8 +81,8 @@ class Pool:
 
     def map(self, fn, tasks: list[tuple], parallel: bool = True) -> list:
         """``[fn(*t) for t in tasks]``, in worker processes when ``parallel`` (and there are workers)."""
-        if not parallel or self.workers <= 1 or len(tasks) <= 1:
-            return [fn(*t) for t in tasks]
+        if not parallel or self.workers <= 1 or len(tasks) <= 1 or multiprocessing.current_process().daemon:
+            return [fn(*t) for t in tasks]  # (a daemonic process, e.g. a multiprocessing.Pool worker, has no children)
         if self._pool is None:
             method = "fork" if sys.platform.startswith("linux") else "spawn"
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(method),

@@ -220,3 +220,16 @@ def test_workers_exit_when_the_run_is_killed(tmp_path):
         assert not any(alive(p) for p in pids)
     finally:
         proc.kill()
+
+
+def _in_daemon(_):
+    with Pool(2) as pool:
+        return pool.map(_boom, [(3,), (4,)]), pool._pool is None
+
+
+def test_a_daemonic_process_runs_its_tasks_itself():
+    """Inside a multiprocessing.Pool worker (daemonic: no children allowed) the tasks run in that process."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn").Pool(1) as mp:
+        assert mp.map(_in_daemon, [0]) == [([9, 16], True)]

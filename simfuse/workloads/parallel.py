@@ -83,11 +83,17 @@ class Pool:
         """``[fn(*t) for t in tasks]``, in worker processes when ``parallel`` (and there are workers)."""
         if not parallel or self.workers <= 1 or len(tasks) <= 1 or multiprocessing.current_process().daemon:
             return [fn(*t) for t in tasks]  # (a daemonic process, e.g. a multiprocessing.Pool worker, has no children)
-        if self._pool is None:
-            method = "fork" if sys.platform.startswith("linux") else "spawn"
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(method),
-                                             initializer=die_with_parent, initargs=(os.getpid(),))
-        futs = [self._pool.submit(fn, *t) for t in tasks]
+        try:
+            if self._pool is None:
+                method = "fork" if sys.platform.startswith("linux") else "spawn"
+                self._pool = ProcessPoolExecutor(max_workers=self.workers,
+                                                 mp_context=multiprocessing.get_context(method),
+                                                 initializer=die_with_parent, initargs=(os.getpid(),))
+            futs = [self._pool.submit(fn, *t) for t in tasks]
+        except OSError:  # no process could be started (a process limit, no memory to fork): this process runs them
+            self.close()
+            self.workers = 1
+            return [fn(*t) for t in tasks]
         try:
             return [f.result() for f in futs]
         except BrokenProcessPool:

@@ -233,3 +233,13 @@ def test_a_daemonic_process_runs_its_tasks_itself():
 
     with multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn").Pool(1) as mp:
         assert mp.map(_in_daemon, [0]) == [([9, 16], True)]
+
+
+def test_no_process_to_start_runs_the_tasks_here(monkeypatch):
+    """When no worker can be started (fork refused: a process limit, no memory), the tasks run in this process."""
+    def refuse(*a, **k):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", refuse)
+    with Pool(2) as pool:
+        assert pool.map(_boom, [(3,), (4,)]) == [9, 16] and pool.workers == 1

@@ -98,12 +98,14 @@ def _child_run(nodes: int, model: str, topology: str, uncertainty: str, batch_pe
         raise SystemExit(f"simfuse {' '.join(argv)} exited with {rc}")
     out = {r["mode"]: r for r in json.loads(buf.getvalue())["rows"]}
     b, f = out["baseline"], out["fused"]
-    workers = os.cpu_count() or 1  # the CLI's default --workers
+    from simfuse.workloads.cli import _workers
+
+    workers = _workers(None)  # the CLI's default --workers
     # an upper bound on the peak of the whole process tree: this process plus every worker at the largest
     # worker's peak, all at once (forked workers share the parent's pages, so the real sum is lower)
-    child = _rss_gib(resource.RUSAGE_CHILDREN)
+    parent, child = _rss_gib(), _rss_gib(resource.RUSAGE_CHILDREN)
     return [{"what": "run_both_modes", "wall_s": wall, "target_s": _run_target_s(nodes),
-             "peak_rss_gib": _rss_gib() + workers * child, "parent_rss_gib": _rss_gib(), "worker_rss_gib": child,
+             "peak_rss_gib": parent + workers * child, "parent_rss_gib": parent, "worker_rss_gib": child,
              "workers": workers,
              "gpus": f["gpus"], "global_batch": f.get("global_batch"), "model": f.get("model"), "topology": f.get("topology"),
              "baseline_iteration_s": b["iteration_time_s"], "fused_iteration_s": f["iteration_time_s"],

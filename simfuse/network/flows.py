@@ -259,9 +259,9 @@ class FlowNetwork:
         memory.)"""
         bcount = self._bcount
         active = tuple(sorted(bcount))
+        if self._b_entries >= NUMPY_MIN_ENTRIES:  # (layouts are kept for the plain-Python path only below it)
+            return self._compute_rates_numpy(active)
         kept = self._layouts.get(active)
-        if kept is None and (self._b_entries >= NUMPY_MIN_ENTRIES or active in self._np_layouts):
-            return self._compute_rates_numpy(active)  # (a set seen before skips counting its entries)
         if kept is not None:
             e_group, e_link, e_uw, lay = kept
 
@@ -496,8 +496,6 @@ def _fill_numpy(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray, e
                 n_groups: int) -> np.ndarray:
     """:func:`progressive_fill` vectorised: the loop works on the links the entries touch (renumbered, so an
     iteration costs the entries still rising, not the whole network); see :func:`_fill_local`."""
-    if not len(e_group):
-        return np.zeros(n_groups)
     links, e_l = np.unique(e_link, return_inverse=True)
     return _fill_local(capacity[links], e_group, e_l.reshape(-1), e_w, n_groups)
 
@@ -540,30 +538,4 @@ def _fill_local(cap_local: np.ndarray, e_group: np.ndarray, e_l: np.ndarray, e_w
             alive[newly] = False
             keep = alive[g]
             g, lk, w = g[keep], lk[keep], w[keep]
-    return rates
-    n_links = len(cap_local)
-    remaining = np.array(cap_local, dtype=float)
-    frozen = np.zeros(n_groups, dtype=bool)
-    g, lk, w = e_group, e_l, e_w
-    level = 0.0
-    share = np.empty(n_links)
-    for _ in range(n_groups + 1):
-        if not len(g):
-            break
-        denom = np.bincount(lk, weights=w, minlength=n_links)
-        share.fill(_INF)
-        np.divide(remaining, denom, out=share, where=denom > 0)
-        inc = float(share.min())
-        if inc == _INF:
-            break
-        if inc < 0.0:
-            inc = 0.0
-        level += inc
-        remaining -= inc * denom
-        np.maximum(remaining, 0.0, out=remaining)
-        newly = g[(share <= inc * (1 + 1e-9) + 1e-300)[lk]]  # repeated group ids assign the same level
-        rates[newly] = level
-        frozen[newly] = True
-        keep = ~frozen[g]
-        g, lk, w = g[keep], lk[keep], w[keep]
     return rates

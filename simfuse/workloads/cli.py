@@ -116,7 +116,6 @@ def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str) -> None
 
 
 def cmd_sweep(args) -> int:
-
     from ..checks import check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
     from ..guard import check_cost, estimate_workload

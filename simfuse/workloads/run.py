@@ -40,7 +40,6 @@ def _tuning_matters(res) -> bool:
 def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
     """``spec`` with the global batch the scaling mode asks for: ``batch_per_gpu`` x GPUs (weak scaling),
     ``global_batch`` (strong scaling), or the model file's.  Non-DLRM workloads refuse both settings."""
-
     if execution.placement is not None:
         if not isinstance(spec, DLRMSpec):
             raise SpecError("<argument>", "placement", f"applies to DLRM workloads, not {spec.kind}")
@@ -74,7 +73,6 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
     ``tune_knobs=auto`` and a planned placement, the fastest knobs of :data:`TUNE_GRID`.  ``chosen``: results of
     an earlier run whose plan and knobs each mode reuses as they are (no planning, no tuning).  ``pool``: a
     :class:`~simfuse.workloads.parallel.Pool` for the fused candidates (the same choice as the serial loop)."""
-
     from .planner import load_plan
 
     out = {}

@@ -31,6 +31,8 @@ DIM = 128
 #: table's (e.g. the 100-hot table over 4 or 32 GPUs: 25, 3), rows up to 10 M (40 M over 4 GPUs)
 CASES = [(55296, 1, 1_000_000), (55296, 4, 1_000_000), (55296, 25, 10_000_000), (135168, 1, 1_000_000),
          (135168, 3, 1_250_000), (135168, 8, 10_000_000), (135168, 25, 10_000_000), (135168, 1, 40_000)]
+#: (BLOCK, num_warps) of the blocked update kernel, each timed
+BLOCKED = [(8, 4), (16, 4), (32, 4), (32, 8), (64, 8)]
 FIELDS = ["gpu", "bags", "lookups", "rows", "dim", "what", "time_s", "reps"]
 
 
@@ -61,7 +63,52 @@ def _kernel():
     return seg_adagrad
 
 
-def _check(torch, kern, device: str = "cuda") -> bool:
+def _blocked_kernel():
+    """The same update with many rows in flight per program (the lever for random row access on Hopper, as the
+    forward kernels found): program ``p`` owns sorted positions ``[p*BLOCK, (p+1)*BLOCK)``; each position that
+    starts a run of equal ids reduces its run (the run may reach past the block) with a ``[BLOCK, D]`` gather per
+    step, then the heads' rows and optimizer state are read, updated and written as one tile."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def seg_adagrad_blocked(sorted_ids, pos, grad, w, state, n, L, lr, eps, D: tl.constexpr,
+                            BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        inb = i < n
+        cols = tl.arange(0, D)
+        cur = tl.load(sorted_ids + i, mask=inb, other=-1)
+        prev = tl.load(sorted_ids + i - 1, mask=inb & (i > 0), other=-1)
+        head = inb & (cur != prev)
+        acc = tl.zeros([BLOCK, D], dtype=tl.float32)
+        active = head
+        j = i
+        while tl.max(active.to(tl.int32), axis=0) > 0:
+            bag = tl.load(pos + j, mask=active, other=0) // L
+            acc += tl.load(grad + bag.to(tl.int64)[:, None] * D + cols[None, :], mask=active[:, None],
+                           other=0.0).to(tl.float32)
+            j += 1
+            nxt = tl.load(sorted_ids + j, mask=active & (j < n), other=-1)
+            active = active & (nxt == cur)
+        row = cur.to(tl.int64)[:, None] * D + cols[None, :]
+        m = head[:, None]
+        s = tl.load(state + row, mask=m, other=0.0) + acc * acc
+        tl.store(state + row, s, mask=m)
+        tl.store(w + row, tl.load(w + row, mask=m, other=0.0) - lr * acc / (tl.sqrt(s) + eps), mask=m)
+
+    return seg_adagrad_blocked
+
+
+def _launch(kern, block, sid, pos, grad, w, s, n, L, lr, eps, num_warps=4):
+    """One launch: ``block`` 0 is the one-id-per-program kernel, otherwise the blocked one with that block."""
+    if block == 0:
+        kern[(n,)](sid, pos, grad, w, s, n, L, lr, eps, D=DIM)
+    else:
+        kern[((n + block - 1) // block,)](sid, pos, grad, w, s, n, L, lr, eps, D=DIM, BLOCK=block,
+                                          num_warps=num_warps)
+
+
+def _check(torch, kern, device: str = "cuda", block: int = 0) -> bool:
     """The fused kernel against index_add_ + Adagrad in PyTorch (fp32), a small case with repeated ids (CPU under
     ``TRITON_INTERPRET=1``: the smoke test)."""
     dev = torch.device(device)
@@ -77,7 +124,7 @@ def _check(torch, kern, device: str = "cuda") -> bool:
     w_ref = torch.where(touched[:, None], w0 - 0.01 * acc / (s_ref.sqrt() + 1e-8), w0)
     w, s = w0.clone(), s0.clone()
     sid, pos = torch.sort(ids)
-    kern[(B * L,)](sid, pos.int(), grad, w, s, B * L, L, 0.01, 1e-8, D=DIM)
+    _launch(kern, block, sid, pos.int(), grad, w, s, B * L, L, 0.01, 1e-8)
     if device == "cuda":
         torch.cuda.synchronize()
     return bool(torch.allclose(w, w_ref, atol=1e-4, rtol=1e-4) and torch.allclose(s, s_ref, atol=1e-3, rtol=1e-4))
@@ -103,9 +150,12 @@ def measure(out_dir: str) -> Path:  # pragma: no cover - needs a GPU
     import torch
     from dlrm_dense_step import graph_replay_time
 
-    kern = _kernel()
+    kern, bkern = _kernel(), _blocked_kernel()
     if not _check(torch, kern):
         raise SystemExit("the fused segment-reduce + Adagrad kernel disagrees with the PyTorch reference")
+    for block, _warps in BLOCKED:
+        if not _check(torch, bkern, block=block):
+            raise SystemExit(f"the blocked kernel (BLOCK={block}) disagrees with the PyTorch reference")
     gpu = torch.cuda.get_device_name().replace(" ", "_")
     dev = torch.device("cuda")
     rows_out = []
@@ -124,7 +174,40 @@ def measure(out_dir: str) -> Path:  # pragma: no cover - needs a GPU
         def update(sid=sid, pos32=pos32, grad=grad, w=w, st=st, n=n, L=L):
             kern[(n,)](sid, pos32, grad, w, st, n, L, 1e-4, 1e-8, D=DIM)
 
-        for what, fn in (("sort", sort), ("update", update)):
+        # a second, independent implementation: PyTorch's own embedding-bag backward with sparse gradients and
+        # its sparse Adagrad step (the DLRM reference code's path), eager; ``torch_fwd`` is the forward alone, so
+        # ``torch_step - torch_fwd`` is PyTorch's backward + update
+        wt = torch.nn.Parameter(torch.randn(R, DIM, device=dev))
+        opt = torch.optim.Adagrad([wt], lr=1e-4, eps=1e-8)
+        ids2d = ids.view(B, L).long()
+
+        def torch_fwd(ids2d=ids2d, wt=wt):
+            with torch.no_grad():
+                torch.nn.functional.embedding_bag(ids2d, wt, mode="sum")
+
+        def torch_step(ids2d=ids2d, wt=wt, opt=opt, grad=grad):
+            out = torch.nn.functional.embedding_bag(ids2d, wt, mode="sum", sparse=True)
+            out.backward(grad.float())
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        for what, fn in (("torch_fwd", torch_fwd), ("torch_step", torch_step)):
+            try:
+                t = _eager_time(fn, torch, 10)
+            except RuntimeError as exc:  # e.g. out of memory: the row is left out, the run goes on
+                print(f"{what}: {exc}", flush=True)
+                continue
+            rows_out.append({"gpu": gpu, "bags": B, "lookups": L, "rows": R, "dim": DIM, "what": what,
+                             "time_s": t, "reps": 10})
+            print(f"{B:7d} x {L:3d} rows {R:9d} {what:10s} {t * 1e6:9.1f} us", flush=True)
+        del wt, opt, ids2d
+        variants = [("sort", sort), ("update", update)]
+        for block, warps in BLOCKED:
+            def blocked(sid=sid, pos32=pos32, grad=grad, w=w, st=st, n=n, L=L, block=block, warps=warps):
+                _launch(bkern, block, sid, pos32, grad, w, st, n, L, 1e-4, 1e-8, num_warps=warps)
+
+            variants.append((f"update_b{block}_w{warps}", blocked))
+        for what, fn in variants:
             try:
                 t, _g = graph_replay_time(fn, torch, reps=20, warm=3)
             except RuntimeError as exc:  # not capturable: eager launches, CUDA events (launch gaps included)
@@ -132,7 +215,7 @@ def measure(out_dir: str) -> Path:  # pragma: no cover - needs a GPU
                 t = _eager_time(fn, torch, 20)
             rows_out.append({"gpu": gpu, "bags": B, "lookups": L, "rows": R, "dim": DIM, "what": what,
                              "time_s": t, "reps": 20})
-            print(f"{B:7d} x {L:3d} rows {R:9d} {what:6s} {t * 1e6:9.1f} us", flush=True)
+            print(f"{B:7d} x {L:3d} rows {R:9d} {what:14s} {t * 1e6:9.1f} us", flush=True)
         del w, st, ids, grad, sid, pos, pos32
         torch.cuda.empty_cache()
     out = Path(out_dir) / f"embedding_backward_{gpu}.csv"

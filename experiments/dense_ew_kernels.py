@@ -228,6 +228,8 @@ def main(argv=None) -> int:
     p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
     p.add_argument("--out")
     a = ap.parse_args(argv)
+    if a.cmd != "predict":
+        Path(a.out_dir).mkdir(parents=True, exist_ok=True)
     if a.cmd == "measure":
         measure(a.out_dir)
     elif a.cmd == "measure-concat":

@@ -312,6 +312,7 @@ def measure_predict_main(argv, doc: str, measure_fn, predict_fn, model_default: 
     p.add_argument("--out")
     a = ap.parse_args(argv)
     if a.cmd == "measure":
+        Path(a.out_dir).mkdir(parents=True, exist_ok=True)
         measure_fn(a.out_dir)
     else:
         predict_fn(a.csv, a.model, a.topology, a.out)

@@ -12,6 +12,9 @@ bag's gradient once) and does not price the sort.
 * ``python experiments/embedding_backward.py measure OUT_DIR`` (GPU; torch + Triton): checks the fused kernel
   against a PyTorch reference on a small case, then times ``sort`` and ``update`` (each in a CUDA graph, median of
   5 timings of 20 replays) per case: ``embedding_backward_<gpu>.csv``.
+* ``python experiments/embedding_backward.py measure-sort OUT_DIR`` (GPU and nvcc): CUB's radix sort of the
+  (id, position) pairs over the bits the shard's rows need and over 32, and the run-length encoding of the sorted
+  ids, as HugeCTR's index calculation runs them: ``embedding_sort_<gpu>.csv``.
 * ``python experiments/embedding_backward.py predict CSV [--model M] [--topology T] [--out CSV]``: the simulator's
   kernel for the same shards (launch included) next to the measured ``sort + update``.  Nothing is fitted.
 """
@@ -227,9 +230,94 @@ def measure(out_dir: str) -> Path:  # pragma: no cover - needs a GPU
     return out
 
 
+_SORT_CU = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cub/cub.cuh>
+// cub::DeviceRadixSort::SortPairs of (uint32 id, int32 position), bits [0, end_bit), as HugeCTR's index calculation
+// sorts a shard's keys (embedding/.../index_calculation.cu: cub radix sort over the bits the key range needs), and
+// cub::DeviceRunLengthEncode::Encode of the sorted ids (the distinct ids and their run lengths).
+int64_t sort_temp_bytes(int64_t n, int64_t end_bit) {
+  size_t b = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, b, (uint32_t*)nullptr, (uint32_t*)nullptr, (int*)nullptr, (int*)nullptr,
+                                  (int)n, 0, (int)end_bit);
+  size_t r = 0;
+  cub::DeviceRunLengthEncode::Encode(nullptr, r, (uint32_t*)nullptr, (uint32_t*)nullptr, (int*)nullptr,
+                                     (int*)nullptr, (int)n);
+  return (int64_t)std::max(b, r);
+}
+void sort_pairs(torch::Tensor tmp, torch::Tensor kin, torch::Tensor kout, torch::Tensor vin, torch::Tensor vout,
+                int64_t end_bit) {
+  size_t b = tmp.numel();
+  cub::DeviceRadixSort::SortPairs(tmp.data_ptr(), b, (uint32_t*)kin.data_ptr<int>(), (uint32_t*)kout.data_ptr<int>(),
+                                  vin.data_ptr<int>(), vout.data_ptr<int>(), (int)kin.numel(), 0, (int)end_bit,
+                                  at::cuda::getCurrentCUDAStream());
+}
+void run_length(torch::Tensor tmp, torch::Tensor keys, torch::Tensor uniq, torch::Tensor counts, torch::Tensor nruns) {
+  size_t b = tmp.numel();
+  cub::DeviceRunLengthEncode::Encode(tmp.data_ptr(), b, (uint32_t*)keys.data_ptr<int>(), (uint32_t*)uniq.data_ptr<int>(),
+                                     counts.data_ptr<int>(), nruns.data_ptr<int>(), (int)keys.numel(),
+                                     at::cuda::getCurrentCUDAStream());
+}
+"""
+
+
+def measure_sort(out_dir: str) -> Path:  # pragma: no cover - needs a GPU and nvcc
+    """CUB's radix sort of the shard's (id, position) pairs over the bits its rows need (``cub_sort``) and over
+    all 32 (``cub_sort32``), and the run-length encoding of the sorted ids (``cub_rle``), per case of ``CASES``,
+    each in a CUDA graph: ``embedding_sort_<gpu>.csv`` (the columns of ``measure``)."""
+    import torch
+    from dlrm_dense_step import graph_replay_time
+    from torch.utils.cpp_extension import load_inline
+
+    mod = load_inline("emb_sort", cpp_sources="int64_t sort_temp_bytes(int64_t, int64_t);"
+                      "void sort_pairs(torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor,"
+                      " int64_t);"
+                      "void run_length(torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor);",
+                      cuda_sources=_SORT_CU, functions=["sort_temp_bytes", "sort_pairs", "run_length"], verbose=False)
+    dev = torch.device("cuda")
+    gpu = torch.cuda.get_device_name().replace(" ", "_")
+    gen = torch.Generator(device=dev).manual_seed(0)
+    rows_out = []
+    for B, L, R in CASES:
+        n = B * L
+        ids = torch.randint(0, R, (n,), device=dev, dtype=torch.int32, generator=gen)
+        pos = torch.arange(n, device=dev, dtype=torch.int32)
+        kout, vout = torch.empty_like(ids), torch.empty_like(pos)
+        bits = max(1, int(R - 1).bit_length())
+        tmp = torch.empty(int(mod.sort_temp_bytes(n, 32)), device=dev, dtype=torch.uint8)
+        uniq, counts, nruns = torch.empty_like(ids), torch.empty_like(ids), torch.empty(1, device=dev,
+                                                                                         dtype=torch.int32)
+        mod.sort_pairs(tmp, ids, kout, pos, vout, bits)
+        torch.cuda.synchronize()
+        if not torch.equal(kout.long(), torch.sort(ids.long()).values):
+            raise SystemExit("CUB's sort disagrees with torch.sort")
+        a = (tmp, ids, kout, pos, vout)
+        variants = {"cub_sort": lambda a=a, bits=bits: mod.sort_pairs(*a, bits),
+                    "cub_sort32": lambda a=a: mod.sort_pairs(*a, 32),
+                    "cub_rle": lambda a=(tmp, kout, uniq, counts, nruns): mod.run_length(*a)}
+        for what, fn in variants.items():
+            t, _g = graph_replay_time(fn, torch, reps=20, warm=3)
+            rows_out.append({"gpu": gpu, "bags": B, "lookups": L, "rows": R, "dim": DIM, "what": what,
+                             "time_s": t, "reps": 20})
+            print(f"{B:7d} x {L:3d} rows {R:9d} bits {bits:2d} {what:10s} {t * 1e6:9.1f} us", flush=True)
+        del ids, pos, kout, vout, tmp, uniq, counts
+        torch.cuda.empty_cache()
+    out = Path(out_dir) / f"embedding_sort_{gpu}.csv"
+    with out.open("w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=FIELDS, lineterminator="\n")
+        wr.writeheader()
+        wr.writerows(rows_out)
+    return out
+
+
 def predict(csv_path: str, model: str, topology: str, out: str | None) -> Path:
-    """Per measured case: measured sort, update and their sum; simfuse's kernel for the shard (launch included)
-    and its ratio to the measured update and to sort + update."""
+    """Per measured case: the index calculation measured (CUB's sort + run-length encode from
+    ``embedding_sort_<gpu>.csv`` beside the CSV when it is there, else ``torch.sort``), the fastest update
+    (``best_update_s``; ``best_variant``: ``update`` is one id per program, ``update_bB_wW`` the blocked kernel),
+    PyTorch's sparse backward + Adagrad (``torch_bwd_s`` = ``torch_step - torch_fwd``, when measured); simfuse's
+    kernels for the shard (:func:`simfuse.workloads.dlrm.sparse_update_works`, launch latency included:
+    ``sim_index_s`` the sort and encode, ``sim_update_s`` the update) and the ratios.  Nothing is fitted."""
     import dataclasses
 
     import pandas as pd
@@ -237,21 +325,40 @@ def predict(csv_path: str, model: str, topology: str, out: str | None) -> Path:
     from simfuse.engine.compute import simulate_kernel
     from simfuse.spec import load_workload
     from simfuse.system import System
-    from simfuse.workloads.dlrm import sparse_update_work
+    from simfuse.workloads.dlrm import sparse_update_works
 
     system = System.load(topology)
     spec = dataclasses.replace(load_workload(model), embedding_comm_dtype="fp16", optimizer_state_factor=1.0)
     df = pd.read_csv(csv_path)
-    piv = df.pivot_table(index=["gpu", "bags", "lookups", "rows", "dim"], columns="what", values="time_s")
+    key = ["gpu", "bags", "lookups", "rows", "dim"]
+    sort_csv = [Path(csv_path).with_name(f"embedding_sort_{g}.csv") for g in df["gpu"].unique()]
+    sort_csv = [p for p in sort_csv if p.is_file()]
+    if sort_csv:
+        df = pd.concat([df] + [pd.read_csv(p) for p in sort_csv], ignore_index=True)
+    piv = df.pivot_table(index=key, columns="what", values="time_s")
+    upd_cols = [c for c in piv.columns if c == "update" or str(c).startswith("update_b")]
     rows = []
     for (gpu, B, L, R, D), r in piv.iterrows():
-        work = sparse_update_work("emb_update", spec, int(B), float(L) * int(D), int(D))
-        sim = simulate_kernel(work, system.cost).time_s
-        meas = float(r["sort"]) + float(r["update"])
-        rows.append({"gpu": gpu, "bags": B, "lookups": L, "rows": R, "dim": D, "sort_s": float(r["sort"]),
-                     "update_s": float(r["update"]), "measured_s": meas, "sim_s": sim,
-                     "sim_over_update": sim / float(r["update"]), "sim_over_measured": sim / meas,
-                     "lookup_bytes": float(B) * float(L) * D * 4 * 4})
+        works = sparse_update_works("emb_update", spec, int(B), [(int(R), float(L), int(D))])
+        times = {name: simulate_kernel(w, system.cost).time_s for name, w in works}
+        sim_update = times["emb_update"]
+        sim_index = sum(times.values()) - sim_update
+        upd = r[upd_cols].dropna()
+        best = float(upd.min())
+        cub = "cub_sort" in r and pd.notna(r["cub_sort"])
+        index = float(r["cub_sort"]) + float(r["cub_rle"]) if cub else float(r["sort"])
+        meas = index + best
+        row = {"gpu": gpu, "bags": B, "lookups": L, "rows": R, "dim": D,
+               "torch_sort_s": float(r["sort"]), "index_source": "cub_sort+cub_rle" if cub else "torch.sort",
+               "index_s": index, "update_s": float(r["update"]), "best_update_s": best,
+               "best_variant": str(upd.idxmin()), "measured_s": meas,
+               "sim_index_s": sim_index, "sim_update_s": sim_update, "sim_s": sim_index + sim_update,
+               "sim_index_over_index": sim_index / index, "sim_update_over_best_update": sim_update / best,
+               "sim_over_measured": (sim_index + sim_update) / meas}
+        if "torch_step" in r and "torch_fwd" in r and pd.notna(r["torch_step"]) and pd.notna(r["torch_fwd"]):
+            row["torch_bwd_s"] = float(r["torch_step"]) - float(r["torch_fwd"])
+            row["torch_bwd_over_measured"] = row["torch_bwd_s"] / meas
+        rows.append(row)
     res = pd.DataFrame(rows)
     dest = Path(out) if out else Path(csv_path).with_name(Path(csv_path).stem + "_vs_sim.csv")
     res.to_csv(dest, index=False)
@@ -262,6 +369,13 @@ def predict(csv_path: str, model: str, topology: str, out: str | None) -> Path:
 def main(argv=None) -> int:
     from dlrm_dense_step import measure_predict_main
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["measure-sort"]:  # ``measure-sort OUT_DIR`` (GPU and nvcc): CUB's sort and run-length encode
+        if len(argv) != 2:
+            raise SystemExit("usage: embedding_backward.py measure-sort OUT_DIR")
+        Path(argv[1]).mkdir(parents=True, exist_ok=True)
+        measure_sort(argv[1])
+        return 0
     return measure_predict_main(argv, __doc__, measure, predict, str(ROOT / "models/dlrm_dcnv2_mlperf_hugectr.yaml"))
 
 

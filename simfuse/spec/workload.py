@@ -45,6 +45,13 @@ DENSE_FUSIONS = ("epilogue", "unfused", "legacy")
 #: before its lookups, which wait for them (TorchRec's ``TrainPipelineBase``); ``none`` -- not modelled (the keys
 #: assumed at their shards: simfuse before 2026-12-04, kept so regression tests can pin older results)
 INPUT_DISTS = ("prefetch", "inline", "none")
+#: the sparse (model-parallel) embedding backward: ``sorted`` -- the kernels real implementations run (HugeCTR's
+#: index calculation + local reduce + update, FBGEMM's TBE backward): a radix sort of the lookups' ids, a
+#: run-length encode, one fused segment-reduce + optimizer kernel over the distinct rows
+#: (:func:`simfuse.workloads.dlrm.sparse_update_works`; since 2026-12-05); ``bytes`` -- simfuse before 2026-12-05
+#: (one kernel, per lookup its row and state read and written, each bag's gradient read once), kept so regression
+#: tests can pin older results
+SPARSE_BACKWARDS = ("sorted", "bytes")
 #: bytes of one sparse id on the wire: TorchRec KeyedJaggedTensor values are int64 by default; HugeCTR's keys are
 #: uint32 unless ``i64_input_key`` (include/pybind/solver_wrapper.hpp:138, default false)
 KEY_DTYPE_BYTES = {"int32": 4, "int64": 8}
@@ -100,6 +107,7 @@ class DLRMSpec:
     async_wgrad: bool = False                # weight-gradient GEMMs on a second compute stream (HugeCTR async_wgrad)
     input_dist: str = "prefetch"             # INPUT_DISTS: the sparse ids' All-to-All to the shard holders
     key_dtype: str = "int64"                 # KEY_DTYPE_BYTES: one sparse id on the wire
+    sparse_backward: str = "sorted"          # SPARSE_BACKWARDS: the model-parallel embedding backward's kernels
     kind: str = "dlrm"
     source: str = "<memory>"
 
@@ -240,6 +248,7 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
     bags = emb.integer("bags_per_wg", 4, min_value=1, max_value=MAX_GLOBAL_BATCH)
     input_dist = emb.string("input_dist", "prefetch", choices=INPUT_DISTS)
     key_dtype = emb.string("key_dtype", "int64", choices=tuple(KEY_DTYPE_BYTES))
+    sparse_backward = emb.string("sparse_backward", "sorted", choices=SPARSE_BACKWARDS)
     emb.reject_unknown()
     inter = root.sub("interaction")
     kind = inter.string("kind", choices=INTERACTIONS)
@@ -274,6 +283,7 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
         async_wgrad=root.boolean("async_wgrad", False),
         input_dist=input_dist,
         key_dtype=key_dtype,
+        sparse_backward=sparse_backward,
         source=source,
     )
     if spec.bottom_mlp[-1] != dim:

@@ -61,6 +61,14 @@ from ..spec.workload import KEY_DTYPE_BYTES, LENGTH_BYTES
 from .dense import elementwise_work, gemm_work
 from .placement import place_tables, rank_classes
 from .planner import HIER_SHARDINGS, RankUnits
+from .sparse_backward import (  # noqa: F401  (re-exported: the sparse backward's formulas)
+    RADIX_DIGIT_BITS,
+    SORT_PAIR_BYTES,
+    expected_distinct_rows,
+    radix_digits,
+    sort_bytes,
+    sparse_update_bytes,
+)
 
 #: sharding types whose shards pool for every bag and send their result straight to the bag owners
 _A2A_KINDS = ("table_wise", "row_wise", "column_wise")
@@ -304,15 +312,39 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
                             emb_grad, tail, loss_f, loss_b, emb_copy, classes)
 
 
-def sparse_update_work(label: str, spec: DLRMSpec, bags: int, lookup_cols: float, cols: float):
-    """The sparse update of a rank's model-parallel shards (one kernel): per lookup its row and its optimizer
-    state read and written (``lookup_cols`` = lookups per bag x columns, summed over the shards), each bag's
-    pooled gradient read once (``cols`` columns, ``comm_dtype``); priced by its bytes.  Checked against a
-    sort + fused segment-reduce + Adagrad on the H200: experiments/embedding_backward.py."""
+def sparse_update_works(label: str, spec: DLRMSpec, bags: int, shards) -> list[tuple[str, object]]:
+    """The sparse backward of a rank's model-parallel shards, the kernels real implementations run (HugeCTR: index
+    calculation, local reduce, update; FBGEMM's fused TBE backward), in order: the radix sort of the lookups'
+    (id, position) pairs (a histogram pass and one scatter pass per 8-bit digit of the rank's key space), the
+    run-length encode of the sorted ids, and one fused kernel that reduces each distinct id's gradients and
+    applies the optimizer (:func:`sparse_update_bytes` per shard).  ``shards``: ``(rows, lookups per bag,
+    columns)`` per shard; a column shard has its own ids.  Returns ``(name, KernelWork)`` pairs.  The scatter
+    passes are priced as strided copies (``device.strided_copy`` beyond the L2: their writes go to 256 buckets,
+    not one stream); checked, not fitted, against CUB and a Triton segment-reduce + Adagrad on an H100
+    (experiments/embedding_backward.py, experiments/results/embedding_backward/README.md)."""
+    shards = [(float(r), float(p), float(c)) for r, p, c in shards if p > 0 and c > 0]
+    if not shards or bags <= 0:
+        return []
+    if spec.sparse_backward == "bytes":  # simfuse before 2026-12-05 (SPARSE_BACKWARDS)
+        eb, ceb = DTYPE_BYTES[spec.embedding_dtype], DTYPE_BYTES[spec.comm_dtype]
+        lc, cols = sum(p * c for _, p, c in shards), sum(c for _, _, c in shards)
+        nbytes = bags * lc * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + bags * cols * ceb
+        return [(label, elementwise_work(label, nbytes, bags * lc * 3.0, spec.embedding_dtype,
+                                         wgs=max(1, int(cols * bags // (64 * spec.dim)))))]
+    n = bags * sum(p for _, p, _ in shards)          # the rank's lookups: one (id, position) pair each
+    distinct = sum(expected_distinct_rows(r, bags * p) for r, p, _ in shards)
+    hist, per_pass, enc = sort_bytes(n, sum(r for r, _, _ in shards), distinct)
+    wgs, sd = max(1, int(n // 512)), spec.embedding_dtype  # programs of 512 ids: the device fills from 68k ids
+    works = [(f"{label}_sort_hist", elementwise_work(label, hist, n, sd, wgs=wgs))]
+    works += [(f"{label}_sort_pass{i}", elementwise_work(label, per_pass, n, sd, wgs=wgs, strided=True))
+              for i in range(radix_digits(sum(r for r, _, _ in shards)))]
+    works.append((f"{label}_unique", elementwise_work(label, enc, n, sd, wgs=wgs)))
     eb, ceb = DTYPE_BYTES[spec.embedding_dtype], DTYPE_BYTES[spec.comm_dtype]
-    upd_bytes = bags * lookup_cols * eb * (2.0 + 2.0 * spec.optimizer_state_factor) + bags * cols * ceb
-    return elementwise_work(label, upd_bytes, bags * lookup_cols * 3.0, spec.embedding_dtype,
-                            wgs=max(1, int(cols * bags // (64 * spec.dim))))
+    upd = sum(sparse_update_bytes(eb, ceb, spec.optimizer_state_factor, bags, r, p, c) for r, p, c in shards)
+    cols = sum(c for _, _, c in shards)
+    works.append((label, elementwise_work(label, upd, 3.0 * bags * sum(p * c for _, p, c in shards), sd,
+                                          wgs=max(1, int(cols * bags // (64 * spec.dim))))))
+    return works
 
 
 def _buckets(grads_order: list[float], bucket_bytes: float) -> tuple[list[float], dict[int, int]]:
@@ -730,11 +762,14 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                                                   size_bytes=grouped_bytes, stream="comm_dp",
                                                   phase="allreduce_grouped", deps=(last,))))
         if U > 0:
-            ps = sum(u.pooling * (u.dim or D) for u in units)  # lookups x columns
-            comp(sparse_update_work("emb_update", spec, B, ps, cols), "embedding_update", deps=(bwd_x,))
+            dep = bwd_x
+            for w in sparse_update_works("emb_update", spec, B, [(u.rows, u.pooling, u.dim or D) for u in units]):
+                dep = comp(w, "embedding_update", deps=(dep,))
         if tr_units:
-            comp(sparse_update_work("emb_update_twrw", spec, B, tr_lookups * dim_h, tr_tables * dim_h),
-                 "embedding_update", deps=(tr_x,))
+            dep = tr_x
+            for w in sparse_update_works("emb_update_twrw", spec, B,
+                                         [(u.rows, u.pooling, u.dim or D) for u in tr_units]):
+                dep = comp(w, "embedding_update", deps=(dep,))
         for t in dp_tables:  # the optimizer step over the table, once its reduced gradient is in
             rows = spec.tables[t].rows
             nbytes = rows * D * (eb * (2.0 + 2.0 * spec.optimizer_state_factor) + grad_eb)

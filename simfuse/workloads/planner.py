@@ -48,7 +48,9 @@ made without them; 128 H200 nodes at global batch 131,072, baseline 1.910 agains
 1.609 ms).
 
 **Estimator** (per shard, seconds): compute = HBM bytes of pooling (rows + int64 indices + outputs) and of the
-sparse update (rows and optimizer state read and written, gradients read, the builder's formula) at the device's
+sparse backward (the builder's formulas, ``simfuse.workloads.sparse_backward``: the sort and run-length encode of
+the shard's ids, each distinct row and its optimizer state read and written, each lookup's gradient gathered) at
+the device's
 achievable HBM bandwidth (``hbm_bw_bytes_per_s * hbm_efficiency`` of the System's device spec); communication =
 bytes sent and received per fabric tier (NVLink inside a node, the NICs between nodes) at that tier's per-GPU
 bandwidth (``scale_up.effective_bw_bytes_per_s``; ``nics_per_node * effective_nic_bw_bytes_per_s / g``).  A
@@ -97,6 +99,7 @@ from ..errors import SpecError
 from ..fused.knobs import DTYPE_BYTES
 from ..spec.workload import KEY_DTYPE_BYTES, LENGTH_BYTES
 from .placement import Unit
+from .sparse_backward import index_bytes, sparse_update_bytes
 
 SHARDINGS = ("table_wise", "row_wise", "column_wise", "table_row_wise", "grid", "data_parallel")
 #: sharding types whose shards are row shards over the ``g`` GPUs of a node, reduced inside the node (stage 1) and
@@ -342,6 +345,7 @@ class _Ctx:
         self.ceb = DTYPE_BYTES[spec.comm_dtype]   # All-to-All payload (embedding.comm_dtype, default the table's)
         self.geb = DTYPE_BYTES[spec.grad_dtype]   # data-parallel table gradients (grad_dtype, default fp32)
         self.opt = spec.optimizer_state_factor
+        self.sparse_backward = spec.sparse_backward
         self.rates, self.budget, self.mode = rates, budget_bytes, mode
         # the input distribution's bytes per id and per (bag, shard) length (embedding.input_dist, key_dtype):
         # counted when the lookups wait for them (inline); prefetched ids overlap the iteration (module docstring)
@@ -352,12 +356,16 @@ class _Ctx:
     def storage(self, rows: int, dim: int) -> float:
         return rows * dim * self.eb * (1.0 + self.opt)
 
-    def pool_update_bytes(self, bags: int, lookups: float, dim: int) -> float:
-        """HBM bytes of forward pooling and the sparse update of one shard (the builder's formulas)."""
+    def pool_update_bytes(self, bags: int, lookups: float, dim: int, rows: float) -> float:
+        """HBM bytes of forward pooling and the sparse backward of one shard of ``rows`` rows (the builder's
+        formulas; ``embedding.sparse_backward: sorted``: the sort and encode over the shard's own key space, at
+        HBM rate)."""
         eb, ceb = self.eb, self.ceb  # pooled rows written and their gradients read in the payload's dtype
         pool = bags * lookups * (dim * eb + INDEX_BYTES) + bags * dim * ceb
-        upd = bags * lookups * dim * eb * (2.0 + 2.0 * self.opt) + bags * dim * ceb
-        return pool + upd
+        if self.sparse_backward == "bytes":
+            return pool + bags * lookups * dim * eb * (2.0 + 2.0 * self.opt) + bags * dim * ceb
+        return (pool + sparse_update_bytes(eb, ceb, self.opt, bags, rows, lookups, dim)
+                + index_bytes(bags, rows, lookups))
 
     def rank_cost(self, comp, si, se, ri, re):
         r = self.rates
@@ -422,7 +430,7 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
 
     def uniform_a2a(kind, shards, rows, dim, pooling):
         x = 2.0 * b * dim * ceb  # per destination, fwd + bwd
-        return _Option(kind, shards, rows, dim, pooling, ctx.pool_update_bytes(B, pooling, dim) / hbm,
+        return _Option(kind, shards, rows, dim, pooling, ctx.pool_update_bytes(B, pooling, dim, rows) / hbm,
                        (g - 1) * x, (n - g) * x, 0.0, shards * x * frac_intra, shards * x * frac_inter,
                        storage=ctx.storage(rows, dim))
 
@@ -468,7 +476,8 @@ def _hier_option(ctx: _Ctx, t: int, kind: str, k: int) -> _Option:
     rows, p, dim = math.ceil(tab.rows / g), tab.pooling / g, ctx.D // k
     s1 = 2.0 * N * b * dim * ceb * (g - 1)     # reduce-scatter inside the node, fwd + bwd
     s2 = 2.0 * b * dim * ceb                    # per remote node on the rail, fwd + bwd
-    return _Option(kind, k * g, rows, dim, p, ctx.pool_update_bytes(ctx.B, p, dim) / ctx.rates.hbm_bytes_per_s, s1,
+    return _Option(kind, k * g, rows, dim, p, ctx.pool_update_bytes(ctx.B, p, dim, rows) / ctx.rates.hbm_bytes_per_s,
+                   s1,
                    (N - 1) * s2, s1, 0.0, k * s2 * (N - 1) / N, storage=ctx.storage(rows, dim))
 
 
@@ -677,10 +686,12 @@ def _custom_option_comm(ctx: _Ctx, u: Unit) -> _Option:
     n, g = ctx.n, ctx.g
     if u.kind == "table_row_wise":  # on several whole nodes: each node as the one-node option, at its shard's load
         s1, s2, N = 2.0 * ctx.N * ctx.b * dim * ctx.ceb * (g - 1), x, ctx.N
-        return _Option(u.kind, u.shards, u.rows, dim, u.pooling, ctx.pool_update_bytes(ctx.B, u.pooling, dim)
+        return _Option(u.kind, u.shards, u.rows, dim, u.pooling,
+                       ctx.pool_update_bytes(ctx.B, u.pooling, dim, u.rows)
                        / ctx.rates.hbm_bytes_per_s, s1, (N - 1) * s2, s1, 0.0, s2 * (N - 1) / N * u.shards / g,
                        storage=ctx.storage(u.rows, dim))
-    return _Option(u.kind, u.shards, u.rows, dim, u.pooling, ctx.pool_update_bytes(ctx.B, u.pooling, dim)
+    return _Option(u.kind, u.shards, u.rows, dim, u.pooling,
+                   ctx.pool_update_bytes(ctx.B, u.pooling, dim, u.rows)
                    / ctx.rates.hbm_bytes_per_s, (g - 1) * x, (n - g) * x, 0.0, u.shards * x * (g - 1) / n,
                    u.shards * x * (n - g) / n, storage=ctx.storage(u.rows, dim))
 

@@ -69,13 +69,20 @@ def _node(graph, rank, name):
     return next(nd for nd in graph.programs[rank].nodes if nd.name == name)
 
 
+def _distinct(rows, lookups):
+    """Expected distinct ids of ``lookups`` uniform draws over ``rows`` (closed form)."""
+    return rows * (1.0 - (1.0 - 1.0 / rows) ** lookups)
+
+
 def _twrw_kernels(graph, rank):
     """The baseline graph's hierarchical pooling kernel (the producer of the stage-1 exchange) and update kernel
     (the consumer of the backward stage 1) of ``rank``, as total HBM bytes."""
     nodes = graph.programs[rank].nodes
     pool = nodes[_node(graph, rank, "a2a_fwd_intra").deps[0]]
     i_bwd = nodes.index(_node(graph, rank, "a2a_bwd_intra"))
-    upd = next(nd for nd in nodes if isinstance(nd, ComputeNode) and i_bwd in nd.deps)
+    first = next(nd for nd in nodes if isinstance(nd, ComputeNode) and i_bwd in nd.deps)
+    assert first.name == "emb_update_twrw_sort_hist"  # the sparse backward starts with the sort of its ids
+    upd = _node(graph, rank, "emb_update_twrw")
     assert isinstance(pool, ComputeNode) and pool.work.name == "embedding_bag" and upd.phase == "embedding_update"
     return (pool.work.bytes_per_wg * pool.work.num_workgroups, upd.work.bytes_per_wg * upd.work.num_workgroups)
 
@@ -119,14 +126,18 @@ def test_grid_volumes_and_loads_match_their_formulas(tmp_path, small):
     intra = sum(_node(graph, r, "a2a_fwd_intra").send_bytes.sum() - N * b * hcols[r] * EB for r in range(n))
     assert intra == pytest.approx((g - 1) * N * b * EB * (n * D // 2 + g * D))
     # per-rank loads on node 0 (t1's column block alone): pooling B bags at P / g lookups over D / 2 columns
-    # (rows, int64 ids, outputs) and the sparse update (rows and optimizer state read and written, gradients)
+    # (rows, int64 ids, outputs) and the sparse update (each distinct row and its optimizer state read and
+    # written, each lookup's gradient gathered, each sorted (id, position) pair read)
     w, p = D // 2, P1 / g
+    r1, r2 = math.ceil(R1 / g), math.ceil(TABLES[2][0] / g)
     pool0, upd0 = _twrw_kernels(graph, 0)
     assert pool0 == pytest.approx(B * p * (w * EB + 8) + B * w * EB)
-    assert upd0 == pytest.approx(B * p * w * EB * (2 + 2 * opt) + B * w * EB)
+    assert upd0 == pytest.approx(_distinct(r1, B * p) * w * EB * (2 + 2 * opt) + B * p * w * EB + B * p * 8)
     # node 1 holds t1's block and t2's row shard: the update adds both exactly
-    ps = P1 / g * D // 2 + P2 / g * D
-    assert _twrw_kernels(graph, 5)[1] == pytest.approx(B * ps * EB * (2 + 2 * opt) + B * (w + D) * EB)
+    p2 = P2 / g
+    assert _twrw_kernels(graph, 5)[1] == pytest.approx(
+        (_distinct(r1, B * p) * w + _distinct(r2, B * p2) * D) * EB * (2 + 2 * opt)
+        + B * (p * w + p2 * D) * EB + B * (p + p2) * 8)
 
 
 def test_grid_estimator_formulas(small):
@@ -146,7 +157,9 @@ def test_grid_estimator_formulas(small):
     # every rank receives the same bytes as from one table-row-wise table: b D / k from each of k nodes
     assert gr.u_recv_inter == pytest.approx(tr.u_recv_inter) == pytest.approx(2 * b * Dm * EB * (N - 1) / N)
     pool = 1024 * (8 / g) * ((Dm // 2) * EB + 8) + 1024 * (Dm // 2) * EB
-    upd = 1024 * (8 / g) * (Dm // 2) * EB * 4 + 1024 * (Dm // 2) * EB
+    n, r = 1024 * (8 / g), math.ceil(4000 / g)
+    upd = (_distinct(r, n) * (Dm // 2) * EB * 4 + n * (Dm // 2) * EB + 8 * n  # sorted update, index calculation:
+           + 4 * n + 2 * 16 * n + 4 * n + 8 * _distinct(r, n))                # 1,000 rows: 10 bits, 2 digits
     assert gr.comp_s == pytest.approx((pool + upd) / ctx.rates.hbm_bytes_per_s)
     # k = 1 is the table-row-wise option (one formula)
     one = _hier_option(ctx, 1, "grid", 1)

@@ -143,9 +143,12 @@ def test_planner_prices_the_wire_in_comm_dtype(small):
             assert h[key].comp_s < o.comp_s
     # the estimator's bytes are the builder's: pooling B bags of P lookups over D columns and its sparse update
     for c, e in ((ctx32, 4), (ctx16, 2)):
-        B, P, D = 1024, 8.0, DIM
-        assert c.pool_update_bytes(B, P, D) == pytest.approx(
-            B * P * (D * 4 + 8) + B * D * e + B * P * D * 4 * (2 + 2 * 1.0) + B * D * e)
+        B, P, D, R = 1024, 8.0, DIM, 5000
+        n = B * P
+        distinct = R * (1 - (1 - 1 / R) ** n)
+        sort = 4 * n + 2 * 16 * n + 4 * n + 8 * distinct  # histogram, 2 digit passes (13 bits), run-length encode
+        assert c.pool_update_bytes(B, P, D, R) == pytest.approx(
+            n * (D * 4 + 8) + B * D * e + distinct * D * 4 * (2 + 2 * 1.0) + n * D * e + 8 * n + sort)
 
 
 def test_fused_operator_pushes_comm_dtype(small):
@@ -355,11 +358,14 @@ def test_defaults_reproduce_main(root, key):
     d["global_batch"] = batch
     d["dense_fusion"] = "legacy"  # the dense element-wise kernels of that time (dense_fusion came later)
     d["embedding"]["input_dist"] = "none"  # no ids' exchange then (input_dist came later, stop 24)
+    d["embedding"]["sparse_backward"] = "bytes"  # one update kernel priced by its bytes (sorted came 2026-12-05)
     spec = workload_from_dict(d, model)
-    # the topology as it was then: the H100 file took over the H200's small-M GEMM curve later (stop 23)
+    # the topology as it was then: the H100 file took over the H200's small-M GEMM curve and strided-copy rate
+    # later (stop 23-24), and its own measured curve, strided-copy rate and flops_efficiency (0.72 then) on
+    # 2026-12-05
     topo = load_topology(root / "topologies" / "h100_nvl8_ib_ndr.yaml")
-    system = System.from_topology(dataclasses.replace(topo, device=dataclasses.replace(topo.device,
-                                                                                       gemm_efficiency=None)))
+    system = System.from_topology(dataclasses.replace(topo, device=dataclasses.replace(
+        topo.device, gemm_efficiency=None, strided_copy=None, flops_efficiency=0.72, hbm_efficiency=0.89)))
     r = simulate_dlrm(spec, system, nodes, mode=mode)
     assert r.iteration_time_s == pytest.approx(MAIN_7CAA6F2[key], rel=1e-9)
 

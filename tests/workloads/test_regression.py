@@ -17,8 +17,9 @@ calibration profile are the files of commit d234bb7, frozen in ``tests/data/regr
 model, no NVLS: those fields default to off).  What the newer topology and profile files change -- NCCL
 protocols, NVLS and proxy post costs, the refitted kernel profile -- is a change of model inputs, measured in
 the issue notes and docs/design.md, not a change of the executor.  Likewise the dense element-wise kernels
-(``dense_fusion``, 2026-12-04) and the sparse ids' All-to-All (``input_dist``, 2026-12-04): DLRM runs here use
-``dense_fusion: legacy`` and ``input_dist: none``, the inventory of that time.
+(``dense_fusion``, 2026-12-04), the sparse ids' All-to-All (``input_dist``, 2026-12-04) and the sorted sparse
+backward (``sparse_backward``, 2026-12-05): DLRM runs here use ``dense_fusion: legacy``, ``input_dist: none`` and
+``sparse_backward: bytes``, the inventory of that time.
 """
 
 import csv
@@ -62,7 +63,7 @@ def _bounds(model: str, mode: str) -> tuple[float, float]:
 def test_matches_pre_graph_results(model, topology, nodes, ref):
     spec = load_workload(ROOT / "models" / f"{model}.yaml")
     if model.startswith("dlrm"):  # the dense element-wise kernels and no id exchange, as then (later model changes)
-        spec = dataclasses.replace(spec, dense_fusion="legacy", input_dist="none")
+        spec = dataclasses.replace(spec, dense_fusion="legacy", input_dist="none", sparse_backward="bytes")
     res = simulate_workload(spec, System.load(DATA / f"{topology}.yaml"), nodes)
     for mode, row in ref.items():
         rel = res[mode].iteration_time_s / float(row["iteration_time_s"]) - 1.0

@@ -96,10 +96,28 @@ def test_shipped_h200_describes_its_measurement_better(root):
 def test_frozen_regression_topologies_have_no_curve(root):
     for name in ("h200_nvl8_ib_ndr.yaml", "h100_nvl8_ib_ndr.yaml"):
         assert load_topology(root / "tests" / "data" / "regression" / name).device.gemm_efficiency is None
-    # the shipped H100 files take over the H200's measured curve (same GH100 die; topology comment)
+    # the shipped H100 files carry the curve measured on an H100 (2026-12-05), the same in both, not the H200's
     h200 = load_topology(root / "topologies" / "h200_nvl8_ib_ndr.yaml").device.gemm_efficiency
-    for name in ("h100_nvl8_ib_ndr.yaml", "h100_nvl8_ib_ndr_sharp.yaml"):
-        assert load_topology(root / "topologies" / name).device.gemm_efficiency == h200
+    h100 = [load_topology(root / "topologies" / name).device.gemm_efficiency
+            for name in ("h100_nvl8_ib_ndr.yaml", "h100_nvl8_ib_ndr_sharp.yaml")]
+    assert h100[0] == h100[1] and h100[0] != h200 and h100[0].source.endswith("gemm_small_m_h100.csv")
+
+
+def test_shipped_h100_describes_its_measurement_better(root):
+    """The H100 topology's curve (no calibration profile: the roofline model prices GEMMs) against the H100 table
+    it was fitted on: far closer than the tiled roofline without it."""
+    topo = load_topology(root / "topologies" / "h100_nvl8_ib_ndr.yaml")
+    with open(root / topo.device.gemm_efficiency.source) as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["device"] for r in rows} == {"NVIDIA H100 80GB HBM3"} and len(rows) >= 50
+
+    def rms(dev):
+        errs = [simulate_kernel(gemm_work("g", int(r["m"]), int(r["n"]), int(r["k"]), "bf16"),
+                                RooflineCostModel(dev)).time_s / (float(r["median_us"]) * 1e-6) - 1.0 for r in rows]
+        return math.sqrt(sum(e * e for e in errs) / len(errs))
+
+    with_curve = rms(topo.device)
+    assert with_curve < 0.25 and with_curve < rms(replace(topo.device, gemm_efficiency=None)) / 2
 
 
 def _with_curve(root, tmp_path, curve):

@@ -301,3 +301,36 @@ def test_embedding_backward_kernel_and_predict(root, tmp_path):
     df["lookups_total"] = df.bags * df.lookups
     big = df[df.rows >= 1_000_000].sort_values(["lookups_total", "rows"])
     assert big.sim_update_s.is_monotonic_increasing and big.sim_index_s.is_monotonic_increasing
+
+
+def test_launch_latency_summary(root, tmp_path):
+    """experiments/launch_latency.py: the summary half on a synthetic table (the GPU half needs CUDA). The
+    estimate is the median of the trivial one-block kernels' graph and queued rows only; the single-launch and
+    bandwidth rows never enter it. A malformed table is refused with the file and the field named, exit 2."""
+    import importlib.util
+
+    spec_ = importlib.util.spec_from_file_location("ll", root / "experiments/launch_latency.py")
+    mod = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(mod)
+    rows = []
+    for kernel, mode, t_us in (("torch_add1", "graph", 1.0), ("torch_add1", "queued", 2.0),
+                               ("triton_store_1", "graph", 3.0), ("triton_store_1", "queued", 4.0),
+                               ("torch_add1", "single", 50.0), ("torch_add_16mb", "graph", 20.0),
+                               ("triton_store_1056", "graph", 30.0)):
+        rows.append({f: "" for f in mod.FIELDS} | {"gpu": "synthetic", "kernel": kernel, "mode": mode,
+                                                   "per_kernel_median_s": t_us * 1e-6})
+    src = tmp_path / "ll.csv"
+    pd.DataFrame(rows, columns=mod.FIELDS).to_csv(src, index=False)
+    assert mod.launch_latency_estimate_s(mod.read_table(src)) == pytest.approx(2.5e-6)
+    out = _run(root, "experiments/launch_latency.py", "summary", str(src))
+    assert "2.500 us" in out
+    bad = tmp_path / "bad.csv"
+    bad.write_text(src.read_text().replace("1e-06", "abc", 1))
+    r = subprocess.run([sys.executable, "experiments/launch_latency.py", "summary", str(bad)],
+                       capture_output=True, text=True, cwd=root)
+    assert r.returncode == 2 and "bad.csv" in r.stderr and "per_kernel_median_s" in r.stderr
+    only_bw = tmp_path / "bw.csv"
+    pd.DataFrame([rows[5]], columns=mod.FIELDS).to_csv(only_bw, index=False)
+    r = subprocess.run([sys.executable, "experiments/launch_latency.py", "summary", str(only_bw)],
+                       capture_output=True, text=True, cwd=root)
+    assert r.returncode == 2 and "trivial" in r.stderr

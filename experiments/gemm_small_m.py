@@ -8,13 +8,15 @@ of a replay, so it holds the kernel and its per-call floor (in-graph launch, pro
 
 Fit (anywhere): ``python experiments/gemm_small_m.py --fit [CSV] [--topology T]`` prints the
 ``gemm_efficiency`` block for T's device (default the shipped H200 topology) and its errors.  Model
-(simfuse.costs.analytic.gemm_curve_time_s), with L the launch latency simfuse charges before every kernel on T
-(the calibration profile's, when T names one):
+(simfuse.costs.analytic.gemm_curve_time_s), with L the in-graph launch latency of T's device
+(``device.graph_launch_latency_us``: the table is measured in CUDA graphs, so L is what each call's share holds
+besides the kernel; a run charges its own launch latency, eager or graph, on top of the kernel):
 
-    time = L + max(floor - L, roofline(M, N, K) / eff(M))
+    time = L + max(floor - L, overhead + roofline(M, N, K) / eff(M))
 
-``floor`` (one number) and ``eff(M)`` (one per measured M) minimise the squared log error of the per-call times
-over all shapes (grid search: deterministic).  The error reported is leave-shape-out: each (N, K) family is
+``floor``, ``overhead`` (one number each: the per-call floor and the fixed kernel time beside the work) and
+``eff(M)`` (one per measured M) minimise the squared log error of the per-call times over all shapes (grid
+search: deterministic).  The error reported is leave-shape-out: each (N, K) family is
 predicted by a curve fitted without it, next to the in-sample error and to the cost model without the curve."""
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def measure(out):
 
 # ------------------------------------------------------------------------------------------------------ fit
 FLOOR_GRID_US = np.arange(0.0, 6.0001, 0.01)
+OVERHEAD_GRID_US = np.arange(0.0, 5.0001, 0.1)
 EFF_GRID = np.exp(np.linspace(math.log(1e-3), 0.0, 1401))  # 1e-3 .. 1, log-spaced
 
 
@@ -88,31 +91,34 @@ def rooflines_s(rows, device, dtype="bf16"):
 
 
 def fit_curve(rows, roof_s, launch_s):
-    """(floor_s incl. launch, {M: eff}) minimising the squared log error of the per-call times."""
+    """(floor_s incl. launch, overhead_s, {M: eff}) minimising the squared log error of the per-call times."""
     t = np.array([r[3] for r in rows])
     ms = np.array([r[0] for r in rows])
-    best = (math.inf, 0.0, {})
-    for fb in FLOOR_GRID_US * 1e-6:
-        sse, effs = 0.0, {}
-        for m in sorted(set(ms.tolist())):
-            sel = ms == m
-            # predicted total per (eff candidate, row): L + max(fb, roof / eff)
-            pred = launch_s + np.maximum(fb, roof_s[sel][None, :] / EFF_GRID[:, None])
-            err = np.sum(np.log(pred / t[sel][None, :]) ** 2, axis=1)
-            i = int(np.argmin(err))
-            sse += float(err[i])
-            effs[m] = float(EFF_GRID[i])
-        if sse < best[0] - 1e-15:
-            best = (sse, fb + launch_s, effs)
-    return best[1], best[2]
+    best = (math.inf, 0.0, 0.0, {})
+    for ov in OVERHEAD_GRID_US * 1e-6:
+        for fb in FLOOR_GRID_US * 1e-6:
+            sse, effs = 0.0, {}
+            for m in sorted(set(ms.tolist())):
+                sel = ms == m
+                # predicted total per (eff candidate, row): L + max(fb, overhead + roof / eff)
+                pred = launch_s + np.maximum(fb, ov + roof_s[sel][None, :] / EFF_GRID[:, None])
+                err = np.sum(np.log(pred / t[sel][None, :]) ** 2, axis=1)
+                i = int(np.argmin(err))
+                sse += float(err[i])
+                effs[m] = float(EFF_GRID[i])
+                if sse >= best[0]:
+                    break
+            if sse < best[0] - 1e-15:
+                best = (sse, fb + launch_s, ov, effs)
+    return best[1], best[2], best[3]
 
 
-def predict(rows, roof_s, launch_s, floor_s, effs):
+def predict(rows, roof_s, launch_s, floor_s, overhead_s, effs):
     from simfuse.spec import GemmEfficiencySpec
 
-    curve = GemmEfficiencySpec("fit", floor_s, tuple(sorted(effs.items())))
-    return np.array([launch_s + max(floor_s - launch_s, r / curve.efficiency(m)) for (m, *_), r in
-                     zip(rows, roof_s, strict=True)])
+    curve = GemmEfficiencySpec("fit", floor_s, tuple(sorted(effs.items())), "bf16", overhead_s)
+    return np.array([launch_s + max(floor_s - launch_s, overhead_s + r / curve.efficiency(m))
+                     for (m, *_), r in zip(rows, roof_s, strict=True)])
 
 
 def model_times_s(rows, system):
@@ -143,25 +149,26 @@ def fit_main(args):
     topo = load_topology(args.topology)
     system = System.from_topology(topo)
     device = system.topology.device
-    launch_s = device.kernel_launch_latency_s
+    launch_s = device.graph_launch_s  # the table's calls are CUDA-graph replays
     roof = rooflines_s(rows, device)
     t = np.array([r[3] for r in rows])
-    floor_s, effs = fit_curve(rows, roof, launch_s)
+    floor_s, overhead_s, effs = fit_curve(rows, roof, launch_s)
     effs = {m: min(1.0, e) for m, e in effs.items()}
-    ins = rel_rms(predict(rows, roof, launch_s, floor_s, effs), t)
+    ins = rel_rms(predict(rows, roof, launch_s, floor_s, overhead_s, effs), t)
     families = sorted({(n, k) for _, n, k, _ in rows})
     held = np.empty(len(rows))
     for fam in families:
         tr = [i for i, r in enumerate(rows) if (r[1], r[2]) != fam]
         te = [i for i, r in enumerate(rows) if (r[1], r[2]) == fam]
-        f_s, e = fit_curve([rows[i] for i in tr], roof[tr], launch_s)
-        held[te] = predict([rows[i] for i in te], roof[te], launch_s, f_s, {m: min(1.0, v) for m, v in e.items()})
+        f_s, o_s, e = fit_curve([rows[i] for i in tr], roof[tr], launch_s)
+        held[te] = predict([rows[i] for i in te], roof[te], launch_s, f_s, o_s,
+                           {m: min(1.0, v) for m, v in e.items()})
     cv = rel_rms(held, t)
-    bare = System.from_topology(topo.replace(device=_without_curve(topo.device)))
+    bare = System.from_topology(topo.replace(device=_without_curve(topo.device))).with_launch("graph")
     before = rel_rms(model_times_s(rows, bare), t)
     after = rel_rms(model_times_s(rows, System.from_topology(topo.replace(
-        device=_with_curve(topo.device, floor_s, effs, args.csv)))), t)
-    print(f"# {args.csv}: {len(rows)} calls, {len(families)} (N, K) families; launch latency charged "
+        device=_with_curve(topo.device, floor_s, overhead_s, effs, args.csv))).with_launch("graph")), t)
+    print(f"# {args.csv}: {len(rows)} calls, {len(families)} (N, K) families; in-graph launch latency "
           f"{launch_s * 1e6:.3f} us ({args.topology})")
     print(f"# relative error rms / max: cost model without the curve {before[0]:.3f} / {before[1]:.3f}; "
           f"curve in-sample {ins[0]:.3f} / {ins[1]:.3f}; leave-shape-out {cv[0]:.3f} / {cv[1]:.3f}; "
@@ -170,6 +177,7 @@ def fit_main(args):
     print(f"  source: {os.path.relpath(args.csv, ROOT)} (experiments/gemm_small_m.py --fit)")
     print("  dtype: bf16")
     print(f"  floor_us: {floor_s * 1e6:.3f}")
+    print(f"  overhead_us: {overhead_s * 1e6:.2f}")
     print("  points: [" + ", ".join(f"[{m}, {e:.3g}]" for m, e in sorted(effs.items())) + "]")
 
 
@@ -179,13 +187,13 @@ def _without_curve(device):
     return replace(device, gemm_efficiency=None)
 
 
-def _with_curve(device, floor_s, effs, source):
+def _with_curve(device, floor_s, overhead_s, effs, source):
     from dataclasses import replace
 
     from simfuse.spec import GemmEfficiencySpec
 
     return replace(device, gemm_efficiency=GemmEfficiencySpec(str(source), floor_s, tuple(sorted(effs.items())),
-                                                                     "bf16"))
+                                                                     "bf16", overhead_s))
 
 
 def main(argv=None):

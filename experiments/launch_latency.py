@@ -19,9 +19,11 @@ programs (one store each), and ``torch_add_16mb`` (a bandwidth-bound add over 16
 per-kernel time is its makespan plus the gap).
 
 Measure (GPU): ``python experiments/launch_latency.py measure OUT.csv``.
-Summary (anywhere): ``python experiments/launch_latency.py summary CSV`` prints the estimate simfuse uses: the
-median over the trivial one-block kernels (``torch_add1``, ``triton_store`` x1) of their ``graph`` and
-``queued`` per-kernel times (the two agree within a few percent when the host keeps ahead).
+Summary (anywhere): ``python experiments/launch_latency.py summary CSV...`` prints the two estimates simfuse
+uses, each the median over the trivial one-block kernels (``torch_add1``, ``triton_store`` x1) and every table
+given: ``queued`` -> ``device.kernel_launch_latency_us`` (eager launches), ``graph`` ->
+``device.graph_launch_latency_us`` (kernels replayed from a CUDA graph).  On the lent H100 SXM (2026-12-06) the
+two differ by 2x (2.04 vs 1.07 us), so they are two fields, not one.
 """
 
 from __future__ import annotations
@@ -167,25 +169,29 @@ def read_table(path: str | Path) -> list[dict]:
     return rows
 
 
-def launch_latency_estimate_s(rows: list[dict]) -> float:
-    """The per-kernel launch latency of queued kernels: the median of the ``graph`` and ``queued`` per-kernel
-    times of the trivial one-block kernels (:data:`TRIVIAL`)."""
-    vals = [r["per_kernel_median_s"] for r in rows
-            if r["kernel"] in TRIVIAL and r["mode"] in ("graph", "queued")]
+def launch_latency_estimate_s(rows: list[dict], mode: str) -> float:
+    """The per-kernel launch latency of back-to-back kernels in ``mode`` (``queued``: eager launches the host
+    keeps ahead of the GPU; ``graph``: replayed from a CUDA graph): the median of that mode's per-kernel times
+    of the trivial one-block kernels (:data:`TRIVIAL`)."""
+    vals = [r["per_kernel_median_s"] for r in rows if r["kernel"] in TRIVIAL and r["mode"] == mode]
     if not vals:
-        raise SimfuseError(f"no graph/queued rows of the trivial kernels {', '.join(TRIVIAL)}")
+        raise SimfuseError(f"no {mode} rows of the trivial kernels {', '.join(TRIVIAL)}")
     return statistics.median(vals)
 
 
-def summary(path: str) -> None:
-    rows = read_table(path)
+def summary(paths: list[str]) -> None:
+    rows = [r for p in paths for r in read_table(p)]
     for gpu in sorted({r["gpu"] for r in rows}):
         rs = [r for r in rows if r["gpu"] == gpu]
-        print(f"{gpu}:")
-        for r in rs:
-            print(f"  {r['kernel']:>16} {r['mode']:>7}: {r['per_kernel_median_s'] * 1e6:8.3f} us")
-        print(f"  launch latency of queued kernels (median of graph/queued {', '.join(TRIVIAL)}): "
-              f"{launch_latency_estimate_s(rs) * 1e6:.3f} us")
+        print(f"{gpu} ({len(paths)} table(s)):")
+        for kernel in dict.fromkeys(r["kernel"] for r in rs):
+            for mode in dict.fromkeys(r["mode"] for r in rs if r["kernel"] == kernel):
+                v = [r["per_kernel_median_s"] * 1e6 for r in rs if r["kernel"] == kernel and r["mode"] == mode]
+                print(f"  {kernel:>17} {mode:>7}: median {statistics.median(v):8.3f} us "
+                      f"(runs {min(v):.3f}-{max(v):.3f}, {len(v)})")
+        for mode, field in (("queued", "kernel_launch_latency_us"), ("graph", "graph_launch_latency_us")):
+            print(f"  {field} ({mode}, median of {', '.join(TRIVIAL)}): "
+                  f"{launch_latency_estimate_s(rs, mode) * 1e6:.3f} us")
 
 
 def main(argv=None) -> int:
@@ -193,8 +199,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure", help="time back-to-back kernels on the GPU")
     m.add_argument("out")
-    s = sub.add_parser("summary", help="print the table and the launch-latency estimate")
-    s.add_argument("csv")
+    s = sub.add_parser("summary", help="print the tables and the two launch-latency estimates")
+    s.add_argument("csv", nargs="+")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "measure":

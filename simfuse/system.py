@@ -14,6 +14,7 @@ from pathlib import Path
 from .costs import CostModel, RooflineCostModel
 from .costs.base import FusedFloor
 from .spec import TopologySpec, load_topology
+from .spec.workload import LAUNCHES
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,27 @@ class System:
     def _with_inner(self, inner) -> System:
         from dataclasses import replace
 
-        return replace(self, cost=FusedFloor(inner))
+        return replace(self, cost=FusedFloor(inner, getattr(self.cost, "launch_override_s", None)))
+
+    # -- how kernels are launched --------------------------------------------------------------------------
+    @property
+    def launch(self) -> str:
+        """``graph`` when every kernel is charged the device's CUDA-graph launch latency, else ``eager``."""
+        return "eager" if getattr(self.cost, "launch_override_s", None) is None else "graph"
+
+    def with_launch(self, launch: str) -> System:
+        """This system with kernels launched ``eager`` (each kernel's launch latency from the cost model: the
+        topology's ``kernel_launch_latency_us`` or the calibration profile's) or replayed from a CUDA ``graph``
+        (every kernel charged ``device.graph_launch_latency_us``, the per-kernel gap measured inside a graph)."""
+        from dataclasses import replace
+
+        if launch not in LAUNCHES:
+            raise ValueError(f"launch must be one of {', '.join(LAUNCHES)}, got {launch!r}")
+        if launch == self.launch:
+            return self
+        inner = getattr(self.cost, "inner", self.cost)
+        override = self.topology.device.graph_launch_s if launch == "graph" else None
+        return replace(self, cost=FusedFloor(inner, override))
 
     def at_quantile(self, q: float) -> System:
         """This system with every kernel family priced at quantile ``q`` of its cross-validated residuals (the

@@ -12,17 +12,19 @@ from .base import KernelWork
 PER_CU_BW_HEADROOM = 2.0
 
 
-def gemm_curve_time_s(device: DeviceSpec, work: KernelWork, launch_latency_s: float) -> float | None:
+def gemm_curve_time_s(device: DeviceSpec, work: KernelWork) -> float | None:
     """Kernel time (s, launch latency excluded) of a plain GEMM under the device's measured small-M efficiency
     curve (``device.gemm_efficiency``, :class:`~simfuse.spec.topology.GemmEfficiencySpec`), or None where the
     curve does not apply (no curve, not a plain ``gemm`` with an ``(m, n, k)`` shape, or more rows than the
     curve's last point: the tiled model prices those unchanged).
 
-        time = max(floor_s - launch_latency_s, roofline_s / eff(M))
+        time = max(floor_s - graph_launch_s, overhead_s + roofline_s / eff(M))
 
     ``roofline_s`` is the whole GEMM's ``max(2 M N K / (peak x flops_efficiency), unique bytes / (HBM x
-    hbm_efficiency))`` (no tile padding: the curve was measured against the real FLOP and bytes).  The measured
-    floor contains the launch latency, which the engine charges before the kernel; it is subtracted here."""
+    hbm_efficiency))`` (no tile padding: the curve was measured against the real FLOP and bytes).  The curve was
+    measured as per-call shares of CUDA-graph replays (``experiments/gemm_small_m.py``), so its floor contains
+    the device's in-graph launch latency (``DeviceSpec.graph_launch_s``), which is subtracted here; the engine
+    then charges the launch latency of the run (eager or graph) before the kernel."""
     curve = device.gemm_efficiency
     if curve is None or work.name != "gemm" or work.variant != "compute" or work.dtype != curve.dtype or \
             work.impl != "library":
@@ -33,7 +35,7 @@ def gemm_curve_time_s(device: DeviceSpec, work: KernelWork, launch_latency_s: fl
         return None
     t_flops = 2.0 * m * n * k / (device.flops(work.dtype) * device.flops_efficiency)
     t_bytes = work.total_bytes / (device.hbm_bw_bytes_per_s * device.hbm_efficiency)
-    return max(curve.floor_s - launch_latency_s, max(t_flops, t_bytes) / curve.efficiency(m))
+    return max(curve.floor_s - device.graph_launch_s, curve.overhead_s + max(t_flops, t_bytes) / curve.efficiency(m))
 
 
 def strided_factor(device: DeviceSpec, work: KernelWork) -> float:
@@ -71,7 +73,7 @@ class RooflineCostModel:
         return self.device.compute_units * max(1, per_cu)
 
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
-        curve_t = gemm_curve_time_s(self.device, work, self.launch_latency_s(work))
+        curve_t = gemm_curve_time_s(self.device, work)
         if curve_t is not None:
             return spread_over_waves_s(curve_t, work, concurrent_wgs)
         dev = self.device

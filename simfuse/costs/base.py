@@ -77,10 +77,15 @@ class FusedFloor:
     never runs faster than the same workgroup of the plain kernel.  Fits of the two variants are made
     separately, so without the floor a calibrated fused kernel could come out slightly faster than its compute
     kernel (0.75% was seen).  Likewise its launch latency is never shorter and it never has more resident
-    workgroups.  Everything else is delegated to the wrapped model."""
+    workgroups.  Everything else is delegated to the wrapped model.
 
-    def __init__(self, inner):
+    ``launch_override_s``: when set, every kernel's launch latency is this value (kernels replayed from a CUDA
+    graph: the device's measured per-kernel gap inside a graph, ``DeviceSpec.graph_launch_s``) instead of the
+    wrapped model's (eager launches; a calibration profile's per-family values)."""
+
+    def __init__(self, inner, launch_override_s: float | None = None):
         self.inner = inner
+        self.launch_override_s = launch_override_s
 
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
         t = self.inner.workgroup_time_s(work, concurrent_wgs)
@@ -94,6 +99,8 @@ class FusedFloor:
         return replace(work, variant="compute")
 
     def launch_latency_s(self, work: KernelWork) -> float:
+        if self.launch_override_s is not None:
+            return self.launch_override_s
         t = self.inner.launch_latency_s(work)
         return max(t, self.inner.launch_latency_s(self._plain(work))) if work.variant == "fused" else t
 
@@ -103,6 +110,6 @@ class FusedFloor:
         return min(s, self.inner.slots(self._plain(work))) if work.variant == "fused" else s
 
     def __getattr__(self, name):
-        if name == "inner":  # not set yet (unpickling): no recursion
+        if name in ("inner", "launch_override_s"):  # not set yet (unpickling): no recursion
             raise AttributeError(name)
         return getattr(self.inner, name)

@@ -735,12 +735,12 @@ class CalibratedCostModel:
     def curve_time_s(self, work: KernelWork) -> float | None:
         """Kernel time of a plain GEMM from the device's small-M curve (``device.gemm_efficiency``) when no
         ``dense:`` fit of the profile prices it (profile fits win), else None.  Its launch latency is the device's
-        (the one the curve's floor was reduced by): :meth:`launch_latency_s`."""
+        (:meth:`launch_latency_s`); the curve's floor is net of the in-graph latency it was measured with."""
         device = getattr(self.fallback, "device", None)
         if work.name != "gemm" or device is None or device.gemm_efficiency is None or \
                 self.dense_time_s(work) is not None:
             return None
-        return gemm_curve_time_s(self.fallback.device, work, self.fallback.launch_latency_s(work))
+        return gemm_curve_time_s(self.fallback.device, work)
 
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
         t = self.dense_time_s(work)

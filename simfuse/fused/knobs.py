@@ -91,6 +91,10 @@ class ExecutionSpec:
     dense_fusion: str | None = field(default=None, metadata=_meta(
         "DLRM dense element-wise kernels over the model file's: epilogue (HugeCTR's) | unfused (PyTorch's) | "
         "legacy", optional=True, choices=("epilogue", "unfused", "legacy")))
+    launch: str | None = field(default=None, metadata=_meta(
+        "kernel launches over the model file's: eager (queued by the host; device.kernel_launch_latency_us) | "
+        "graph (replayed from a CUDA graph; device.graph_launch_latency_us)", optional=True,
+        choices=("eager", "graph")))
     tune_knobs: str = field(default="auto", metadata=_meta(
         "auto: with placement planned, fused knobs left at their defaults are tuned over a small grid "
         "(simfuse.workloads.run.TUNE_GRID); off: keep them", choices=("auto", "off")))

@@ -38,8 +38,10 @@ class GemmEfficiencySpec:
     ``points``: ``(M, eff)`` with ``M`` strictly increasing and ``0 < eff <= 1``: the fraction of the whole-GEMM
     roofline (``max(2 M N K / (peak x flops_efficiency), unique bytes / (HBM x hbm_efficiency))``) the kernel
     reaches at ``M`` rows, interpolated linearly in ``log M`` and held constant below the first point.
-    ``floor_s``: the measured per-call time of the smallest GEMMs, **launch latency included**; the cost model
-    subtracts the launch latency it charges itself, so the floor is not counted twice.  GEMMs with more rows than
+    ``floor_s``: the measured per-call time of the smallest GEMMs, **in-graph launch latency included** (the
+    curve is measured as shares of CUDA-graph replays); the cost model subtracts the device's in-graph launch
+    latency and charges the run's own (eager or graph), so no launch is counted twice.  ``overhead_s``: a fixed
+    per-call kernel time (prologue, epilogue, wave tail) added to the roofline part.  GEMMs with more rows than
     the last point, and GEMMs of another ``dtype`` than the one measured, keep the tiled roofline (or the
     calibrated model).  ``source``: where the numbers come from."""
 
@@ -47,6 +49,7 @@ class GemmEfficiencySpec:
     floor_s: float
     points: tuple[tuple[float, float], ...]
     dtype: str = "bf16"
+    overhead_s: float = 0.0
 
     def efficiency(self, m: float) -> float:
         """``eff`` at ``m`` rows (log-linear between points, constant below the first; beyond the last point the
@@ -98,12 +101,22 @@ class DeviceSpec:
     hbm_bw_bytes_per_s: float
     hbm_efficiency: float = 0.9
     flops_efficiency: float = 0.75
+    #: from one kernel's launch (its predecessor done) to its first workgroup starting, for kernels launched
+    #: eagerly and queued ahead by the host (PyTorch eager, HugeCTR without graphs)
     kernel_launch_latency_s: float = 4e-6
     memory_bytes: float = 141e9
     #: small-M efficiency of library GEMMs (``device.gemm_efficiency``); None = the tiled roofline everywhere
     gemm_efficiency: GemmEfficiencySpec | None = None
     #: measured rate of strided (column-slice) copies beyond the L2 (``device.strided_copy``); None = element-wise
     strided_copy: StridedCopySpec | None = None
+    #: the same for kernels replayed from a CUDA graph (``device.graph_launch_latency_us``); None = as eager
+    graph_launch_latency_s: float | None = None
+
+    @property
+    def graph_launch_s(self) -> float:
+        """Per-kernel launch latency inside a CUDA graph (s): ``graph_launch_latency_s``, else the eager one."""
+        g = self.graph_launch_latency_s
+        return self.kernel_launch_latency_s if g is None else g
 
     @property
     def workgroup_slots(self) -> int:
@@ -282,6 +295,8 @@ def _device(f: Fields) -> DeviceSpec:
         kernel_launch_latency_s=f.number("kernel_launch_latency_us", 4.0, min_value=0.0,
                                          max_value=MAX_LATENCY_US) * 1e-6,
         memory_bytes=f.number("memory_gb", 141.0, positive=True, max_value=1e9) * 1e9,
+        graph_launch_latency_s=(f.number("graph_launch_latency_us", min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6
+                                if f.has("graph_launch_latency_us") else None),
         gemm_efficiency=_gemm_efficiency(f.sub("gemm_efficiency")) if f.has("gemm_efficiency") else None,
         strided_copy=_strided_copy(f.sub("strided_copy")) if f.has("strided_copy") else None,
     )
@@ -304,12 +319,14 @@ def _strided_copy(f: Fields) -> StridedCopySpec:
 
 
 def _gemm_efficiency(f: Fields) -> GemmEfficiencySpec:
-    """``device.gemm_efficiency: {source: str, dtype: str, floor_us: number, points: [[M rows, efficiency], ...]}``."""
+    """``device.gemm_efficiency: {source: str, dtype: str, floor_us: number, [overhead_us: number,] points: [[M
+    rows, efficiency], ...]}``."""
     source = f.string("source")
     dtype = f.string("dtype", choices=DTYPES)
     if not source.strip():
         raise SpecError(f.source, f.name("source"), "must name where the curve was measured")
     floor_s = f.number("floor_us", min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6
+    overhead_s = f.number("overhead_us", 0.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6
     raw = f.list("points", max_items=MAX_GEMM_CURVE_POINTS)
     if not raw:
         raise SpecError(f.source, f.name("points"), "give at least one [M, efficiency] point")
@@ -332,7 +349,7 @@ def _gemm_efficiency(f: Fields) -> GemmEfficiencySpec:
                                              f"{pts[-1][0]:g})")
         pts.append((m, eff))
     f.reject_unknown()
-    return GemmEfficiencySpec(source, floor_s, tuple(pts), dtype)
+    return GemmEfficiencySpec(source, floor_s, tuple(pts), dtype, overhead_s)
 
 
 def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:

@@ -37,6 +37,9 @@ DENSE_OPTIMIZERS = ("none", "adagrad", "sgd")
 #: gradient accumulations); ``legacy`` -- simfuse's inventory before 2026-12-04 (one interaction kernel forward and
 #: backward, ``3 b x`` bytes per cross layer; nothing else), kept so regression tests can pin older results
 DENSE_FUSIONS = ("epilogue", "unfused", "legacy")
+#: how the workload's kernels are launched: ``eager`` (queued by the host, PyTorch's default), ``graph`` (replayed
+#: from a CUDA graph: HugeCTR's ``use_cuda_graph``, decode servers); priced by the device's two measured latencies
+LAUNCHES = ("eager", "graph")
 #: the input distribution, the All-to-All that brings each sample's sparse ids (keys, plus one length per bag and
 #: shard) from the rank reading the sample to the shard holders (TorchRec's ``input_dist`` of the
 #: KeyedJaggedTensor; HugeCTR's data distributor, ``sparse_data_distribution_op_impl.cu``): ``prefetch`` -- the
@@ -108,6 +111,7 @@ class DLRMSpec:
     input_dist: str = "prefetch"             # INPUT_DISTS: the sparse ids' All-to-All to the shard holders
     key_dtype: str = "int64"                 # KEY_DTYPE_BYTES: one sparse id on the wire
     sparse_backward: str = "sorted"          # SPARSE_BACKWARDS: the model-parallel embedding backward's kernels
+    launch: str = "eager"                    # LAUNCHES
     kind: str = "dlrm"
     source: str = "<memory>"
 
@@ -129,6 +133,7 @@ class TransformerDecodeSpec:
     ffn: int
     tokens: int
     dtype: str = "bf16"
+    launch: str = "eager"                    # LAUNCHES
     kind: str = "transformer_tp_decode"
     source: str = "<memory>"
 
@@ -146,6 +151,7 @@ class MoESpec:
     experts_per_gpu: int
     top_k: int
     dtype: str = "bf16"
+    launch: str = "eager"                    # LAUNCHES
     kind: str = "moe_layer"
     source: str = "<memory>"
 
@@ -181,6 +187,7 @@ class LLMSpec:
     sequence_parallel: bool = False
     fuse: tuple[str, ...] = ()
     causal: bool = True
+    launch: str = "eager"                    # LAUNCHES
     kind: str = "llm_tp_dp"
     source: str = "<memory>"
 
@@ -284,6 +291,7 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
         input_dist=input_dist,
         key_dtype=key_dtype,
         sparse_backward=sparse_backward,
+        launch=root.string("launch", "eager", choices=LAUNCHES),
         source=source,
     )
     if spec.bottom_mlp[-1] != dim:
@@ -297,7 +305,8 @@ def _decode(root: Fields, source: str) -> TransformerDecodeSpec:
         name=root.label("name"), layers=root.integer("layers", min_value=1, max_value=MAX_LAYERS),
         hidden=root.integer("hidden", min_value=1, max_value=MAX_WIDTH),
         ffn=root.integer("ffn", min_value=1, max_value=MAX_WIDTH), tokens=root.integer("tokens", min_value=1),
-        dtype=root.string("dtype", "bf16", choices=DTYPES), source=source)
+        dtype=root.string("dtype", "bf16", choices=DTYPES), launch=root.string("launch", "eager", choices=LAUNCHES),
+        source=source)
     if spec.tokens > 64:
         raise SpecError(source, "tokens", f"decode GEMV expects 1..64 tokens, got {spec.tokens}")
     root.reject_unknown(extra_allowed=("kind", "description"))
@@ -311,7 +320,8 @@ def _moe(root: Fields, source: str) -> MoESpec:
         hidden=root.integer("hidden", min_value=1, max_value=MAX_WIDTH),
         ffn=root.integer("ffn", min_value=1, max_value=MAX_WIDTH),
         experts_per_gpu=root.integer("experts_per_gpu", min_value=1, max_value=MAX_EXPERTS_PER_GPU),
-        top_k=root.integer("top_k", min_value=1, max_value=MAX_EXPERTS_PER_GPU), dtype=root.string("dtype", "bf16", choices=DTYPES), source=source)
+        top_k=root.integer("top_k", min_value=1, max_value=MAX_EXPERTS_PER_GPU), dtype=root.string("dtype", "bf16", choices=DTYPES),
+        launch=root.string("launch", "eager", choices=LAUNCHES), source=source)
     root.reject_unknown(extra_allowed=("kind", "description"))
     return spec
 
@@ -350,7 +360,8 @@ def llm_from_fields(root: Fields, source: str) -> LLMSpec:
         dtype=root.string("dtype", "bf16", choices=DTYPES), grad_dtype=root.string("grad_dtype", "fp32",
                                                                                    choices=DTYPES),
         bucket_bytes=root.number("ddp_bucket_mib", 25.0, positive=True) * 2**20, sequence_parallel=sp,
-        fuse=_llm_fuse(root, sp), causal=root.boolean("causal", True), source=source)
+        fuse=_llm_fuse(root, sp), causal=root.boolean("causal", True),
+        launch=root.string("launch", "eager", choices=LAUNCHES), source=source)
     if spec.hidden % spec.heads:
         raise SpecError(source, "heads", f"{spec.heads} heads do not divide hidden {spec.hidden}")
     if spec.heads % spec.kv_heads:

@@ -119,6 +119,7 @@ class IterationResult:
     tuned: bool = False   # knobs chosen by tuning (simfuse.workloads.run.TUNE_GRID)
     fused_waves: int = 0  # most waves of a simulated rank's fused embedding kernel (0: none)
     dense_fusion: str = ""  # the dense element-wise kernel inventory used (DLRMSpec.dense_fusion)
+    launch: str = "eager"   # how its kernels were launched (eager | graph: simfuse.system.System.with_launch)
 
 
 def _dense_layers(spec: DLRMSpec, b: int):

@@ -48,6 +48,8 @@ def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
         if not isinstance(spec, DLRMSpec):
             raise SpecError("<argument>", "dense_fusion", f"applies to DLRM workloads, not {spec.kind}")
         spec = dataclasses.replace(spec, dense_fusion=execution.dense_fusion)
+    if execution.launch is not None:
+        spec = dataclasses.replace(spec, launch=execution.launch)
     if execution.scaling == "model":
         return spec
     if not isinstance(spec, DLRMSpec):
@@ -239,11 +241,15 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
     modes = ("baseline", "fused") if mode == "both" else (mode,)
     g = gpus_per_node or system.gpus_per_node
     spec = scaled_spec(spec, nodes, g, ex)
+    system = system.with_launch(spec.launch)  # CUDA graph: every kernel at the device's in-graph launch latency
     if isinstance(spec, DLRMSpec):
         from ..collectives.groups import Tuner
 
         tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())  # shared by both modes
-        return _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen, pool)
+        res = _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen, pool)
+        for r in res.values():
+            r.launch = spec.launch
+        return res
     if isinstance(spec, TransformerDecodeSpec):
         res = simulate_decode(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     elif isinstance(spec, MoESpec):
@@ -252,6 +258,8 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
         res = simulate_llm(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     else:  # pragma: no cover - load_workload only returns the kinds above
         raise SpecError(getattr(spec, "source", "<model>"), "kind", "unsupported workload")
+    for m in modes:
+        res[m].launch = spec.launch
     return {m: res[m] for m in modes}
 
 
@@ -316,6 +324,7 @@ def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict
                "exposed_comm_time_s": r.exposed_comm_time_s, "sim_mode": r.sim_mode, "rank_classes": r.classes,
                "events": r.events}
         row["scaling"] = ex.scaling
+        row["launch"] = getattr(r, "launch", "eager")
         plan = getattr(r, "plan", None)
         kn = getattr(r, "knobs", None)
         if kn is not None:  # DLRM

@@ -155,3 +155,23 @@ def test_bad_curve_names_file_and_field(root, tmp_path, label, change, field):
         load_topology(p)
     assert exc.value.field == field
     assert str(p) in str(exc.value)
+
+
+def test_fixed_overhead_adds_to_the_roofline_part():
+    """``overhead_us``: a fixed kernel time per call beside the work: launch + max(floor - launch, overhead +
+    roofline / eff) (here the device declares no in-graph latency, so the floor is net of the eager 2 us)."""
+    dev = _device(dict(CURVE, overhead_us=3.0))
+    m, n, k = 256, 4096, 4096
+    roof_s = max(2.0 * m * n * k / 1e15, (m * k + k * n + m * n) * 2 / 4e12)
+    r = simulate_kernel(gemm_work("g", m, n, k, "bf16"), RooflineCostModel(dev))
+    assert r.time_s == pytest.approx(2e-6 + 3e-6 + roof_s / 0.375, rel=1e-12)
+    # the tiniest GEMM: overhead (3 us) above the floor's 3 us net of launch -> launch + overhead
+    tiny = simulate_kernel(gemm_work("g", 64, 64, 64, "bf16"), RooflineCostModel(dev)).time_s
+    tiny_roof = max(2.0 * 64 ** 3 / 1e15, 3 * 64 * 64 * 2 / 4e12)
+    assert tiny == pytest.approx(2e-6 + 3e-6 + tiny_roof / 0.25, rel=1e-12)
+
+
+@pytest.mark.parametrize("value", [-0.5, "x", float("inf")])
+def test_bad_overhead_names_the_field(value):
+    with pytest.raises(SpecError, match="overhead_us"):
+        _device(dict(CURVE, overhead_us=value))

@@ -304,9 +304,10 @@ def test_embedding_backward_kernel_and_predict(root, tmp_path):
 
 
 def test_launch_latency_summary(root, tmp_path):
-    """experiments/launch_latency.py: the summary half on a synthetic table (the GPU half needs CUDA). The
-    estimate is the median of the trivial one-block kernels' graph and queued rows only; the single-launch and
-    bandwidth rows never enter it. A malformed table is refused with the file and the field named, exit 2."""
+    """experiments/launch_latency.py: the summary half on a synthetic table (the GPU half needs CUDA). Each
+    estimate (queued -> eager, graph) is the median of the trivial one-block kernels' rows of that mode; the
+    single-launch and bandwidth rows never enter it. A malformed table is refused with the file and the field
+    named, exit 2."""
     import importlib.util
 
     spec_ = importlib.util.spec_from_file_location("ll", root / "experiments/launch_latency.py")
@@ -321,9 +322,11 @@ def test_launch_latency_summary(root, tmp_path):
                                                    "per_kernel_median_s": t_us * 1e-6})
     src = tmp_path / "ll.csv"
     pd.DataFrame(rows, columns=mod.FIELDS).to_csv(src, index=False)
-    assert mod.launch_latency_estimate_s(mod.read_table(src)) == pytest.approx(2.5e-6)
-    out = _run(root, "experiments/launch_latency.py", "summary", str(src))
-    assert "2.500 us" in out
+    assert mod.launch_latency_estimate_s(mod.read_table(src), "graph") == pytest.approx(2e-6)
+    assert mod.launch_latency_estimate_s(mod.read_table(src), "queued") == pytest.approx(3e-6)
+    out = _run(root, "experiments/launch_latency.py", "summary", str(src), str(src))
+    assert "kernel_launch_latency_us (queued" in out and "3.000 us" in out
+    assert "graph_launch_latency_us (graph" in out and "2.000 us" in out
     bad = tmp_path / "bad.csv"
     bad.write_text(src.read_text().replace("1e-06", "abc", 1))
     r = subprocess.run([sys.executable, "experiments/launch_latency.py", "summary", str(bad)],

@@ -104,6 +104,7 @@ HUGECTR_STEPS = [
     ("dense_optimizer adagrad", "root", {"dense_optimizer": "adagrad"}),
     ("schedule overlap", "root", {"schedule": "overlap"}),
     ("async_wgrad", "root", {"async_wgrad": True}),
+    ("launch graph", "root", {"launch": "graph"}),
     ("SHARP", "topology", None),
 ]
 

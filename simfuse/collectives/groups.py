@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import SpecError
 from .algorithms import REGISTRY, Algorithm, Layout, make_algorithm, missing_hardware, split_choice
-from .protocols import protocols_for
+from .protocols import p2p_protocols, protocols_for
 
 FLAT_ALGORITHMS = ("direct", "ring")
 #: algorithms whose inter-node phase is a ring of 2(N-1) steps (not tuned beyond 16 nodes)
@@ -206,6 +206,8 @@ def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric
         if symmetric_only and not algo.symmetric:
             continue
         protos = protocols_for(algo.family, model)
+        if op == "all_to_all" and model == "nccl":  # grouped send/recv: NCCL's p2p protocols only
+            protos = tuple(p for p in protos if p in p2p_protocols(layout.nodes > 1))
         names.extend(name if model == "none" else f"{name}/{p}" for p in protos)
     return names
 
@@ -240,6 +242,9 @@ class Tuner:
             return hit
         names = candidate_algorithms(op, group, self.gpus_per_node, symmetric_only=symmetric_only,
                                      topology=self.topology)
+        if op == "all_to_all" and protocol is None and group.size > 0:  # LL only up to NCCL's p2p threshold
+            allowed = p2p_protocols(False, size_bytes / group.size)
+            names = [n for n in names if split_choice(n)[1] in (None, *allowed)] or names
         if algorithm is not None:
             names = [n for n in names if split_choice(n)[0] == algorithm] or [algorithm]
         if protocol is not None:

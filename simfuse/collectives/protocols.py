@@ -74,6 +74,22 @@ def canonical_protocol(name: str | None, source: str = "<argument>", field: str 
     raise SpecError(source, field, f"unknown protocol {name!r}; expected one of {', '.join(PROTOCOLS)}")
 
 
+#: NCCL's point-to-point protocol rule (all-to-all is grouped send/recv): a p2p operation runs LL when its
+#: connection has LL buffers and it carries at most ``NCCL_P2P_LL_THRESHOLD`` = 16 KiB, otherwise Simple; never
+#: LL128 (NVIDIA/nccl v2.21.5-1 src/enqueue.cc:507,529 ``addP2pToPlan``).  Network connections get LL buffers only
+#: with ``NCCL_ALLOC_P2P_NET_LL_BUFFERS=1``, default 0 (src/init.cc:585, src/transport/net.cc:721), so p2p
+#: between nodes is Simple (the same at v2.27.7-1, where the LL threshold scales with the channels per peer).
+P2P_LL_THRESHOLD_BYTES = 16384
+
+
+def p2p_protocols(multi_node: bool, per_peer_bytes: float | None = None) -> tuple[str, ...]:
+    """Protocols NCCL runs an all-to-all with: Simple across nodes; inside a node LL too, for at most
+    :data:`P2P_LL_THRESHOLD_BYTES` per peer (``per_peer_bytes`` None: not known yet, LL kept)."""
+    if multi_node or (per_peer_bytes is not None and per_peer_bytes > P2P_LL_THRESHOLD_BYTES):
+        return ("Simple",)
+    return ("LL", "Simple")
+
+
 def protocols_for(family: str, model: str) -> tuple[str, ...]:
     """Protocols an algorithm family can run with: all three (ring, tree) or Simple only (NVLS, CollNet); with
     ``protocol_model: none`` just Simple (idealised)."""

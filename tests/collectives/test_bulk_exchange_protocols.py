@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from simfuse.collectives import run_collective
-from simfuse.collectives.groups import GroupAlgorithms, Tuner, world
+from simfuse.collectives.groups import GroupAlgorithms, Tuner, candidate_algorithms, world
 from simfuse.collectives.protocols import _BASE_LAT_US, _HW_LAT_NET_US, ProtocolCost
 from simfuse.graph import AllToAllVNode, CollectiveNode, Graph
 from simfuse.graph.executor import Executor, execute
@@ -53,14 +53,16 @@ def test_uniform_alltoallv_equals_collective_direct(nodes, g, per_peer):
 
 def test_many_peers_pay_the_proxy_posts_closed_form():
     # 16 nodes x 1 GPU, 64-byte messages: the proxy posts 15 off-node peers at 1 us each, which dominates the
-    # wire time (15 x 64 B x 2 (LL) / 50 GB/s ~ 0.04 us) and the hop latency (max(3 us fabric, 2.7 us LL ring));
-    # LL starts 1.8 us earlier than Simple (baseLatencies ring LL 6.6 vs Simple 8.4)
+    # wire time (15 x 64 B / 50 GB/s ~ 0.02 us) and the hop latency (3 us); p2p between nodes runs Simple, as
+    # NCCL's network connections have no LL buffers by default (protocols.P2P_LL_THRESHOLD_BYTES), so there is
+    # no LL head start: launch + posts + sync
     nodes, per_peer = 16, 64.0
     topo = _topo(g=1, nics=1)
     t = execute(System.from_topology(topo), fold(_uniform_graph(nodes, 1, per_peer))).time_s
-    off = (_BASE_LAT_US["ring"]["LL"] - _BASE_LAT_US["ring"]["Simple"]) * 1e-6
-    expect = 5e-6 + off + (nodes - 1) * 1e-6 + 2e-6
+    expect = 5e-6 + (nodes - 1) * 1e-6 + 2e-6
     assert t == pytest.approx(expect, rel=1e-9)
+    assert Tuner(topo, nodes, 1).choose("all_to_all", world(nodes), per_peer * nodes, algorithm="direct") == \
+        "direct/Simple"
     # without the protocol model: the old cost, launch + fabric latency + wire time + sync, no posts
     t0 = execute(System.from_topology(_topo("none", g=1, nics=1)), fold(_uniform_graph(nodes, 1, per_peer))).time_s
     wire = (nodes - 1) * per_peer / 50e9
@@ -68,16 +70,27 @@ def test_many_peers_pay_the_proxy_posts_closed_form():
 
 
 def test_hop_latency_and_wire_factor_closed_form():
-    # 2 nodes x 1 GPU, one peer, no proxy cost: a big message (Simple, NCCL net hop 14 us > fabric 3 us) and a
-    # small one (LL: bytes x2, hop max(3 us, 2.7 us) = 3 us)
+    # 2 nodes x 1 GPU, one peer, no proxy cost: a big message and a small one, both Simple (NCCL's p2p between
+    # nodes: no LL buffers on network connections), NCCL net hop 14 us > fabric 3 us
     topo = _topo(g=1, nics=1, overhead_us=0.0, nic_lat_us=3.0)
     sysm = System.from_topology(topo)
     big, small = 64 * 2**20, 512.0
     t_big = execute(sysm, fold(_uniform_graph(2, 1, big))).time_s
     assert t_big == pytest.approx(5e-6 + big / 50e9 + _HW_LAT_NET_US["ring"]["Simple"] * 1e-6 + 2e-6, rel=1e-9)
     t_small = execute(sysm, fold(_uniform_graph(2, 1, small))).time_s
-    off = (_BASE_LAT_US["ring"]["LL"] - _BASE_LAT_US["ring"]["Simple"]) * 1e-6
-    assert t_small == pytest.approx(5e-6 + off + 2 * small / 50e9 + 3e-6 + 2e-6, rel=1e-9)
+    assert t_small == pytest.approx(5e-6 + small / 50e9 + _HW_LAT_NET_US["ring"]["Simple"] * 1e-6 + 2e-6, rel=1e-9)
+
+
+def test_p2p_protocols_follow_nccl():
+    """All-to-all is grouped send/recv: NCCL runs it Simple between nodes, and inside a node LL only up to 16 KiB
+    per peer; never LL128 (protocols.P2P_LL_THRESHOLD_BYTES)."""
+    one, two = _topo(g=4, nics=4), _topo(g=4, nics=4)
+    for size_per_peer, expect in ((512.0, "LL"), (16 * KiB, "LL"), (16 * KiB + 1, "Simple"), (8 * 2**20, "Simple")):
+        assert Tuner(one, 1, 4).choose("all_to_all", world(4), size_per_peer * 4).split("/")[1] == expect
+    for size_per_peer in (512.0, 64 * KiB, 8 * 2**20):
+        assert Tuner(two, 2, 4).choose("all_to_all", world(8), size_per_peer * 8).split("/")[1] == "Simple"
+    assert all(not n.endswith("LL128") for n in candidate_algorithms("all_to_all", world(4), 4,
+                                                                     symmetric_only=True, topology=one))
 
 
 def test_uneven_alltoallv_fast_path_equals_full_with_protocols():
@@ -101,12 +114,11 @@ def test_uneven_alltoallv_fast_path_equals_full_with_protocols():
 
 def test_proxy_posts_serialize_across_late_receivers():
     # rank 0 of 3 (3 nodes x 1 GPU) sends to ranks 1 and 2; every rank enters together, so rank 0's posts take
-    # 2 x 10 us and its exchange ends no sooner than 5 us launch - 1.8 us (LL) + 20 us + 2 us sync
+    # 2 x 10 us and its exchange ends no sooner than 5 us launch + 20 us + 2 us sync (Simple between nodes)
     topo = _topo(g=1, nics=1, overhead_us=10.0)
     graph = _uniform_graph(3, 1, 128.0)
     t = execute(System.from_topology(topo), graph).time_s
-    off = (_BASE_LAT_US["ring"]["LL"] - _BASE_LAT_US["ring"]["Simple"]) * 1e-6
-    assert t == pytest.approx(5e-6 + off + 2 * 10e-6 + 2e-6, rel=1e-9)
+    assert t == pytest.approx(5e-6 + 2 * 10e-6 + 2e-6, rel=1e-9)
     assert ProtocolCost("ring", "LL").net_overhead_s == 1e-6  # the default the topology overrides here
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .errors import SpecError
+
 
 def load_topology(path) -> object:
     """A :class:`~simfuse.system.System` from a topology YAML file (calibration profile applied)."""
@@ -76,8 +78,9 @@ def collective(topology, nodes: int, op: str, size_bytes: float, *, algorithm: s
 
 
 def op(name: str, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mode: str = "auto",
-       **params_and_knobs) -> pd.DataFrame:
-    """One fused operator against its baseline (``simfuse op``): one row with both times and the speedup."""
+       launch: str = "eager", **params_and_knobs) -> pd.DataFrame:
+    """One fused operator against its baseline (``simfuse op``): one row with both times and the speedup.
+    ``launch``: ``eager`` | ``graph`` (kernels replayed from a CUDA graph)."""
     from .fused.cli import split_knobs
     from .fused.ops import make_op
     from .workloads.op import run_op
@@ -85,7 +88,9 @@ def op(name: str, topology, nodes: int = 1, *, gpus_per_node: int | None = None,
     system = _system(topology)
     g = gpus_per_node or system.gpus_per_node
     params, knobs = split_knobs({k: str(v) for k, v in params_and_knobs.items()})
-    res = run_op(make_op(name, params, nodes, g), system, nodes, knobs=knobs, mode=mode)
+    if launch not in ("eager", "graph"):
+        raise SpecError("<argument>", "launch", f"expected eager or graph, got {launch!r}")
+    res = run_op(make_op(name, params, nodes, g), system, nodes, knobs=knobs, mode=mode, launch=launch)
     d = res.as_dict()
     d.pop("breakdown")
     params_out = d.pop("params")

@@ -81,7 +81,7 @@ def cmd_op(args) -> int:
     op = make_op(args.op, params, args.nodes, g)
     check_cost(estimate_op(args.op, params, topo, args.nodes, g, args.mode, knobs.slice_wgs, knobs.tile_order),
                args.force)
-    res = run_op(op, system, args.nodes, knobs=knobs, mode=args.mode, seed=args.seed)
+    res = run_op(op, system, args.nodes, knobs=knobs, mode=args.mode, seed=args.seed, launch=args.launch)
     d = res.as_dict()
     d["params"].pop("wall_s", None)
     if args.format == "json":
@@ -115,6 +115,9 @@ def add_op_parser(sub) -> None:
                    help="operator parameter or knob (slice_wgs, tile_order, persistent_grid, occupancy_loss, "
                         "hbm_comm_factor, baseline_algorithm, baseline_kernel=library|same)")
     p.add_argument("--mode", default="auto", choices=("auto", "symmetric", "full"))
+    p.add_argument("--launch", default="eager", choices=("eager", "graph"),
+                   help="kernels launched eagerly (device.kernel_launch_latency_us) or replayed from a CUDA graph "
+                        "(device.graph_launch_latency_us), in both modes")
     p.add_argument("--seed", type=seed_arg, default=0)
     p.add_argument("--format", default="text", choices=("text", "json"))
     p.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")

@@ -65,16 +65,18 @@ def op_graph(op: FusedOp, mode: str, knobs: FusedKnobs, symmetric: bool) -> Grap
 
 def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None, cost=None, mode: str = "auto",
            seed: int = 0, record: bool = False, record_usage: bool = False, return_sims: bool = False,
-           uncertainty: str = "bound"):
+           uncertainty: str = "bound", launch: str = "eager"):
     """Simulate baseline and fused execution of ``op``; returns an :class:`~simfuse.fused.OpResult` (and
     ``{mode: (sim, fabric, net)}`` with ``return_sims``).  ``topology``: a System or a topology spec.
     ``uncertainty="bound"``: ``OpResult.intervals`` from runs with every kernel family at the p10/p50/p90 of its
-    cross-validated residuals (empty when the cost model has none)."""
+    cross-validated residuals (empty when the cost model has none).  ``launch``: ``eager`` or ``graph`` (both
+    modes' kernels replayed from a CUDA graph, as decode servers run them: :meth:`System.with_launch`)."""
     knobs = knobs or FusedKnobs()
     knobs.validate()
     system = as_system(topology)
     if cost is not None:
         system = System(system.topology, cost, system.profile, system.nominal)
+    system = system.with_launch(launch)
     symmetric = symmetric_ok(knobs, mode)
     L = op.layout
     tuner = Tuner(system.topology, L.nodes, L.gpus_per_node)
@@ -96,7 +98,7 @@ def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None
                    fused_exposed_comm_s=max(0.0, f.time_s - f.kernel_end_s), comm_bytes_per_rank=op.collective_size_bytes(),
                    mode="symmetric" if symmetric else "full", events=events,
                    params={**op.params, "baseline_algorithm": alg, "baseline_kernel": knobs.baseline_kernel,
-                           "wall_s": time.perf_counter() - t_wall})
+                           "launch": launch, "wall_s": time.perf_counter() - t_wall})
     if uncertainty == "bound" and system.has_residuals:
         runs = []
         for q in (0.1, 0.5, 0.9):

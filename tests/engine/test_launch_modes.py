@@ -128,3 +128,23 @@ def test_shipped_topologies_declare_both_latencies():
         dev = topo.device
         assert dev.graph_launch_latency_s is not None
         assert 0 < dev.graph_launch_s < dev.kernel_launch_latency_s
+
+
+def test_fused_op_under_a_cuda_graph():
+    """``simfuse op --launch graph``: GEMV + AllReduce runs one compute kernel in either mode (the baseline's
+    collective keeps NCCL's own launch cost), so each mode is shorter by exactly eager - graph = 1.5 us."""
+    import simfuse
+    from simfuse.fused.ops import make_op
+    from simfuse.workloads.op import run_op
+
+    sysm = _system(0.5)
+    op = make_op("gemv_all_reduce", {"n": 4096, "k": 4096}, 1, 8)
+    eager = run_op(op, sysm, 1, uncertainty="none")
+    graph = run_op(op, sysm, 1, uncertainty="none", launch="graph")
+    assert eager.baseline_time_s - graph.baseline_time_s == pytest.approx(1.5e-6, rel=1e-6)
+    assert eager.fused_time_s - graph.fused_time_s == pytest.approx(1.5e-6, rel=1e-6)
+    assert (eager.params["launch"], graph.params["launch"]) == ("eager", "graph")
+    df = simfuse.op("gemv_all_reduce", sysm, 1, launch="graph", n=4096, k=4096)
+    assert df["baseline_time_s"].iloc[0] == pytest.approx(graph.baseline_time_s, rel=1e-12)
+    with pytest.raises(SpecError, match="launch"):
+        simfuse.op("gemv_all_reduce", sysm, 1, launch="sometimes")

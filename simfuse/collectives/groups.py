@@ -182,9 +182,11 @@ def make_group_algorithm(op: str, algorithm: str | None, group: Group, gpus_per_
 
 
 def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric_only: bool,
-                         topology=None) -> list[str]:
+                         topology=None, size_bytes: float | None = None) -> list[str]:
     """Registered algorithms worth trying for ``op`` on ``group``, each with every protocol it runs with
     (``"ring/LL"``, ...) when the topology's ``collectives.protocol_model`` is ``nccl`` (plain names otherwise).
+    ``size_bytes`` given: an all-to-all keeps only the protocols NCCL's p2p rule allows at that size
+    (:func:`~simfuse.collectives.protocols.p2p_protocols`); None keeps every protocol (a forced one, a what-if).
     Left out: algorithms whose inter-node phase is a ring (``ring``, ``hierarchical``) across more than 16 nodes
     (latency-bound there: 2(N-1) sequential steps; NCCL switches to trees; and costly to simulate), algorithms needing more nodes than the group spans, and in-network reductions (NVLS, SHARP) the
     topology does not declare."""
@@ -206,8 +208,9 @@ def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric
         if symmetric_only and not algo.symmetric:
             continue
         protos = protocols_for(algo.family, model)
-        if op == "all_to_all" and model == "nccl":  # grouped send/recv: NCCL's p2p protocols only
-            protos = tuple(p for p in protos if p in p2p_protocols(layout.nodes > 1))
+        if op == "all_to_all" and model == "nccl" and size_bytes is not None and group.size > 0:
+            allowed = p2p_protocols(layout.nodes > 1, size_bytes / group.size)  # grouped send/recv
+            protos = tuple(p for p in protos if p in allowed)
         names.extend(name if model == "none" else f"{name}/{p}" for p in protos)
     return names
 
@@ -241,10 +244,7 @@ class Tuner:
         if hit is not None:
             return hit
         names = candidate_algorithms(op, group, self.gpus_per_node, symmetric_only=symmetric_only,
-                                     topology=self.topology)
-        if op == "all_to_all" and protocol is None and group.size > 0:  # LL only up to NCCL's p2p threshold
-            allowed = p2p_protocols(False, size_bytes / group.size)
-            names = [n for n in names if split_choice(n)[1] in (None, *allowed)] or names
+                                     topology=self.topology, size_bytes=size_bytes if protocol is None else None)
         if algorithm is not None:
             names = [n for n in names if split_choice(n)[0] == algorithm] or [algorithm]
         if protocol is not None:

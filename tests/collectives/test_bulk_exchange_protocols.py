@@ -89,8 +89,12 @@ def test_p2p_protocols_follow_nccl():
         assert Tuner(one, 1, 4).choose("all_to_all", world(4), size_per_peer * 4).split("/")[1] == expect
     for size_per_peer in (512.0, 64 * KiB, 8 * 2**20):
         assert Tuner(two, 2, 4).choose("all_to_all", world(8), size_per_peer * 8).split("/")[1] == "Simple"
-    assert all(not n.endswith("LL128") for n in candidate_algorithms("all_to_all", world(4), 4,
-                                                                     symmetric_only=True, topology=one))
+    for size_per_peer in (512.0, 8 * 2**20):
+        assert all(not n.endswith("LL128") for n in candidate_algorithms(
+            "all_to_all", world(4), 4, symmetric_only=True, topology=one, size_bytes=size_per_peer * 4))
+    # a forced protocol is a what-if outside the rule: it runs
+    forced = Tuner(two, 2, 4).choose("all_to_all", world(8), 8 * 2**20 * 8, protocol="LL")
+    assert forced.endswith("/LL")
 
 
 def test_uneven_alltoallv_fast_path_equals_full_with_protocols():

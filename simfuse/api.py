@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import SpecError
+from .spec.workload import LAUNCHES
 
 
 def load_topology(path) -> object:
@@ -88,8 +89,8 @@ def op(name: str, topology, nodes: int = 1, *, gpus_per_node: int | None = None,
     system = _system(topology)
     g = gpus_per_node or system.gpus_per_node
     params, knobs = split_knobs({k: str(v) for k, v in params_and_knobs.items()})
-    if launch not in ("eager", "graph"):
-        raise SpecError("<argument>", "launch", f"expected eager or graph, got {launch!r}")
+    if launch not in LAUNCHES:
+        raise SpecError("<argument>", "launch", f"expected one of {', '.join(LAUNCHES)}, got {launch!r}")
     res = run_op(make_op(name, params, nodes, g), system, nodes, knobs=knobs, mode=mode, launch=launch)
     d = res.as_dict()
     d.pop("breakdown")

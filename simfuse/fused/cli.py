@@ -104,6 +104,7 @@ def cmd_op(args) -> int:
 
 
 def add_op_parser(sub) -> None:
+    from ..spec.workload import LAUNCHES
     from .ops import OPS
 
     p = sub.add_parser("op", help="simulate a fused operator against its bulk-synchronous baseline")
@@ -115,7 +116,7 @@ def add_op_parser(sub) -> None:
                    help="operator parameter or knob (slice_wgs, tile_order, persistent_grid, occupancy_loss, "
                         "hbm_comm_factor, baseline_algorithm, baseline_kernel=library|same)")
     p.add_argument("--mode", default="auto", choices=("auto", "symmetric", "full"))
-    p.add_argument("--launch", default="eager", choices=("eager", "graph"),
+    p.add_argument("--launch", default="eager", choices=LAUNCHES,
                    help="kernels launched eagerly (device.kernel_launch_latency_us) or replayed from a CUDA graph "
                         "(device.graph_launch_latency_us), in both modes")
     p.add_argument("--seed", type=seed_arg, default=0)

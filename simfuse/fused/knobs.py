@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import SpecError
+from ..spec.workload import LAUNCHES
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp64": 8}
 #: largest global batch or batch per GPU an execution setting accepts (samples): far above any cluster's (weak
@@ -94,7 +95,7 @@ class ExecutionSpec:
     launch: str | None = field(default=None, metadata=_meta(
         "kernel launches over the model file's: eager (queued by the host; device.kernel_launch_latency_us) | "
         "graph (replayed from a CUDA graph; device.graph_launch_latency_us)", optional=True,
-        choices=("eager", "graph")))
+        choices=LAUNCHES))
     tune_knobs: str = field(default="auto", metadata=_meta(
         "auto: with placement planned, fused knobs left at their defaults are tuned over a small grid "
         "(simfuse.workloads.run.TUNE_GRID); off: keep them", choices=("auto", "off")))

@@ -247,10 +247,7 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
 
         tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())  # shared by both modes
         res = _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen, pool)
-        for r in res.values():
-            r.launch = spec.launch
-        return res
-    if isinstance(spec, TransformerDecodeSpec):
+    elif isinstance(spec, TransformerDecodeSpec):
         res = simulate_decode(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     elif isinstance(spec, MoESpec):
         res = simulate_moe(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)

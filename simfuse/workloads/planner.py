@@ -45,7 +45,11 @@ counted, as TorchRec's estimator leaves its pipelined ``input_dist`` out: they o
 only through contention, which the sum of bytes overstates -- counted in full they made the plans worse in
 simulation at every point tried (stop 24: DLRM-DCNv2 MLPerf, 8 H100 nodes 2.995 ms against 2.874 with the plan
 made without them; 128 H200 nodes at global batch 131,072, baseline 1.910 against 1.836 ms, fused 1.855 against
-1.609 ms).
+1.609 ms).  Nor as a bound (a rank's cost the larger of its iteration cost and its links' time for the iteration's
+and the prefetched bytes together; stop 33, 2026-12-06): at global batch 131,072 it made 16 of 32 simulated
+points (8-1,024 nodes, H100 and H200, both modes) slower by more than 0.5% (up to 17%: H200 baseline at 8 nodes,
+2.69 -> 3.16 ms; 11% at 128 nodes) and 4 faster by at most 3.5%, and it left the weak-scaling hot spot at 128 nodes
+(a grid holder of the 100-lookup table receiving 108 MB of ids) in place.
 
 **Estimator** (per shard, seconds): compute = HBM bytes of pooling (rows + int64 indices + outputs) and of the
 sparse backward (the builder's formulas, ``simfuse.workloads.sparse_backward``: the sort and run-length encode of

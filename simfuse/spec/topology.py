@@ -224,8 +224,11 @@ class GpuInitiatedSpec:
 class CollectiveOverheadSpec:
     """Per-collective costs of the bulk-synchronous baselines."""
 
-    launch_s: float = 5e-6
-    sync_s: float = 2e-6
+    #: a collective's fixed cost before its first step, and after its last: NCCL's tuning model charges one base
+    #: latency per collective, 8.4 us for Simple (``baseLatencies``, src/graph/tuning.cc; LL / LL128 relative to
+    #: it, :mod:`simfuse.collectives.protocols`), and no separate completion term
+    launch_s: float = 8.4e-6
+    sync_s: float = 0.0
     channels: int = 0  # ring channels; 0 means one per NIC (or one per GPU inside a node)
     #: ``nccl``: LL / LL128 / Simple protocols with NCCL's latency and bandwidth constants
     #: (:mod:`simfuse.collectives.protocols`), chosen by the tuner; ``none``: one idealised protocol (wire rate, the
@@ -420,8 +423,8 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
 
     co = root.sub("collectives", required=False)
     collectives = CollectiveOverheadSpec(
-        launch_s=co.number("launch_us", 5.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
-        sync_s=co.number("sync_us", 2.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
+        launch_s=co.number("launch_us", 8.4, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
+        sync_s=co.number("sync_us", 0.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         channels=co.integer("channels", 0, min_value=0, max_value=MAX_GPUS_PER_NODE),
         protocol_model=co.string("protocol_model", "none", choices=("none", "nccl")),
         net_overhead_s=co.number("net_overhead_us", 1.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,

@@ -157,3 +157,33 @@ def test_cli_protocol(root):
     assert out.returncode == 0, out.stderr
     row = json.loads(out.stdout)
     assert row["algorithm"] == "ring" and row["protocol"] == "LL128"
+
+
+def test_fixed_cost_is_nccls_simple_base_latency(root):
+    """The collectives' fixed cost (launch_us + sync_us) is NCCL's Simple base latency in the spec's default and
+    in every shipped topology, so LL runs 1.8 us ahead of it and LL128 5.6 us behind, as in NCCL's model."""
+    from simfuse.collectives.protocols import _BASE_LAT_US
+    from simfuse.spec.topology import CollectiveOverheadSpec, load_topology
+
+    simple_s = _BASE_LAT_US["ring"]["Simple"] * 1e-6
+    assert _BASE_LAT_US["tree"]["Simple"] == _BASE_LAT_US["ring"]["Simple"]
+    d = CollectiveOverheadSpec()
+    assert d.launch_s + d.sync_s == pytest.approx(simple_s, rel=1e-12)
+    files = sorted((root / "topologies").glob("*.yaml"))
+    assert files
+    for f in files:
+        co = load_topology(f).collectives
+        assert co.launch_s + co.sync_s == pytest.approx(simple_s, rel=1e-12), f.name
+    # a topology that names neither field gets the default: a 2-GPU Simple ring all-reduce of one byte costs
+    # the base latency plus its two hops (the wire time of a byte is negligible at 1e-6 relative tolerance)
+    from simfuse.spec import topology_from_dict
+
+    d = {"name": "t", "device": {"name": "dev", "compute_units": 100, "max_workgroups_per_cu": 2, "peak_tflops": {"fp32": 100},
+                                  "hbm_bw_gbps": 4000},
+         "scale_up": {"gpus_per_node": 2, "bw_gbps": 400, "latency_us": 0.5},
+         "scale_out": {"nics_per_node": 1, "nic_bw_gbit": 400, "latency_us": 3.0, "fabric": "fat_tree"},
+         "collectives": {"protocol_model": "nccl"}}
+    t = topology_from_dict(d, "<test>")
+    assert t.collectives.launch_s + t.collectives.sync_s == pytest.approx(simple_s, rel=1e-12)
+    r = run_collective(t, 1, "all_reduce", 256, algorithm="ring", protocol="Simple")
+    assert r.time_s == pytest.approx(simple_s + 2 * 3.4e-6 + 2 * 128 / 400e9, rel=1e-3)

@@ -367,11 +367,13 @@ def test_defaults_reproduce_main(root, key, monkeypatch):
     spec = workload_from_dict(d, model)
     # the topology as it was then: the H100 file took over the H200's small-M GEMM curve and strided-copy rate
     # later (stop 23-24), and its own measured curve, strided-copy rate and flops_efficiency (0.72 then) on
-    # 2026-12-05, and its measured eager / in-graph launch latencies (4.0 us unsourced then) on 2026-12-06
+    # 2026-12-05, and its measured eager / in-graph launch latencies (4.0 us unsourced then) on 2026-12-06; the
+    # collectives' fixed cost was an unsourced 5 + 2 us until NCCL's Simple base latency (8.4 us) replaced it
     topo = load_topology(root / "topologies" / "h100_nvl8_ib_ndr.yaml")
     system = System.from_topology(dataclasses.replace(topo, device=dataclasses.replace(
         topo.device, gemm_efficiency=None, strided_copy=None, flops_efficiency=0.72, hbm_efficiency=0.89,
-        kernel_launch_latency_s=4e-6, graph_launch_latency_s=None)))
+        kernel_launch_latency_s=4e-6, graph_launch_latency_s=None),
+        collectives=dataclasses.replace(topo.collectives, launch_s=5e-6, sync_s=2e-6)))
     r = simulate_dlrm(spec, system, nodes, mode=mode)
     assert r.iteration_time_s == pytest.approx(MAIN_7CAA6F2[key], rel=1e-9)
 

@@ -95,3 +95,22 @@ def test_cli_writes_a_loadable_topology(tmp_path, capsys):
     rc = main(["fit-fabric", str(DATA / "h100_2x8_all_reduce_soperator.log"), "--topology",
                str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--out", str(tmp_path / "bad.yaml")])
     assert rc == 2 and not (tmp_path / "bad.yaml").exists()
+
+
+def test_written_topology_reproduces_the_reported_fit_with_its_own_tuner(tmp_path, capsys):
+    """The fitted file is what users run, with the tuner choosing: its collectives at the log's sizes must equal
+    the simulated times the fit reports (the fit is refitted with the fitted topology's choices until they
+    agree), so the plausibility gate judges the numbers users get."""
+    from simfuse.calibrate.fabric_fit import calibrated_topology_yaml
+
+    log_path = ROOT / "tests" / "data" / "calibrate" / "nccl_2nodes.log"
+    topo_path = ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"
+    log = read_nccl_tests(log_path)
+    res = fit_fabric(log, load_topology(topo_path), force=True)
+    out = tmp_path / "fitted.yaml"
+    out.write_text(calibrated_topology_yaml(str(topo_path), res))
+    fitted = load_topology(out)
+    for s, sim in zip(res.sizes_bytes, res.simulated_s, strict=True):
+        t = run_collective(fitted, res.nodes, res.collective, s, gpus_per_node=res.gpus_per_node).time_s
+        assert t == pytest.approx(sim, rel=1e-5)  # the file rounds its values to 6 decimals
+    assert res.max_residual(LARGE_BYTES) <= MAX_REL_RESIDUAL_LARGE

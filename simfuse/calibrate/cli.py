@@ -64,8 +64,9 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
         description="Simulate every calibration point of the topology's calibration profile and every held-out "
                     "measurement, and report the absolute percentage errors.")
     p.add_argument("--topology", default=None, metavar="FILE", help="topology YAML with a `calibration:` profile")
-    p.add_argument("--campaign", metavar="CSV", action="append", default=None,
-                   help="kernel timing campaign(s) (experiments/trace_campaign.py; repeats are merged): refit the "
+    p.add_argument("--campaign", metavar="CSV", nargs="+", action="extend", default=None,
+                   help="kernel timing campaign(s) (experiments/trace_campaign.py; several after one --campaign "
+                        "or --campaign repeated, all merged): refit the "
                         "wave models and report leave-region-out errors per family and per region")
     p.add_argument("--heldout-campaign", metavar="CSV", default=None,
                    help="with --campaign: a campaign never fitted on; each of its shapes is predicted by the models "

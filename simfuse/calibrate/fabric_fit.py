@@ -3,7 +3,9 @@
 The alpha-beta mapping of :mod:`.build` reads a log's bus bandwidth as one link's bandwidth, which is wrong for
 hierarchical collectives (a 2-node all-reduce would set the NIC to 196 GB/s).  Here the simulator runs the
 algorithm NCCL ran (``NCCL_ALGO`` when the log says, otherwise the tuner's choice for each size on the nominal
-topology) on the whole system, and three parameters of the level the log exercises are fitted:
+topology, then refitted with the fitted topology's own choices until they agree: the written file must
+reproduce the log with the algorithms its users' runs will pick) on the whole system, and three parameters of the
+level the log exercises are fitted:
 
 * ``efficiency`` of that level's links (the achievable fraction of line rate), bounded to ``(0, 1]``, so a link
   is never faster than the topology's line rate;
@@ -46,6 +48,8 @@ MAX_REL_RESIDUAL_ALL = 0.5
 EFFICIENCY_MIN = 0.02
 #: sizes the fit simulates at most (spread evenly in log); the residuals are reported at every size
 MAX_FIT_POINTS = 12
+#: refits with the fitted topology's own algorithm choices before giving up on a fixed point
+MAX_CONSISTENCY_ROUNDS = 4
 #: NCCL_ALGO spellings -> simfuse algorithms (None: not modelled here)
 NCCL_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "collnet": "collnet",
               "collnetdirect": "collnet", "collnetchain": "collnet", "pat": None}
@@ -150,14 +154,15 @@ def fit_fabric(log: NcclTestLog, topology: TopologySpec, *, force: bool = False)
     else:
         algs = [forced] * len(sizes)
 
-    all_sizes, all_meas, all_algs = sizes, meas, algs
+    all_sizes, all_meas = sizes, meas
+    keep = np.arange(len(sizes))
     if len(sizes) > MAX_FIT_POINTS:  # fit on sizes spread evenly in log; residuals are reported on all of them
         keep = np.unique(np.round(np.linspace(0, len(sizes) - 1, MAX_FIT_POINTS)).astype(int))
-        sizes, meas, algs = sizes[keep], meas[keep], [algs[i] for i in keep]
+        sizes, meas = sizes[keep], meas[keep]
 
-    def simulate(eff: float, lat: float, ovh: float, which=None) -> np.ndarray:
+    def simulate(eff: float, lat: float, ovh: float, which) -> np.ndarray:
         t = topo.with_overrides(_overrides(level, eff, lat, ovh))
-        ss, aa = (sizes, algs) if which is None else which
+        ss, aa = which
         return np.array([run_collective(t, nodes, op, float(s), algorithm=a, gpus_per_node=g).time_s
                          for s, a in zip(ss, aa, strict=True)])
 
@@ -165,60 +170,96 @@ def fit_fabric(log: NcclTestLog, topology: TopologySpec, *, force: bool = False)
     w = 1.0 / meas
     nominal_lat = getattr(topo, level).latency_s
 
-    def solve(eff: float, lat_ref: float | None = None):
-        """Best (latency, overhead) for this efficiency: weighted least squares on relative residuals of the
-        model linearised around ``lat_ref`` (the level's latency competes with the other level's in every step,
-        so the time is only piecewise linear in it).  When every size runs the same number of latency hops,
-        latency and overhead cannot be told apart: latency stays at ``lat_ref`` and only the overhead is
-        fitted."""
-        lat_ref = nominal_lat if lat_ref is None else lat_ref
-        t_ref = simulate(eff, lat_ref, 0.0)
-        hops = (simulate(eff, lat_ref + delta, 0.0) - t_ref) / delta
-        r = (meas - t_ref) * w
-        fixed_lat = float(np.ptp(hops)) < 0.5
-        best = None
-        # unknowns: d = latency - lat_ref (latency >= 0) and overhead >= 0
-        options = [("ovh",), ()] if fixed_lat else [("d", "ovh"), ("d",), ("ovh",), ()]
-        for cols in options:
-            A = np.stack([hops * w if c == "d" else w for c in cols], axis=1) if cols else np.zeros((len(r), 0))
-            x = np.linalg.lstsq(A, r, rcond=None)[0] if cols else np.zeros(0)
-            vals = dict(zip(cols, x.tolist(), strict=True))
-            if vals.get("ovh", 0.0) < 0 or lat_ref + vals.get("d", 0.0) < 0:
-                continue
-            err = float(np.sum((A @ x - r) ** 2)) if cols else float(np.sum(r ** 2))
-            if best is None or err < best[0]:
-                best = (err, (lat_ref + vals.get("d", 0.0), vals.get("ovh", 0.0)))
-        return best[0], best[1], fixed_lat
+    def fit(fit_algs: list[str]):
+        """(efficiency, latency, overhead, latency fixed?) fitted with these algorithms at the fit's sizes."""
+        which = (sizes, fit_algs)
 
-    grid = np.geomspace(EFFICIENCY_MIN, 1.0, 10)
-    errs = [solve(float(e))[0] for e in grid]
-    i = int(np.argmin(errs))
-    lo, hi = grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)]
-    phi = (math.sqrt(5) - 1) / 2
-    a, b = lo + (1 - phi) * (hi - lo), lo + phi * (hi - lo)
-    fa, fb = solve(a)[0], solve(b)[0]
-    for _ in range(10):
-        if fa <= fb:
-            hi, b, fb = b, a, fa
-            a = lo + (1 - phi) * (hi - lo)
-            fa = solve(a)[0]
+        def solve(eff: float, lat_ref: float | None = None):
+            """Best (latency, overhead) for this efficiency: weighted least squares on relative residuals of the
+            model linearised around ``lat_ref`` (the level's latency competes with the other level's in every
+            step, so the time is only piecewise linear in it).  When every size runs the same number of latency
+            hops, latency and overhead cannot be told apart: latency stays at ``lat_ref`` and only the overhead
+            is fitted."""
+            lat_ref = nominal_lat if lat_ref is None else lat_ref
+            t_ref = simulate(eff, lat_ref, 0.0, which)
+            hops = (simulate(eff, lat_ref + delta, 0.0, which) - t_ref) / delta
+            r = (meas - t_ref) * w
+            fixed_lat = float(np.ptp(hops)) < 0.5
+            best = None
+            # unknowns: d = latency - lat_ref (latency >= 0) and overhead >= 0
+            options = [("ovh",), ()] if fixed_lat else [("d", "ovh"), ("d",), ("ovh",), ()]
+            for cols in options:
+                A = np.stack([hops * w if c == "d" else w for c in cols], axis=1) if cols else np.zeros((len(r), 0))
+                x = np.linalg.lstsq(A, r, rcond=None)[0] if cols else np.zeros(0)
+                vals = dict(zip(cols, x.tolist(), strict=True))
+                if vals.get("ovh", 0.0) < 0 or lat_ref + vals.get("d", 0.0) < 0:
+                    continue
+                err = float(np.sum((A @ x - r) ** 2)) if cols else float(np.sum(r ** 2))
+                if best is None or err < best[0]:
+                    best = (err, (lat_ref + vals.get("d", 0.0), vals.get("ovh", 0.0)))
+            return best[0], best[1], fixed_lat
+
+        grid = np.geomspace(EFFICIENCY_MIN, 1.0, 10)
+        errs = [solve(float(e))[0] for e in grid]
+        i = int(np.argmin(errs))
+        lo, hi = grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)]
+        phi = (math.sqrt(5) - 1) / 2
+        a, b = lo + (1 - phi) * (hi - lo), lo + phi * (hi - lo)
+        fa, fb = solve(a)[0], solve(b)[0]
+        for _ in range(10):
+            if fa <= fb:
+                hi, b, fb = b, a, fa
+                a = lo + (1 - phi) * (hi - lo)
+                fa = solve(a)[0]
+            else:
+                lo, a, fa = a, b, fb
+                b = lo + phi * (hi - lo)
+                fb = solve(b)[0]
+        cands = [(errs[i], float(grid[i])), (fa, a), (fb, b)]
+        eff = min(cands)[1]
+        _err, (lat, ovh), fixed_lat = solve(eff)
+        for _ in range(3):  # re-linearise around the fitted latency
+            if fixed_lat:
+                break
+            _err, (lat, ovh), fixed_lat = solve(eff, lat)
+        return float(eff), float(lat), float(ovh), fixed_lat
+
+    def choices(eff: float, lat: float, ovh: float) -> list[str]:
+        """What the tuner runs at every size of the log on the topology with these values."""
+        tuner = Tuner(topo.with_overrides(_overrides(level, eff, lat, ovh)), nodes, g)
+        return [tuner.choose(op, world(log.ranks), float(s)) for s in all_sizes]
+
+    all_algs = list(algs)
+    consistent = True
+    if forced is not None:
+        eff, lat, ovh, fixed_lat = fit([all_algs[i] for i in keep])
+    else:
+        # self-consistent: the fitted topology is what users run, and its tuner may pick other algorithms than
+        # the nominal one did (a slower fitted level favours algorithms that cross it less).  Refit with the
+        # fitted topology's choices until they stop changing; the residuals are those of the fitted topology
+        # with its own choices, the numbers a user of the written file gets.
+        seen: list = []
+        for _ in range(MAX_CONSISTENCY_ROUNDS):
+            eff, lat, ovh, fixed_lat = fit([all_algs[i] for i in keep])
+            seen.append(tuple(all_algs))
+            nxt = choices(eff, lat, ovh)
+            if nxt == all_algs:
+                break
+            all_algs = nxt
+            if tuple(nxt) in seen:  # a cycle: keep the last fit, judged with its own choices below
+                consistent = False
+                break
         else:
-            lo, a, fa = a, b, fb
-            b = lo + phi * (hi - lo)
-            fb = solve(b)[0]
-    cands = [(errs[i], float(grid[i])), (fa, a), (fb, b)]
-    eff = min(cands)[1]
-    _err, (lat, ovh), fixed_lat = solve(eff)
-    for _ in range(3):  # re-linearise around the fitted latency
-        if fixed_lat:
-            break
-        _err, (lat, ovh), fixed_lat = solve(eff, lat)
-    sim = simulate(eff, float(lat), float(ovh), (all_sizes, all_algs))
+            consistent = False
+    sim = simulate(eff, lat, ovh, (all_sizes, all_algs))
     res = FabricFitResult(log.source, level, op, nodes, g, float(eff), float(lat), float(ovh), list(all_algs),
                           all_sizes.tolist(), all_meas.tolist(), sim.tolist())
     if fixed_lat:
         res.notes.append("latency is not identifiable from this log (every size runs the same number of latency "
                          "hops): kept the topology's; the overhead absorbs the rest")
+    if not consistent:
+        res.notes.append("the fitted topology's tuner keeps changing its algorithms from one refit to the next: the "
+                         "residuals are those of the last fit with the algorithms it would run")
     big = res.max_residual(LARGE_BYTES)
     if not math.isnan(big) and big > MAX_REL_RESIDUAL_LARGE:
         res.problems.append(f"simulated times miss the log by up to {100 * big:.0f}% at >= 64 MiB "

@@ -838,5 +838,6 @@ def write_plans(out: Path, plans: dict) -> Path:
 
     from ..results.io import atomic_write_df
 
-    df = pd.concat([p.to_frame() for p in plans.values()], ignore_index=True)
+    # the mode a plan ran in (a mode may run the plan made for the other one: simfuse.workloads.run)
+    df = pd.concat([p.to_frame().assign(mode=m) for m, p in plans.items()], ignore_index=True)
     return atomic_write_df(df, Path(out) / "plan.csv")

@@ -69,15 +69,28 @@ def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan):
     return r
 
 
+def _plan_key(plan) -> tuple:
+    """What a plan places where (two plans with equal keys simulate alike)."""
+    return tuple((t.table, t.sharding, tuple(t.ranks), t.dim_per_shard) for t in plan.tables)
+
+
 def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen=None,
                          pool=None) -> dict:
-    """Each mode with its own plan (forced from ``plan_file`` or planned for that mode) and, in fused mode with
-    ``tune_knobs=auto`` and a planned placement, the fastest knobs of :data:`TUNE_GRID`.  ``chosen``: results of
+    """Each mode with the faster of two plans (forced from ``plan_file``, else the planner's plan for that mode and
+    the one for the other mode) and, in fused mode with ``tune_knobs=auto`` and a planned placement, the fastest
+    knobs of :data:`TUNE_GRID`.  ``chosen``: results of
     an earlier run whose plan and knobs each mode reuses as they are (no planning, no tuning).  ``pool``: a
     :class:`~simfuse.workloads.parallel.Pool` for the fused candidates (the same choice as the serial loop)."""
-    from .planner import load_plan
+    from .planner import load_plan, plan_tables
 
     out = {}
+    own_plans: dict = {}  # mode -> the planner's plan for it (planned once, shared by both modes' candidates)
+
+    def planned(mode):
+        if mode not in own_plans:
+            own_plans[mode] = plan_tables(spec, system, nodes, g, mode)
+        return own_plans[mode]
+
     first_s = 0.0  # wall time of this run's first simulation: whether the rest is worth shipping to workers
     for m in modes:
         if chosen is not None:
@@ -92,13 +105,16 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
             defaults = type(ex.knobs)()
             grid = [{k: v for k, v in pt.items() if getattr(ex.knobs, k) == getattr(defaults, k)} for pt in TUNE_GRID]
             grid = [dict(t) for t in dict.fromkeys(tuple(sorted(pt.items())) for pt in grid)]
-        # fused mode also tries the baseline's plan (its non-fusable shards, e.g. table-row-wise, run as plain
-        # kernels with bulk exchanges): the fused plan is chosen on estimates, and fusing must never lose to the
-        # same placement run bulk-synchronously for want of a plan
+        # each mode also tries the other mode's plan: plans are chosen on estimates, so the plan made for one
+        # mode can simulate faster in the other.  Both modes get the same two candidates (a fair comparison:
+        # fusing must not win for want of a plan, nor lose for want of one), whichever modes were asked for.
         plans = [plan]
-        if m == "fused" and plan is None and spec.placement == "planned" and "baseline" in out \
-                and out["baseline"].plan is not None:
-            plans.append(out["baseline"].plan)
+        if plan is None and spec.placement == "planned":
+            other_mode = "fused" if m == "baseline" else "baseline"
+            own, other = planned(m), planned(other_mode)
+            plans = [own]
+            if _plan_key(other) != _plan_key(own):
+                plans.append(dataclasses.replace(other, mode=m, candidate=f"{other_mode}:{other.candidate}"))
         knobs = [dataclasses.replace(ex.knobs, **pt) for pt in grid]
         done: dict = {}  # (plan index, grid index) -> result, computed ahead in workers
         if pool is not None and not record and pool.parallel(len(plans) * len(grid), first_s):

@@ -61,3 +61,18 @@ def test_cli_refuses_a_bad_heldout_campaign_before_fitting_and_writes_nothing(tm
     rc = main(["validate", "--campaign", str(good), "--heldout-campaign", str(held), "--out", str(out)])
     assert rc == 2 and not out.exists()
     assert "held.csv: dtype: missing campaign column" in capsys.readouterr().err
+
+
+def test_cli_takes_several_campaigns_after_one_flag(tmp_path, capsys):
+    """``--campaign A B`` (as the README writes it) reads both files, like ``--campaign A --campaign B``: the
+    second, bad one is refused by name."""
+    from simfuse.cli import main
+
+    good = tmp_path / "train.csv"
+    good.write_text(HEADER + "\n" + GOOD + "\n")
+    bad = tmp_path / "second.csv"
+    bad.write_text("kernel,variant\nx,y\n")
+    for argv in (["--campaign", str(good), str(bad)], ["--campaign", str(good), "--campaign", str(bad)]):
+        rc = main(["validate", *argv, "--out", str(tmp_path / "out")])
+        assert rc == 2 and not (tmp_path / "out").exists()
+        assert "second.csv: dtype: missing campaign column" in capsys.readouterr().err

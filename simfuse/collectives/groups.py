@@ -246,7 +246,7 @@ class Tuner:
         names = candidate_algorithms(op, group, self.gpus_per_node, symmetric_only=symmetric_only,
                                      topology=self.topology, size_bytes=size_bytes if protocol is None else None)
         if algorithm is not None:
-            names = [n for n in names if split_choice(n)[0] == algorithm] or [algorithm]
+            names = [n for n in names if split_choice(n)[0] == algorithm] or self._as_named(op, group, algorithm)
         if protocol is not None:
             names = [n for n in names if split_choice(n)[1] in (None, protocol)]
             names = [n if "/" in n else f"{n}/{protocol}" for n in names]
@@ -267,14 +267,27 @@ class Tuner:
         return best
 
 
+    def _as_named(self, op: str, group: Group, algorithm: str) -> list[str]:
+        """A named algorithm the candidates leave out: run as named (a ring across more than 16 nodes, an
+        asymmetric one) unless it needs an in-network reduction the topology does not declare (SpecError naming
+        the topology field, as ``simfuse collective --algorithm`` does)."""
+        from .runner import check_hardware
+
+        if algorithm in REGISTRY.get(op, {}):
+            layout, _ = group_layout(group, self.gpus_per_node)
+            check_hardware(make_algorithm(op, algorithm, layout, 1.0), self.topology)
+        return [algorithm]
+
+
 class GroupAlgorithms:
     """The collective algorithms of one run: the tuner's choice (or a named algorithm) instantiated on its group,
     memoised per (op, what was asked, group, size).  A :class:`GroupAlgorithm` holds no run state, so every
     simulated rank of the run shares one; the executor owns one per run, next to its tuner.
 
-    :meth:`get` asks one of three things: ``algorithm`` given, that algorithm as named (no tuning: a collective
-    node that names its algorithm); ``restrict_to`` given, the tuner's fastest protocol of that one algorithm (a
-    bulk exchange is priced as a ``direct`` all-to-all, :class:`~simfuse.collectives.exchange.BulkProtocols`);
+    :meth:`get` asks one of three things: ``algorithm`` given with its protocol (``"ring/LL"``), that choice as
+    named (no tuning); an algorithm without a protocol (a collective node that names one) or ``restrict_to``
+    given, the tuner's fastest protocol of that one algorithm (a bulk exchange is priced as a ``direct``
+    all-to-all, :class:`~simfuse.collectives.exchange.BulkProtocols`);
     neither, the tuner's fastest algorithm and protocol.  Groups are told apart by name, first rank and size
     (the groups of one graph have distinct names)."""
 
@@ -288,6 +301,10 @@ class GroupAlgorithms:
         """``(choice, algorithm on the group)`` for ``op`` on ``group`` at ``size_bytes`` (see the class)."""
         if algorithm is not None and restrict_to is not None:
             raise ValueError("name an algorithm or restrict the tuner to one, not both")
+        if algorithm is not None and "/" not in algorithm:
+            # a named algorithm without a protocol runs its fastest protocol, as `simfuse collective --algorithm`
+            # does (NCCL tunes the protocol of a forced NCCL_ALGO too)
+            algorithm, restrict_to = None, algorithm
         key = (op, algorithm, restrict_to, group.name, group.ranks[0], group.size, float(size_bytes))
         hit = self._memo.get(key)
         if hit is None:

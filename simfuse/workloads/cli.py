@@ -46,10 +46,11 @@ def cmd_run(args) -> int:
         from .run import scaled_spec
 
         check_cost(estimate_workload(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode), args.force)
-        if args.export_chakra:
-            _export_chakra(spec, system, nodes, g, ex, args.export_chakra)
         res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
                                 workers=_workers(args.workers))
+        if args.export_chakra:  # the baseline graph as the run simulated it (its chosen DLRM plan)
+            base = res.get("baseline")
+            _export_chakra(spec, system, nodes, g, ex, args.export_chakra, plan=getattr(base, "plan", None))
     rows = summary_rows(name, topo.name, nodes, nodes * g, res, ex)
     df = pd.DataFrame(rows)
     cols = ["mode", "iteration_time_s", "compute_time_s", "exposed_comm_time_s"] + (["speedup"] if "speedup" in df
@@ -98,15 +99,16 @@ def _json(obj) -> str:
     return json.dumps(clean(obj))
 
 
-def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str) -> None:
-    """Write the baseline graph of the workload (every rank's program) as Chakra ET into ``directory``."""
+def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str, plan=None) -> None:
+    """Write the baseline graph of the workload (every rank's program) as Chakra ET into ``directory``; ``plan``:
+    the DLRM sharding plan the run chose (default: the one the builder makes)."""
     import dataclasses
 
     from ..graph.chakra import export_et
     from .run import workload_graph
 
     graph = workload_graph(spec, system, nodes, "baseline", gpus_per_node=g,
-                           execution=dataclasses.replace(ex, sim_mode="full"))
+                           execution=dataclasses.replace(ex, sim_mode="full"), plan=plan)
     if not graph.full:  # builders that emit rank 0 alone: relabelled programs are needed per rank
         raise SpecError("<argument>", "--export-chakra", "this workload's builder emits a symmetric graph only")
     d = Path(directory)

@@ -277,8 +277,9 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
 
 
 def workload_graph(spec, system, nodes: int, mode: str, *, gpus_per_node=None,
-                   execution: ExecutionSpec | None = None):
-    """The operator graph a workload builder emits for ``mode`` (``baseline`` or ``fused``), without running it."""
+                   execution: ExecutionSpec | None = None, plan=None):
+    """The operator graph a workload builder emits for ``mode`` (``baseline`` or ``fused``), without running it.
+    ``plan``: a DLRM sharding plan to use (e.g. the one a run chose), over ``plan_file`` and the planner."""
     from .dlrm import build_dlrm_graph
     from .models import build_decode_graph, build_moe_graph
 
@@ -289,7 +290,8 @@ def workload_graph(spec, system, nodes: int, mode: str, *, gpus_per_node=None,
     if isinstance(spec, DLRMSpec):
         from .planner import load_plan
 
-        plan = load_plan(ex.plan_file, spec, system, nodes, g, mode) if ex.plan_file else None
+        if plan is None and ex.plan_file:
+            plan = load_plan(ex.plan_file, spec, system, nodes, g, mode)
         return build_dlrm_graph(spec, system, nodes, gpus_per_node=g, mode=mode, sim_mode=ex.sim_mode,
                                 knobs=ex.knobs, plan=plan)
     from .llm import build_llm_graph

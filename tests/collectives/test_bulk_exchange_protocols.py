@@ -168,9 +168,14 @@ def test_group_algorithms_named_restricted_and_tuned():
     grp = world(nodes * g)
     tuner = _CountingTuner(topo, nodes, g)
     algos = GroupAlgorithms(tuner, g, topo.collectives.channels, symmetric_only=True)
-    # named: as given, the tuner is not asked
+    # named with its protocol: as given, the tuner is not asked
+    name, algo = algos.get("all_reduce", grp, 1e6, algorithm="ring/LL128")
+    assert (name, algo.name, algo.protocol, tuner.asked) == ("ring/LL128", "ring", "LL128", [])
+    # named without one: the tuner's fastest protocol of that algorithm, as a restriction
     name, algo = algos.get("all_reduce", grp, 1e6, algorithm="ring")
-    assert (name, algo.name, tuner.asked) == ("ring", "ring", [])
+    assert name == Tuner(topo, nodes, g).choose("all_reduce", grp, 1e6, algorithm="ring") and algo.name == "ring"
+    assert tuner.asked == [("all_reduce", 1e6, "ring")]
+    tuner.asked.clear()
     # restricted: the tuner's protocol for the direct algorithm; asked once however often it is asked again
     first = algos.get("all_to_all", grp, 1e6, restrict_to="direct")
     assert algos.get("all_to_all", grp, 1e6, restrict_to="direct") is first

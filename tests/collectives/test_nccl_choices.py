@@ -187,3 +187,35 @@ def test_fixed_cost_is_nccls_simple_base_latency(root):
     assert t.collectives.launch_s + t.collectives.sync_s == pytest.approx(simple_s, rel=1e-12)
     r = run_collective(t, 1, "all_reduce", 256, algorithm="ring", protocol="Simple")
     assert r.time_s == pytest.approx(simple_s + 2 * 3.4e-6 + 2 * 128 / 400e9, rel=1e-3)
+
+
+def test_a_named_algorithm_needs_its_hardware_everywhere(root, capsys):
+    """`op --set baseline_algorithm=collnet` and `run --set allreduce_algorithm=collnet` on a fabric without SHARP
+    are refused like `collective --algorithm collnet` (they used to simulate SHARP the topology lacks)."""
+    from simfuse.cli import main
+
+    topo = str(root / "topologies" / "h100_nvl8_ib_ndr.yaml")
+    for argv in (["collective", "--topology", topo, "--nodes", "2", "--op", "all_reduce", "--algorithm", "collnet",
+                  "--size", "1MiB"],
+                 ["op", "--op", "gemv_all_reduce", "--topology", topo, "--nodes", "2",
+                  "--set", "baseline_algorithm=collnet"],
+                 ["run", "--model", str(root / "models" / "llm_tp_dp.yaml"), "--topology", topo, "--nodes", "2",
+                  "--set", "allreduce_algorithm=collnet", "--set", "uncertainty=none"]):
+        assert main(argv) == 2, argv
+        assert "scale_out.sharp" in capsys.readouterr().err
+
+
+def test_a_named_algorithm_runs_its_fastest_protocol(root):
+    """A baseline that names its algorithm runs that algorithm's fastest protocol, as `simfuse collective
+    --algorithm` does (it used to run Simple): the op's baseline collective is the tuner's ring choice."""
+    from simfuse import api
+    from simfuse.spec import load_topology
+
+    topo_path = root / "topologies" / "h100_nvl8_ib_ndr.yaml"
+    named = api.op("gemv_all_reduce", topo_path, 2, baseline_algorithm="ring")
+    tuned = api.op("gemv_all_reduce", topo_path, 2)
+    choice = named.iloc[0]["baseline_algorithm"]
+    assert choice.startswith("ring/")
+    size = float(named.iloc[0]["comm_bytes_per_rank"])
+    assert choice == Tuner(load_topology(topo_path), 2, 8).choose("all_reduce", world(16), size, algorithm="ring")
+    assert named.iloc[0]["baseline_time_s"] >= tuned.iloc[0]["baseline_time_s"]  # the tuner's pick is the fastest

@@ -479,6 +479,12 @@ class AllGatherGemm(FusedOp):
 
         inst.enter(entity)
         t0 = env.now
+        work = self.work("fused")
+        # the kernel's own threads issue the pushes: nothing leaves before the kernel is launched
+        lat = ctx.cost.launch_latency_s(work)
+        if lat > 0:
+            yield env.timeout(lat)
+        t_start = env.now
         peers = np.array([base + (pos + j) % tp for j in range(1, tp)], dtype=np.int64)
         if len(peers):
             yield env.timeout(gi.store_issue_s)
@@ -495,7 +501,6 @@ class AllGatherGemm(FusedOp):
                 return arrival(rank, base + (pos - j) % tp)
             return arrival(base + (pos + j) % tp, rank)
 
-        work = self.work("fused")
         W = int(work.num_workgroups)
         bm = min(self.tile, self.M)
         col_blocks = -(-self.n_local // min(self.tile, self.n_local))
@@ -504,10 +509,7 @@ class AllGatherGemm(FusedOp):
         rel = (np.minimum(((rb + 1) * bm - 1) // self.shard_rows, tp - 1) - pos) % tp
         need = np.sort(rel, kind="stable")
         slots = effective_slots(ctx.cost, work, occ, knobs.persistent_grid or None)
-        lat = ctx.cost.launch_latency_s(work)
-        if lat > 0:
-            yield env.timeout(lat)
-        t_start, have = env.now, 0
+        have = 0
         for lo in range(0, W, slots):
             hi = min(W, lo + slots)
             while have < int(need[hi - 1]):

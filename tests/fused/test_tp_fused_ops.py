@@ -73,6 +73,19 @@ def test_all_gather_gemm_waits_for_the_peer_shards():
     assert r.fused_compute_s >= ag.shard_bytes() / 1e9
 
 
+@pytest.mark.parametrize("name", ["gemm_reduce_scatter", "all_gather_gemm"])
+def test_fused_never_beats_launch_plus_one_push(name):
+    """Physical floor on a tiny shape: the fused kernel's pushes leave only once it is launched, so a peer's
+    data lands no sooner than launch + store issue + the link's latency; all_gather_gemm once pushed before its
+    launch and came out at the launch latency alone."""
+    t = make_topology(gpus_per_node=4, nics_per_node=4, nvl_lat_us=1.0,
+                      gpu_initiated={"store_issue_us": 0.1, "flag_latency_us": 0.0})
+    op = make_op(name, {"m": 8, "n": 8, "k": 8, "tp": 4}, 1, 4)
+    r = run_op(op, t, 1, mode="full")
+    floor = t.device.kernel_launch_latency_s + 0.1e-6 + 1.0e-6
+    assert r.fused_time_s >= floor * (1 - 1e-9)
+
+
 @pytest.mark.parametrize("name,params,field", [
     ("gemm_reduce_scatter", {**RS, "tp": 3}, "tp"),
     ("gemm_reduce_scatter", {**RS, "m": 1026, "tp": 4}, "m"),

@@ -295,7 +295,7 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
     paths, so a Dask worker needs no access to the files and relative paths work anywhere."""
     from .fused.knobs import parse_execution
     from .system import System
-    from .workloads.run import MODES
+    from .workloads.run import MODES, check_point
 
     # --- validate everything before creating anything
     spec = load_workload(model)  # validate before starting anything
@@ -313,6 +313,11 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
     g = resolve_gpus_per_node(topo, gpus_per_node)
     if workers is not None and workers < 1:
         raise SpecError("<argument>", "--workers", f"must be >= 1, got {workers}")
+    system = System.from_topology(topo)  # resolved once; shipped to the workers
+    ex = parse_execution({**settings, "mode": mode, "sim_mode": sim_mode})
+    modes = ("baseline", "fused") if mode == "both" else (mode,)
+    for n in nodes:  # a node count the workload cannot run is an input error: refuse it before any point runs
+        check_point(spec, system, n, g, ex, modes)
     out = check_out_dir(out)
     # the key covers every input file, the calibration profile the topology references included
     inputs = [model, topology, *([topo.calibration] if topo.calibration else [])]
@@ -322,7 +327,6 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
     digest = _digest(*inputs)
     code = code_digest()
     keys = {n: point_key(digest, n, g, mode, sim_mode, settings, code) for n in nodes}
-    system = System.from_topology(topo)  # resolved once; shipped to the workers
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     points_dir = inside(out, "points")

@@ -60,6 +60,26 @@ def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
     return dataclasses.replace(spec, global_batch=int(B))
 
 
+def check_point(spec, system, nodes: int, gpus_per_node: int, execution: ExecutionSpec, modes=("baseline",)):
+    """The input errors a run of ``spec`` on ``nodes`` nodes would raise, found without simulating (a sweep checks
+    every node count before it starts): the scaling settings, a DLRM global batch that does not split over the
+    GPUs, a forced plan made for another rank count; other workloads build their (small) graph."""
+    system = as_system(system)
+    s = scaled_spec(spec, nodes, gpus_per_node, execution)
+    if isinstance(s, DLRMSpec):
+        n = nodes * gpus_per_node
+        if s.global_batch % n:
+            raise SpecError(s.source, "global_batch", f"{s.global_batch} is not divisible by the {n} GPUs of "
+                                                      f"{nodes} nodes")
+        if execution.plan_file:
+            from .planner import load_plan
+
+            for m in modes:
+                load_plan(execution.plan_file, s, system, nodes, gpus_per_node, m)
+        return
+    workload_graph(spec, system, nodes, "baseline", gpus_per_node=gpus_per_node, execution=execution)
+
+
 def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan):
     """One DLRM simulation in a worker process (:mod:`~simfuse.workloads.parallel`): the result without its
     simulator objects, which do not cross processes (a run that records a trace does not use workers)."""

@@ -135,3 +135,20 @@ def test_code_digest_is_stable_and_covers_the_sources():
     k1 = sweep_mod.point_key("d", 1, 8, "both", "auto", code=a)
     k2 = sweep_mod.point_key("d", 1, 8, "both", "auto", code="f" * 64)
     assert sweep_mod.point_file_name(k1) != sweep_mod.point_file_name(k2)
+
+
+@pytest.mark.parametrize("model,nodes,field", [("dlrm_synthetic", [1, 2, 3], "global_batch"),
+                                               ("transformer_tp_decode", [1, 1024], "k")])
+def test_a_node_count_the_workload_cannot_run_is_refused_before_any_point(root, tmp_path, monkeypatch, model,
+                                                                          nodes, field):
+    """Every node count is checked before the first point runs: no simulation, no output folder (a sweep used to
+    run the good node counts, leave their points behind, then fail on the bad one)."""
+    import simfuse.sweeps as sweeps
+
+    ran = []
+    monkeypatch.setattr(sweeps, "_run_points", lambda *a, **k: ran.append(a))
+    out = tmp_path / "sweep"
+    with pytest.raises(SpecError, match=field):
+        run_sweep(str(root / "models" / f"{model}.yaml"), str(root / "topologies" / "h100_nvl8_ib_ndr.yaml"),
+                  nodes, out, progress=False, plots=False)
+    assert not ran and not out.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +34,10 @@ def cmd_collective(args) -> int:
                         f"expected one of {', '.join(REGISTRY.get(args.op, {}))}")
     if args.size is None and args.begin is None:
         raise SpecError("<argument>", "--size", "give --size or a range with --begin/--end/--factor")
+    if args.size is not None and (args.begin is not None or args.end is not None):
+        raise SpecError("<argument>", "--size", "give --size or a range with --begin/--end, not both")
+    if args.end is not None and args.begin is None:
+        raise SpecError("<argument>", "--end", "a range needs --begin too")
     if args.begin is not None:
         begin = parse_size_bytes(args.begin, "<argument>", "--begin")
         end = parse_size_bytes(args.end or args.begin, "<argument>", "--end")
@@ -173,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     except SimfuseError as exc:
         print(f"simfuse: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # stdout closed early (`simfuse op ... | head`): not an error of the run
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep Python's exit flush from raising again
+        except OSError:
+            pass
+        return 0
     except OSError as exc:  # a path that cannot be read or written (--out under /proc, a full disk): one line
         where = exc.filename if exc.filename is not None else "<file>"
         print(f"simfuse: error: {where}: {exc.strerror or exc}", file=sys.stderr)

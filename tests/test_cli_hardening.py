@@ -248,3 +248,55 @@ def test_exported_chakra_graph_is_the_graph_the_run_simulated(tmp_path):
     a = pd.read_csv(tmp_path / "a" / "summary.csv")
     b = pd.read_csv(tmp_path / "b" / "summary.csv")
     assert float(b.iteration_time_s.iloc[0]) == pytest.approx(float(a.iteration_time_s.iloc[0]), rel=1e-9)
+
+
+# --- flags that were ignored or misreported (user trial, 2026-12-06) -------------------------------------------
+
+
+@pytest.mark.parametrize("flags", [["--size", "1MiB", "-b", "1KiB"], ["--size", "1MiB", "-e", "4MiB"],
+                                   ["-e", "4MiB"]])
+def test_collective_refuses_conflicting_sizes(flags, capsys):
+    rc = main(["collective", "--topology", str(H200), "--nodes", "1", "--op", "all_reduce", *flags])
+    assert rc == 2 and "--" in capsys.readouterr().err
+
+
+def test_chakra_run_refuses_flags_it_would_ignore(tmp_path, capsys):
+    et = tmp_path / "et"
+    assert main(["run", "--model", str(SMALL_DLRM), "--topology", str(H200), "--nodes", "1", "--mode", "baseline",
+                 "--set", "uncertainty=none", "--export-chakra", str(et)]) == 0
+    capsys.readouterr()
+    for flags, field in ((["--nodes", "2"], "--nodes"), (["--mode", "fused"], "--mode")):
+        assert main(["run", "--chakra", str(et), "--topology", str(H200), *flags]) == 2
+        assert field in capsys.readouterr().err
+    assert main(["run", "--chakra", str(et), "--topology", str(H200), "--nodes", "1"]) == 0
+
+
+def test_a_plan_for_a_workload_without_tables_is_refused(tmp_path, capsys):
+    plan = tmp_path / "plan.csv"
+    plan.write_text("table,sharding,ranks\nt0,table_wise,0\n")
+    rc = main(["run", "--model", str(ROOT / "models" / "moe_layer.yaml"), "--topology", str(H200), "--plan",
+               str(plan)])
+    assert rc == 2 and "plan_file" in capsys.readouterr().err
+
+
+def test_a_directory_given_as_a_log_is_named_as_one(tmp_path, capsys):
+    rc = main(["fit-fabric", str(tmp_path), "--topology", str(H200), "--out", str(tmp_path / "f.yaml")])
+    assert rc == 2 and "is a directory" in capsys.readouterr().err
+
+
+def test_a_closed_stdout_is_not_an_error(monkeypatch, capsys):
+    """`simfuse op ... | head -1`: the reader closes the pipe and the next write raises BrokenPipeError; simfuse
+    exits quietly with 0 (it printed "simfuse: error: <file>: Broken pipe" and returned 2)."""
+    import sys
+
+    class ClosedPipe:
+        def write(self, _text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    rc = main(["op", "--op", "gemv_all_reduce", "--topology", str(H200), "--nodes", "1"])
+    assert rc == 0
+    assert "Broken pipe" not in capsys.readouterr().err

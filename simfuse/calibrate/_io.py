@@ -20,11 +20,16 @@ def is_gzip(path: str | Path) -> bool:
         return fh.read(2) == GZIP_MAGIC
 
 
+def not_a_file(path) -> str:
+    """Why ``path`` cannot be read as a file: a directory, or nothing there."""
+    return "is a directory, expected a file" if Path(path).is_dir() else "file not found"
+
+
 def open_binary(path: str | Path) -> io.BufferedIOBase:
     """Open ``path`` for streaming reads, transparently decompressing gzip (detected by content)."""
     p = Path(path)
     if not p.is_file():
-        raise TraceError(str(p), "", "file not found")
+        raise TraceError(str(p), "", not_a_file(str(p)))
     if is_gzip(p):
         return gzip.open(p, "rb")  # type: ignore[return-value]
     return open(p, "rb")

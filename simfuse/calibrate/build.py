@@ -17,6 +17,7 @@ from .. import __version__
 from ..costs.analytic import PER_CU_BW_HEADROOM
 from ..costs.calibrated import occupancy_scales
 from ..errors import TraceError
+from ._io import not_a_file
 from .detect import CAMPAIGN, HELDOUT_CSV, KERNEL_TRACE, NCCL_TESTS, TORCH_PROFILER, detect_format
 from .fit import COLLECTIVE_FACTORS, fit_alpha_beta, nnls_relative, quality
 from .kernel_trace import KernelRun, iter_kernel_runs
@@ -83,7 +84,7 @@ def expand_inputs(paths: Sequence[str | Path]) -> list[tuple[Path, bool]]:
         elif p.is_file():
             out.append((p, True))
         else:
-            raise TraceError(str(p), "", "file not found")
+            raise TraceError(str(p), "", not_a_file(str(p)))
     return out
 
 

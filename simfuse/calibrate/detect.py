@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from ..errors import TraceError
-from ._io import peek_text
+from ._io import not_a_file, peek_text
 from .kernel_trace import COLUMNS
 from .nccl_tests import looks_like_nccl_tests
 
@@ -32,7 +32,7 @@ def detect_format(path: str | Path) -> str:
     """One of :data:`KERNEL_TRACE`, :data:`TORCH_PROFILER`, :data:`NCCL_TESTS`, :data:`HELDOUT_CSV`, :data:`CAMPAIGN`."""
     p = Path(path)
     if not p.is_file():
-        raise TraceError(str(p), "", "file not found")
+        raise TraceError(str(p), "", not_a_file(str(p)))
     text = peek_text(p)
     stripped = text.lstrip("\ufeff \t\r\n")
     if not stripped:

@@ -24,7 +24,7 @@ from ..costs.base import CostModel, KernelWork
 from ..errors import SpecError, TraceError, short_repr
 from ..spec import load_topology
 from ..spec.topology import DTYPES as TOPOLOGY_DTYPES
-from ._io import GZIP_ERRORS, open_text
+from ._io import GZIP_ERRORS, not_a_file, open_text
 from .fit import alpha_beta_time_s
 from .kernel_trace import format_shape, parse_shape
 from .profile import CalibrationProfile, apply_to_topology, cost_model_for, load_profile
@@ -70,7 +70,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
     p = Path(path)
     src = str(p)
     if not p.is_file():
-        raise TraceError(src, "", "file not found")
+        raise TraceError(src, "", not_a_file(src))
     out: list[Measurement] = []
     lineno = 0
     try:

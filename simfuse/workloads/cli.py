@@ -18,7 +18,8 @@ def cmd_run(args) -> int:
     from .run import simulate_workload, summary_rows, write_run_outputs
 
     # every argument checked before simulating: a bad --out fails now, not after the simulation
-    check_nodes(args.nodes)
+    if args.nodes is not None:
+        check_nodes(args.nodes)
     _check_workers(args.workers)
     if args.trace and not args.out:
         raise SpecError("<argument>", "--trace", "needs --out DIR")
@@ -36,12 +37,17 @@ def cmd_run(args) -> int:
 
         graph = import_et(args.chakra, gpus_per_node=args.gpus_per_node)
         nodes, g, name = graph.nodes, graph.gpus_per_node, graph.name
+        # the trace fixes what it runs: flags that would change it are refused, not ignored
+        if args.nodes is not None and args.nodes != nodes:
+            raise SpecError("<argument>", "--nodes", f"the Chakra trace runs on {nodes} nodes; drop --nodes")
+        if args.mode not in (None, "both"):
+            raise SpecError("<argument>", "--mode", "a Chakra trace runs as recorded (one mode); drop --mode")
         res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra")
     else:
         if not args.model:
             raise SpecError("<argument>", "--model", "give a workload (--model FILE) or a Chakra ET (--chakra DIR)")
         spec = load_workload(args.model)
-        nodes, name = args.nodes, spec.name
+        nodes, name = args.nodes or 1, spec.name
         g = resolve_gpus_per_node(topo, args.gpus_per_node)
         from .run import scaled_spec
 
@@ -236,7 +242,7 @@ def add_set_option(p) -> None:
 def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="simulate one training iteration / step of a workload")
     _common(p)
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=None, help="default: 1 (a Chakra trace: its own)")
     p.add_argument("--out", default=None, help="write summary.csv, breakdown.csv, plan.csv (and trace.json) here")
     p.add_argument("--trace", action="store_true", help="write a Perfetto trace (DIR/trace.json)")
     p.add_argument("--chakra", default=None, metavar="DIR",

@@ -48,6 +48,8 @@ def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
         if not isinstance(spec, DLRMSpec):
             raise SpecError("<argument>", "dense_fusion", f"applies to DLRM workloads, not {spec.kind}")
         spec = dataclasses.replace(spec, dense_fusion=execution.dense_fusion)
+    if execution.plan_file and not isinstance(spec, DLRMSpec):
+        raise SpecError("<argument>", "plan_file", f"a sharding plan applies to DLRM workloads, not {spec.kind}")
     if execution.launch is not None:
         spec = dataclasses.replace(spec, launch=execution.launch)
     if execution.scaling == "model":

@@ -48,7 +48,7 @@ def cmd_collective(args) -> int:
     g = resolve_gpus_per_node(topo, args.gpus_per_node)
     from .guard import check_cost, estimate_collective
 
-    check_cost(estimate_collective(args.op, args.nodes, g, args.mode, len(sizes)), args.force)
+    check_cost(estimate_collective(args.op, args.nodes, g, args.mode, len(sizes)), args.force, command="collective")
     rows = []
     for size in sizes:
         row = run_collective(topo, args.nodes, args.op, size, algorithm=args.algorithm,

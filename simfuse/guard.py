@@ -160,13 +160,26 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
     raise SpecError(getattr(spec, "source", "<model>"), "kind", "unsupported workload")  # pragma: no cover
 
 
-def check_cost(estimate: CostEstimate, force: bool = False, field: str = "--force") -> CostEstimate:
-    """Raise :class:`SpecError` when ``estimate`` is beyond the limits and ``force`` is not set."""
+#: what makes each command's simulation cheaper (its own flags only)
+CHEAPER = {"run": "--sim-mode classes, fewer nodes, a smaller batch, larger slices (slice_wgs)",
+           "op": "--mode symmetric (with tile_order remote_first), fewer nodes, a smaller problem, larger slices "
+                 "(slice_wgs)",
+           "collective": "--mode symmetric, fewer nodes or sizes"}
+
+
+def check_cost(estimate: CostEstimate, force: bool = False, field: str = "--force",
+               command: str = "run") -> CostEstimate:
+    """Raise :class:`SpecError` when ``estimate`` is beyond the limits and ``force`` is not set; the message names
+    what makes ``command``'s run cheaper (:data:`CHEAPER`)."""
     if force or not estimate.too_expensive:
         return estimate
+    cheaper = CHEAPER.get(command, CHEAPER["run"])
+    if command == "op" and "(symmetric)" in estimate.what:
+        cheaper = cheaper.replace("--mode symmetric (with tile_order remote_first), ", "")
+    if command == "collective" and "(full)" not in estimate.what:
+        cheaper = cheaper.replace("--mode symmetric, ", "")
     raise SpecError("<argument>", field, f"{estimate.describe()} exceeds the cost guard ({MAX_WG_RECORDS:.2g} "
-                    f"records, {MAX_EVENTS:.2g} events); cheaper: --mode symmetric / --sim-mode classes, fewer "
-                    "nodes, a smaller batch, larger slices (slice_wgs); or pass --force")
+                    f"records, {MAX_EVENTS:.2g} events); cheaper: {cheaper}; or pass --force")
 
 
 def estimate_collective(op: str, nodes: int, gpus_per_node: int, mode: str = "auto", sizes: int = 1) -> CostEstimate:

@@ -300,3 +300,17 @@ def test_a_closed_stdout_is_not_an_error(monkeypatch, capsys):
     rc = main(["op", "--op", "gemv_all_reduce", "--topology", str(H200), "--nodes", "1"])
     assert rc == 0
     assert "Broken pipe" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,bad", [
+    (["op", "--op", "embedding_all_to_all", "--nodes", "64", "--set", "global_batch=8388608"],
+     ["--sim-mode", "--mode symmetric"]),
+    (["collective", "--nodes", "4096", "--mode", "full", "--op", "all_to_all", "--size", "1MiB"], ["--sim-mode"]),
+])
+def test_the_guard_suggests_only_flags_the_command_has(argv, bad, capsys):
+    """op and collective have no --sim-mode, and a run that is already symmetric is not made cheaper by
+    --mode symmetric (the refusal suggested both)."""
+    assert main([*argv, "--topology", str(H200)]) == 2
+    err = capsys.readouterr().err
+    assert "cost guard" in err and "--force" in err
+    assert not any(b in err for b in bad), err

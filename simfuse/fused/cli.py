@@ -80,7 +80,7 @@ def cmd_op(args) -> int:
     g = resolve_gpus_per_node(topo, args.gpus_per_node)
     op = make_op(args.op, params, args.nodes, g)
     check_cost(estimate_op(args.op, params, topo, args.nodes, g, args.mode, knobs.slice_wgs, knobs.tile_order),
-               args.force)
+               args.force, command="op")
     res = run_op(op, system, args.nodes, knobs=knobs, mode=args.mode, seed=args.seed, launch=args.launch)
     d = res.as_dict()
     d["params"].pop("wall_s", None)

@@ -222,6 +222,9 @@ class Fields:
         return f"{self.prefix}.{key}" if self.prefix else key
 
     def has(self, key: str) -> bool:
+        """Whether ``key`` holds a value (an empty one, ``key:`` in YAML, counts as absent, as for every optional
+        field); the key is known either way, so :meth:`reject_unknown` does not call it unknown."""
+        self._used.add(key)
         return key in self.data and self.data[key] is not None
 
     def _get(self, key: str, default: Any, required: bool) -> Any:

@@ -100,3 +100,18 @@ def test_with_overrides(h200):
     assert t.scale_out.nic_bw_bytes_per_s == 25e9
     with pytest.raises(SpecError):
         h200.with_overrides({"scale_out.nope": 1})
+
+
+@pytest.mark.parametrize("key", ["strided_copy", "gemm_efficiency"])
+def test_an_empty_optional_block_counts_as_absent(root, tmp_path, key):
+    """``strided_copy:`` with nothing under it is the field left out (it was refused as an 'unknown field',
+    which it is not); a misspelt one is still refused."""
+    d = yaml.safe_load((root / "topologies" / "h100_nvl8_ib_ndr.yaml").read_text())
+    d["device"][key] = None
+    p = tmp_path / "t.yaml"
+    p.write_text(yaml.safe_dump(d))
+    assert getattr(load_topology(p).device, key) is None
+    d["device"][key + "x"] = None
+    p.write_text(yaml.safe_dump(d))
+    with pytest.raises(SpecError, match=f"device.{key}x: unknown field"):
+        load_topology(p)

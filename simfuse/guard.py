@@ -16,7 +16,12 @@ The estimate (order of magnitude, documented so that users can reason about it):
 * ``flows <= R_sim x min(W / slice_wgs, waves x (R - 1))``: a slice's put leaves when its last workgroup ends;
   slices of one wave bound for one rank share a flow.  ``events ~ R_sim x waves + 2 x flows``.
 
-A run whose estimate exceeds :data:`MAX_WG_RECORDS` workgroup records or :data:`MAX_EVENTS` events is refused with
+* DLRM runs also pay their flow solves (:data:`DLRM_SECONDS_PER_EVENT` per estimated event, measured) in every
+  simulation of the run: one per mode, six with a planned placement (two candidate plans per mode, the fused
+  knob grid).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
+
+A run whose estimate exceeds :data:`MAX_WG_RECORDS` workgroup records, :data:`MAX_EVENTS` events or
+:data:`MAX_SECONDS` seconds is refused with
 a message saying what it would cost and how to make it cheaper (a symmetric / class mode, fewer nodes, a smaller
 batch, larger slices), unless ``force`` is given (``--force`` on ``run``, ``op`` and ``sweep``).
 """
@@ -36,6 +41,15 @@ MAX_EVENTS = 20_000_000
 SECONDS_PER_WG_RECORD = 0.33e-6
 BYTES_PER_WG_RECORD = 40
 SECONDS_PER_EVENT = 1 / 300_000
+#: A DLRM simulation's events cost far more than an operator's: each starts or ends flows that the flow network
+#: re-solves with every active flow.  Measured 2026-12-06 on the 2-core VM (DLRM-DCNv2 and its MLPerf
+#: configuration, planned placement, full simulation of 16 / 32 / 64 ranks, whole `run`s of 2 + 4 simulations):
+#: 7-22 us of wall time per *estimated* event (the estimate is an upper bound, 4-8x the events that occur).
+DLRM_SECONDS_PER_EVENT = 20e-6
+#: A run estimated above this many seconds is refused (without ``force``) whatever its records and events.
+MAX_SECONDS = 600.0
+#: A run estimated above this many seconds runs, with a note saying so and what would be cheaper.
+NOTE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,8 @@ class CostEstimate:
     waves_per_rank: int
     flows: int
     events: int
+    #: wall time beyond the per-record / per-event terms (DLRM: its flow solves, over all its simulations)
+    extra_seconds: float = 0.0
 
     @property
     def wg_records(self) -> int:
@@ -58,7 +74,7 @@ class CostEstimate:
     def seconds(self) -> float:
         """Wall time, from the workgroup records (flows and events are upper bounds: puts of one wave to one
         rank share a flow group, so they count for less)."""
-        return self.wg_records * SECONDS_PER_WG_RECORD + self.events * SECONDS_PER_EVENT * 0.1
+        return self.wg_records * SECONDS_PER_WG_RECORD + self.events * SECONDS_PER_EVENT * 0.1 + self.extra_seconds
 
     @property
     def memory_bytes(self) -> float:
@@ -66,7 +82,7 @@ class CostEstimate:
 
     @property
     def too_expensive(self) -> bool:
-        return self.wg_records > MAX_WG_RECORDS or self.events > MAX_EVENTS
+        return self.wg_records > MAX_WG_RECORDS or self.events > MAX_EVENTS or self.seconds > MAX_SECONDS
 
     def describe(self) -> str:
         return (f"{self.what}: ~{self.wg_records:.2g} workgroup records on {self.simulated_ranks} of {self.ranks} "
@@ -143,8 +159,13 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
         waves = math.ceil(w / max(1, slots))
         push = min(waves, MAX_PUSH_WAVES)
         flows = simulated * 2 * push * min(max(0, ranks - 1), 64)
+        events = simulated * 2 * waves + 2 * flows
+        # simulations per run: one per mode, or with a planned placement each mode's two candidate plans and
+        # the fused mode's knob grid (simfuse.workloads.run: 2 + 2 x 2)
+        sims = 6 if spec.placement == "planned" else 2
+        flow_s = sims * events * DLRM_SECONDS_PER_EVENT
         return CostEstimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs ({'full' if full else 'classes'})",
-                            ranks, simulated, 2 * waves, 2 * waves, flows, simulated * 2 * waves + 2 * flows)
+                            ranks, simulated, 2 * waves, 2 * waves, flows, events, flow_s)
     if isinstance(spec, TransformerDecodeSpec):
         w = max(spec.hidden, spec.ffn) / 64.0
         return _estimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs", ranks, 1, w, slots,
@@ -179,7 +200,15 @@ def check_cost(estimate: CostEstimate, force: bool = False, field: str = "--forc
     if command == "collective" and "(full)" not in estimate.what:
         cheaper = cheaper.replace("--mode symmetric, ", "")
     raise SpecError("<argument>", field, f"{estimate.describe()} exceeds the cost guard ({MAX_WG_RECORDS:.2g} "
-                    f"records, {MAX_EVENTS:.2g} events); cheaper: {cheaper}; or pass --force")
+                    f"records, {MAX_EVENTS:.2g} events, {MAX_SECONDS:.0f} s); cheaper: {cheaper}; or pass --force")
+
+
+def cost_note(estimate: CostEstimate, command: str = "run") -> str | None:
+    """A one-line note for a run the guard lets through that will still take a while (over :data:`NOTE_SECONDS`
+    estimated), naming what is cheaper; None otherwise."""
+    if estimate.seconds <= NOTE_SECONDS:
+        return None
+    return f"{estimate.describe()}; cheaper: {CHEAPER.get(command, CHEAPER['run'])}"
 
 
 def estimate_collective(op: str, nodes: int, gpus_per_node: int, mode: str = "auto", sizes: int = 1) -> CostEstimate:

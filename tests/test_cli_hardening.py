@@ -314,3 +314,22 @@ def test_the_guard_suggests_only_flags_the_command_has(argv, bad, capsys):
     err = capsys.readouterr().err
     assert "cost guard" in err and "--force" in err
     assert not any(b in err for b in bad), err
+
+
+def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
+    """A fully simulated DLRM run costs its flow solves (about 20 us per estimated event, measured) times its
+    simulations (6 with a planned placement: two plans per mode, the fused knob grid; 2 otherwise): the guard
+    said '~0 s' for a planned 8-node run that took minutes.  Above NOTE_SECONDS the run gets a note."""
+    import dataclasses
+
+    from simfuse.guard import NOTE_SECONDS, cost_note, estimate_workload
+    from simfuse.spec import load_topology, load_workload
+
+    topo = load_topology(H200)
+    spec = dataclasses.replace(load_workload(ROOT / "models" / "dlrm_dcnv2.yaml"), placement="planned")
+    planned = estimate_workload(spec, topo, 8, 8)
+    tw = estimate_workload(dataclasses.replace(spec, placement="table_wise"), topo, 8, 8)
+    assert planned.simulated_ranks == 64 and planned.seconds > NOTE_SECONDS
+    assert planned.extra_seconds == pytest.approx(3 * tw.extra_seconds)
+    assert "cheaper: --sim-mode classes" in cost_note(planned)
+    assert cost_note(estimate_workload(spec, topo, 16, 8)) is None  # 128 ranks: rank classes, seconds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..errors import SpecError, short_repr
@@ -12,7 +13,7 @@ def cmd_run(args) -> int:
 
     from ..checks import check_nodes, check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
-    from ..guard import check_cost, estimate_workload
+    from ..guard import check_cost, cost_note, estimate_workload
     from ..spec import load_workload
     from ..system import System
     from .run import simulate_workload, summary_rows, write_run_outputs
@@ -51,7 +52,11 @@ def cmd_run(args) -> int:
         g = resolve_gpus_per_node(topo, args.gpus_per_node)
         from .run import scaled_spec
 
-        check_cost(estimate_workload(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode), args.force)
+        est = check_cost(estimate_workload(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode),
+                         args.force)
+        note = cost_note(est)
+        if note:
+            print(f"simfuse: note: {note}", file=sys.stderr)
         res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
                                 workers=_workers(args.workers))
         if args.export_chakra:  # the baseline graph as the run simulated it (its chosen DLRM plan)

@@ -113,14 +113,16 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
             own_plans[mode] = plan_tables(spec, system, nodes, g, mode)
         return own_plans[mode]
 
-    first_s = 0.0  # wall time of this run's first simulation: whether the rest is worth shipping to workers
-    for m in modes:
-        if chosen is not None:
+    if chosen is not None:  # an interval's run: each mode's plan and knobs as the point estimate chose them
+        for m in modes:
             c = chosen[m]
             out[m] = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
                                    record=record, record_usage=record, knobs=c.knobs, tuner=tuner, plan=c.plan)
             out[m].tuned = getattr(c, "tuned", False)
-            continue
+        return out
+
+    cands = {}  # mode -> (candidate plans, knob grid, knobs per grid point)
+    for m in modes:
         plan = load_plan(ex.plan_file, spec, system, nodes, g, m) if ex.plan_file else None
         grid = [{}]
         if m == "fused" and ex.tune_knobs == "auto" and spec.placement == "planned":
@@ -137,39 +139,51 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
             plans = [own]
             if _plan_key(other) != _plan_key(own):
                 plans.append(dataclasses.replace(other, mode=m, candidate=f"{other_mode}:{other.candidate}"))
-        knobs = [dataclasses.replace(ex.knobs, **pt) for pt in grid]
-        done: dict = {}  # (plan index, grid index) -> result, computed ahead in workers
-        if pool is not None and not record and pool.parallel(len(plans) * len(grid), first_s):
-            if plans[0] is None and spec.placement == "planned":  # what simulate_dlrm would plan
-                from .planner import plan_tables
+        cands[m] = (plans, grid, [dataclasses.replace(ex.knobs, **pt) for pt in grid])
 
-                plans[0] = plan_tables(spec, system, nodes, g, m)
+    def one(m, i, j):
+        plans, _grid, knobs = cands[m]
+        return simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
+                             record=record, record_usage=record, knobs=knobs[j], tuner=tuner, plan=plans[i])
 
-            first = [(i, 0) for i in range(len(plans))]
-            # then the other knobs of every plan whose first result says tuning matters: exactly what the loop
-            # below asks for when the plans agree (the usual case); otherwise it computes what it misses in turn
-            for stage in (first, None):
-                keys = stage or [(i, j) for i in range(len(plans)) for j in range(1, len(grid))
-                                 if _tuning_matters(done[(i, 0)])]
-                tasks = [(spec, system, nodes, g, m, sim_mode, seed, knobs[j], tuner, plans[i]) for i, j in keys]
-                done.update(zip(keys, pool.map(_dlrm_one, tasks), strict=True))
+    done: dict = {}  # (mode, plan index, grid index) -> result, computed ahead in workers
+    first_s = 0.0  # wall time of this run's first simulation: whether the rest is worth shipping to workers
+    n_first = sum(len(c[0]) for c in cands.values())
+    if pool is not None and not record and pool.workers > 1 and n_first > 1:
+        # the first candidate here (its time says whether workers pay), then every mode's other first-grid
+        # candidates together, then the knob points of the plans whose first result says tuning matters: exactly
+        # what the selection below asks for when the plans agree (the usual case); it computes any it misses
+        m0 = modes[0]
+        done[(m0, 0, 0)] = r0 = one(m0, 0, 0)
+        first_s = r0.wall_s
+        first = [(m, i, 0) for m in modes for i in range(len(cands[m][0])) if (m, i, 0) not in done]
+        for stage in (first, None):
+            keys = stage if stage is not None else [
+                (m, i, j) for m in modes for i in range(len(cands[m][0])) for j in range(1, len(cands[m][1]))
+                if _tuning_matters(done[(m, i, 0)])]
+            if not keys or not pool.parallel(len(keys), first_s):
+                break
+            tasks = [(spec, system, nodes, g, m, sim_mode, seed, cands[m][2][j], tuner, cands[m][0][i])
+                     for m, i, j in keys]
+            done.update(zip(keys, pool.map(_dlrm_one, tasks), strict=True))
+    for m in modes:
+        plans, grid, _knobs = cands[m]
         best = None
         n_grid = len(grid)
-        for i, cand in enumerate(plans):
+        for i in range(len(plans)):
             for j in range(len(grid)):
                 if j and not _tuning_matters(best):
                     n_grid = min(n_grid, j)
                     break
-                r = done.get((i, j))
+                r = done.get((m, i, j))
                 if r is None:
-                    r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
-                                      record=record, record_usage=record, knobs=knobs[j], tuner=tuner, plan=cand)
-                cand = r.plan  # plan once per mode, reuse for every grid point
+                    r = one(m, i, j)
+                if plans[i] is None:  # plan once per mode, reuse for every grid point
+                    plans[i] = r.plan
                 if best is None or r.iteration_time_s < best.iteration_time_s:
                     best = r
                 first_s = first_s or r.wall_s
-        grid = grid[:n_grid]
-        best.tuned = len(grid) > 1
+        best.tuned = n_grid > 1
         out[m] = best
     return out
 

@@ -34,14 +34,14 @@ def cmd_collective(args) -> int:
                         f"expected one of {', '.join(REGISTRY.get(args.op, {}))}")
     if args.size is None and args.begin is None:
         raise SpecError("<argument>", "--size", "give --size or a range with --begin/--end/--factor")
-    if args.size is not None and (args.begin is not None or args.end is not None):
-        raise SpecError("<argument>", "--size", "give --size or a range with --begin/--end, not both")
+    if args.size is not None and (args.begin is not None or args.end is not None or args.factor is not None):
+        raise SpecError("<argument>", "--size", "give --size or a range with --begin/--end/--factor, not both")
     if args.end is not None and args.begin is None:
         raise SpecError("<argument>", "--end", "a range needs --begin too")
     if args.begin is not None:
         begin = parse_size_bytes(args.begin, "<argument>", "--begin")
         end = parse_size_bytes(args.end or args.begin, "<argument>", "--end")
-        sizes = size_range(begin, end, args.factor)
+        sizes = size_range(begin, end, 2.0 if args.factor is None else args.factor)
     else:
         sizes = [parse_size_bytes(args.size, "<argument>", "--size")]
     topo = System.load(args.topology).topology
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--size", default=None, help="per-rank buffer, e.g. 64MiB, 1GB")
     c.add_argument("-b", "--begin", default=None, help="range start (nccl-tests -b)")
     c.add_argument("-e", "--end", default=None, help="range end (nccl-tests -e)")
-    c.add_argument("-f", "--factor", type=float, default=2.0, help="range factor (nccl-tests -f)")
+    c.add_argument("-f", "--factor", type=float, default=None, help="range factor (nccl-tests -f; default 2)")
     c.add_argument("--out", default=None, help="write the table to this file: Parquet if it ends in .parquet, "
                                                "CSV otherwise")
     c.add_argument("--mode", default="auto", choices=("auto", "symmetric", "full"))

@@ -17,8 +17,8 @@ The estimate (order of magnitude, documented so that users can reason about it):
   slices of one wave bound for one rank share a flow.  ``events ~ R_sim x waves + 2 x flows``.
 
 * DLRM runs also pay their flow solves (:data:`DLRM_SECONDS_PER_EVENT` per estimated event, measured) in every
-  simulation of the run: one per mode, six with a planned placement (two candidate plans per mode, the fused
-  knob grid).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
+  simulation of the run (:func:`_dlrm_simulations`: the modes asked for, two candidate plans each with a planned
+  placement, the fused knob grid, the interval's runs).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
 
 A run whose estimate exceeds :data:`MAX_WG_RECORDS` workgroup records, :data:`MAX_EVENTS` events or
 :data:`MAX_SECONDS` seconds is refused with
@@ -47,7 +47,7 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: 7-22 us of wall time per *estimated* event (the estimate is an upper bound, 4-8x the events that occur).
 DLRM_SECONDS_PER_EVENT = 20e-6
 #: A run estimated above this many seconds is refused (without ``force``) whatever its records and events.
-MAX_SECONDS = 600.0
+MAX_SECONDS = 1800.0
 #: A run estimated above this many seconds runs, with a note saying so and what would be cheaper.
 NOTE_SECONDS = 60.0
 
@@ -135,8 +135,29 @@ def estimate_op(op_name: str, params: dict, topology, nodes: int, gpus_per_node:
                      ranks, 1 if symmetric else ranks, w, _slots(topology), slice_wgs, kernels=2)
 
 
-def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str = "auto") -> CostEstimate:
-    """Estimate ``simfuse run`` / one ``sweep`` point of a workload spec."""
+def _dlrm_simulations(spec, topology, execution) -> int:
+    """How many simulations a DLRM run makes (``simfuse.workloads.run``): per mode asked for, each candidate
+    plan (two with a planned placement and no forced plan) times the fused knob grid (``tune_knobs: auto``), and
+    with a calibration profile the interval's runs (``bound``: 3 per mode, ``mc``: the draws)."""
+    from .workloads.run import TUNE_GRID
+
+    ex = execution
+    modes = ("baseline", "fused") if ex is None or ex.mode == "both" else (ex.mode,)
+    planned = spec.placement == "planned" and not (ex is not None and ex.plan_file)
+    n = 0
+    for m in modes:
+        grid = len(TUNE_GRID) if m == "fused" and planned and (ex is None or ex.tune_knobs == "auto") else 1
+        n += (2 if planned else 1) * grid
+    if topology.calibration:
+        method = "bound" if ex is None else ex.uncertainty
+        n += {"bound": 3, "mc": 16 if ex is None else ex.uncertainty_draws}.get(method, 0) * len(modes)
+    return n
+
+
+def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str = "auto",
+                      execution=None) -> CostEstimate:
+    """Estimate ``simfuse run`` / one ``sweep`` point of a workload spec (``execution``: the run's settings, for
+    how many simulations it makes; None: the defaults)."""
     from .spec import DLRMSpec, LLMSpec, MoESpec, TransformerDecodeSpec
 
     ranks = nodes * gpus_per_node
@@ -160,10 +181,7 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
         push = min(waves, MAX_PUSH_WAVES)
         flows = simulated * 2 * push * min(max(0, ranks - 1), 64)
         events = simulated * 2 * waves + 2 * flows
-        # simulations per run: one per mode, or with a planned placement each mode's two candidate plans and
-        # the fused mode's knob grid (simfuse.workloads.run: 2 + 2 x 2)
-        sims = 6 if spec.placement == "planned" else 2
-        flow_s = sims * events * DLRM_SECONDS_PER_EVENT
+        flow_s = _dlrm_simulations(spec, topology, execution) * events * DLRM_SECONDS_PER_EVENT
         return CostEstimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs ({'full' if full else 'classes'})",
                             ranks, simulated, 2 * waves, 2 * waves, flows, events, flow_s)
     if isinstance(spec, TransformerDecodeSpec):
@@ -182,7 +200,8 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
 
 
 #: what makes each command's simulation cheaper (its own flags only)
-CHEAPER = {"run": "--sim-mode classes, fewer nodes, a smaller batch, larger slices (slice_wgs)",
+CHEAPER = {"run": "--sim-mode classes, one --mode, --set uncertainty=none, fewer nodes, a smaller batch, larger "
+                  "slices (slice_wgs)",
            "op": "--mode symmetric (with tile_order remote_first), fewer nodes, a smaller problem, larger slices "
                  "(slice_wgs)",
            "collective": "--mode symmetric, fewer nodes or sizes"}

@@ -253,7 +253,7 @@ def test_exported_chakra_graph_is_the_graph_the_run_simulated(tmp_path):
 # --- flags that were ignored or misreported (user trial, 2026-12-06) -------------------------------------------
 
 
-@pytest.mark.parametrize("flags", [["--size", "1MiB", "-b", "1KiB"], ["--size", "1MiB", "-e", "4MiB"],
+@pytest.mark.parametrize("flags", [["--size", "1MiB", "-b", "1KiB"], ["--size", "1MiB", "-e", "4MiB"], ["--size", "1MiB", "-f", "4"],
                                    ["-e", "4MiB"]])
 def test_collective_refuses_conflicting_sizes(flags, capsys):
     rc = main(["collective", "--topology", str(H200), "--nodes", "1", "--op", "all_reduce", *flags])
@@ -327,9 +327,33 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
 
     topo = load_topology(H200)
     spec = dataclasses.replace(load_workload(ROOT / "models" / "dlrm_dcnv2.yaml"), placement="planned")
-    planned = estimate_workload(spec, topo, 8, 8)
-    tw = estimate_workload(dataclasses.replace(spec, placement="table_wise"), topo, 8, 8)
+    none = parse_execution({"uncertainty": "none"})
+    planned = estimate_workload(spec, topo, 8, 8, execution=none)
+    tw = estimate_workload(dataclasses.replace(spec, placement="table_wise"), topo, 8, 8, execution=none)
     assert planned.simulated_ranks == 64 and planned.seconds > NOTE_SECONDS
-    assert planned.extra_seconds == pytest.approx(3 * tw.extra_seconds)
+    assert planned.extra_seconds == pytest.approx(3 * tw.extra_seconds)  # 2 + 2 x 2 simulations against 2
+    # one mode: its two plans (baseline) or two plans x two knob points (fused); bound adds 3 runs per mode
+    for mode, sims in (("baseline", 2), ("fused", 4)):
+        one = estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "none", "mode": mode}))
+        assert one.extra_seconds == pytest.approx(planned.extra_seconds * sims / 6)
+    bound = estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "bound"}))
+    assert bound.extra_seconds == pytest.approx(planned.extra_seconds * 12 / 6)
     assert "cheaper: --sim-mode classes" in cost_note(planned)
     assert cost_note(estimate_workload(spec, topo, 16, 8)) is None  # 128 ranks: rank classes, seconds
+
+
+def test_chakra_run_refuses_workload_settings_and_a_fused_only_export(tmp_path, capsys):
+    """Settings that shape a --model workload (batch, plan, placement, export) do nothing to a Chakra replay:
+    refused, not ignored; --export-chakra with --mode fused would export a baseline the run never chose."""
+    et = tmp_path / "et"
+    common = ["--topology", str(H200), "--set", "uncertainty=none"]
+    assert main(["run", "--model", str(SMALL_DLRM), "--nodes", "1", "--mode", "baseline",
+                 "--export-chakra", str(et), *common]) == 0
+    capsys.readouterr()
+    for flags in (["--global-batch", "1024"], ["--set", "placement=row_wise"], ["--export-chakra", str(tmp_path / "x")]):
+        assert main(["run", "--chakra", str(et), *common, *flags]) == 2, flags
+        assert "Chakra trace runs as recorded" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    assert main(["run", "--model", str(SMALL_DLRM), "--nodes", "1", "--mode", "fused",
+                 "--export-chakra", str(tmp_path / "y"), *common]) == 2
+    assert "--mode baseline or both" in capsys.readouterr().err and not (tmp_path / "y").exists()

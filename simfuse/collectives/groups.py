@@ -246,7 +246,8 @@ class Tuner:
         names = candidate_algorithms(op, group, self.gpus_per_node, symmetric_only=symmetric_only,
                                      topology=self.topology, size_bytes=size_bytes if protocol is None else None)
         if algorithm is not None:
-            names = [n for n in names if split_choice(n)[0] == algorithm] or self._as_named(op, group, algorithm)
+            names = [n for n in names if split_choice(n)[0] == algorithm] or self._as_named(
+                op, group, algorithm, size_bytes if protocol is None else None)
         if protocol is not None:
             names = [n for n in names if split_choice(n)[1] in (None, protocol)]
             names = [n if "/" in n else f"{n}/{protocol}" for n in names]
@@ -267,16 +268,26 @@ class Tuner:
         return best
 
 
-    def _as_named(self, op: str, group: Group, algorithm: str) -> list[str]:
-        """A named algorithm the candidates leave out: run as named (a ring across more than 16 nodes, an
-        asymmetric one) unless it needs an in-network reduction the topology does not declare (SpecError naming
-        the topology field, as ``simfuse collective --algorithm`` does)."""
+    def _as_named(self, op: str, group: Group, algorithm: str, size_bytes: float | None) -> list[str]:
+        """A named algorithm the candidates leave out (a ring across more than 16 nodes, an asymmetric one): run
+        as named, with each protocol it runs with under ``protocol_model: nccl`` (the tuner picks the fastest; an
+        all-to-all keeps NCCL's p2p rule at ``size_bytes``), unless it needs an in-network reduction the topology
+        does not declare (SpecError naming the topology field, as ``simfuse collective --algorithm`` does)."""
         from .runner import check_hardware
 
-        if algorithm in REGISTRY.get(op, {}):
-            layout, _ = group_layout(group, self.gpus_per_node)
-            check_hardware(make_algorithm(op, algorithm, layout, 1.0), self.topology)
-        return [algorithm]
+        if algorithm not in REGISTRY.get(op, {}):
+            return [algorithm]
+        layout, _ = group_layout(group, self.gpus_per_node)
+        algo = make_algorithm(op, algorithm, layout, 1.0)
+        check_hardware(algo, self.topology)
+        model = self.topology.collectives.protocol_model
+        if model == "none":
+            return [algorithm]
+        protos = protocols_for(algo.family, model)
+        if op == "all_to_all" and size_bytes is not None and group.size > 0:
+            allowed = p2p_protocols(layout.nodes > 1, size_bytes / group.size)
+            protos = tuple(p for p in protos if p in allowed) or protos
+        return [f"{algorithm}/{p}" for p in protos]
 
 
 class GroupAlgorithms:

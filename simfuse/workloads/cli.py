@@ -43,6 +43,12 @@ def cmd_run(args) -> int:
             raise SpecError("<argument>", "--nodes", f"the Chakra trace runs on {nodes} nodes; drop --nodes")
         if args.mode not in (None, "both"):
             raise SpecError("<argument>", "--mode", "a Chakra trace runs as recorded (one mode); drop --mode")
+        workload_only = [("--export-chakra", args.export_chakra), ("--global-batch / global_batch", ex.global_batch),
+                         ("--batch-per-gpu / batch_per_gpu", ex.batch_per_gpu), ("--plan / plan_file", ex.plan_file),
+                         ("placement", ex.placement), ("dense_fusion", ex.dense_fusion)]
+        for flag, value in workload_only:
+            if value:
+                raise SpecError("<argument>", flag, "applies to a --model workload; a Chakra trace runs as recorded")
         res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra")
     else:
         if not args.model:
@@ -50,9 +56,12 @@ def cmd_run(args) -> int:
         spec = load_workload(args.model)
         nodes, name = args.nodes or 1, spec.name
         g = resolve_gpus_per_node(topo, args.gpus_per_node)
+        if args.export_chakra and ex.mode == "fused":  # the export is the baseline graph the run simulated
+            raise SpecError("<argument>", "--export-chakra", "writes the baseline graph as the run simulates it: "
+                                                            "run with --mode baseline or both")
         from .run import scaled_spec
 
-        est = check_cost(estimate_workload(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode),
+        est = check_cost(estimate_workload(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode, ex),
                          args.force)
         note = cost_note(est)
         if note:
@@ -149,7 +158,7 @@ def cmd_sweep(args) -> int:
     from .run import scaled_spec
 
     for n in nodes:  # the guard looks at every point, at its scaled batch, before the first one starts
-        check_cost(estimate_workload(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode), args.force)
+        check_cost(estimate_workload(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode, ex), args.force)
     workers = _workers(args.workers)
     df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
                    sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,

@@ -219,3 +219,14 @@ def test_a_named_algorithm_runs_its_fastest_protocol(root):
     size = float(named.iloc[0]["comm_bytes_per_rank"])
     assert choice == Tuner(load_topology(topo_path), 2, 8).choose("all_reduce", world(16), size, algorithm="ring")
     assert named.iloc[0]["baseline_time_s"] >= tuned.iloc[0]["baseline_time_s"]  # the tuner's pick is the fastest
+
+
+def test_a_named_ring_beyond_16_nodes_still_tunes_its_protocol(root):
+    """The candidates leave rings out beyond 16 nodes; a ring named there (a user's choice) still runs its
+    fastest protocol instead of Simple."""
+    from simfuse.spec import load_topology
+
+    t = load_topology(root / "topologies" / "h100_nvl8_ib_ndr.yaml")
+    for nodes in (16, 17):
+        choice = Tuner(t, nodes, 8).choose("all_reduce", world(nodes * 8), 4096, algorithm="ring")
+        assert choice.startswith("ring/") and choice != "ring/Simple", (nodes, choice)

@@ -139,10 +139,11 @@ def _dlrm_simulations(spec, topology, execution) -> int:
     """How many simulations a DLRM run makes (``simfuse.workloads.run``): per mode asked for, each candidate
     plan (two with a planned placement and no forced plan) times the fused knob grid (``tune_knobs: auto``), and
     with a calibration profile the interval's runs (``bound``: 3 per mode, ``mc``: the draws)."""
+    from .fused.knobs import modes_of
     from .workloads.run import TUNE_GRID
 
     ex = execution
-    modes = ("baseline", "fused") if ex is None or ex.mode == "both" else (ex.mode,)
+    modes = modes_of("both" if ex is None else ex.mode)
     planned = spec.placement == "planned" and not (ex is not None and ex.plan_file)
     n = 0
     for m in modes:
@@ -202,24 +203,28 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
 #: what makes each command's simulation cheaper (its own flags only)
 CHEAPER = {"run": "--sim-mode classes, one --mode, --set uncertainty=none, fewer nodes, a smaller batch, larger "
                   "slices (slice_wgs)",
-           "op": "--mode symmetric (with tile_order remote_first), fewer nodes, a smaller problem, larger slices "
-                 "(slice_wgs)",
-           "collective": "--mode symmetric, fewer nodes or sizes"}
+           "op": "fewer nodes, a smaller problem, larger slices (slice_wgs)",
+           "collective": "fewer nodes or sizes"}
+#: the symmetric mode, suggested to ``op`` / ``collective`` only when the estimate simulates every rank
+SYMMETRIC = {"op": "--mode symmetric (with tile_order remote_first)", "collective": "--mode symmetric"}
+
+
+def cheaper(estimate: CostEstimate, command: str = "run") -> str:
+    """What makes ``command``'s run cheaper, its own flags only (:data:`CHEAPER`, :data:`SYMMETRIC`)."""
+    hint = CHEAPER.get(command, CHEAPER["run"])
+    full = estimate.ranks > 1 and estimate.simulated_ranks == estimate.ranks
+    return f"{SYMMETRIC[command]}, {hint}" if full and command in SYMMETRIC else hint
 
 
 def check_cost(estimate: CostEstimate, force: bool = False, field: str = "--force",
                command: str = "run") -> CostEstimate:
     """Raise :class:`SpecError` when ``estimate`` is beyond the limits and ``force`` is not set; the message names
-    what makes ``command``'s run cheaper (:data:`CHEAPER`)."""
+    what makes ``command``'s run cheaper (:func:`cheaper`)."""
     if force or not estimate.too_expensive:
         return estimate
-    cheaper = CHEAPER.get(command, CHEAPER["run"])
-    if command == "op" and "(symmetric)" in estimate.what:
-        cheaper = cheaper.replace("--mode symmetric (with tile_order remote_first), ", "")
-    if command == "collective" and "(full)" not in estimate.what:
-        cheaper = cheaper.replace("--mode symmetric, ", "")
     raise SpecError("<argument>", field, f"{estimate.describe()} exceeds the cost guard ({MAX_WG_RECORDS:.2g} "
-                    f"records, {MAX_EVENTS:.2g} events, {MAX_SECONDS:.0f} s); cheaper: {cheaper}; or pass --force")
+                    f"records, {MAX_EVENTS:.2g} events, {MAX_SECONDS:.0f} s); cheaper: "
+                    f"{cheaper(estimate, command)}; or pass --force")
 
 
 def cost_note(estimate: CostEstimate, command: str = "run") -> str | None:
@@ -227,7 +232,7 @@ def cost_note(estimate: CostEstimate, command: str = "run") -> str | None:
     estimated), naming what is cheaper; None otherwise."""
     if estimate.seconds <= NOTE_SECONDS:
         return None
-    return f"{estimate.describe()}; cheaper: {CHEAPER.get(command, CHEAPER['run'])}"
+    return f"{estimate.describe()}; cheaper: {cheaper(estimate, command)}"
 
 
 def estimate_collective(op: str, nodes: int, gpus_per_node: int, mode: str = "auto", sizes: int = 1) -> CostEstimate:

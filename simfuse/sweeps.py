@@ -293,7 +293,7 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
 
     Workers (processes or Dask) receive the loaded, validated workload spec and the resolved System, not file
     paths, so a Dask worker needs no access to the files and relative paths work anywhere."""
-    from .fused.knobs import parse_execution
+    from .fused.knobs import modes_of, parse_execution
     from .system import System
     from .workloads.run import MODES, check_point
 
@@ -315,9 +315,8 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
         raise SpecError("<argument>", "--workers", f"must be >= 1, got {workers}")
     system = System.from_topology(topo)  # resolved once; shipped to the workers
     ex = parse_execution({**settings, "mode": mode, "sim_mode": sim_mode})
-    modes = ("baseline", "fused") if mode == "both" else (mode,)
     for n in nodes:  # a node count the workload cannot run is an input error: refuse it before any point runs
-        check_point(spec, system, n, g, ex, modes)
+        check_point(spec, system, n, g, ex, modes_of(mode))
     out = check_out_dir(out)
     # the key covers every input file, the calibration profile the topology references included
     inputs = [model, topology, *([topo.calibration] if topo.calibration else [])]

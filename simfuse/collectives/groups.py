@@ -181,6 +181,16 @@ def make_group_algorithm(op: str, algorithm: str | None, group: Group, gpus_per_
     return GroupAlgorithm(make_algorithm(op, algorithm, layout, size_bytes, channels), group)
 
 
+def _protocols(op: str, algo, layout, group: Group, model: str, size_bytes: float | None) -> tuple[str, ...]:
+    """The protocols ``algo`` runs with under ``model``; an all-to-all keeps those NCCL's p2p rule allows at
+    ``size_bytes`` (:func:`~simfuse.collectives.protocols.p2p_protocols`; None: every protocol)."""
+    protos = protocols_for(algo.family, model)
+    if op == "all_to_all" and model == "nccl" and size_bytes is not None and group.size > 0:
+        allowed = p2p_protocols(layout.nodes > 1, size_bytes / group.size)  # grouped send/recv
+        protos = tuple(p for p in protos if p in allowed)
+    return protos
+
+
 def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric_only: bool,
                          topology=None, size_bytes: float | None = None) -> list[str]:
     """Registered algorithms worth trying for ``op`` on ``group``, each with every protocol it runs with
@@ -207,10 +217,7 @@ def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric
             continue
         if symmetric_only and not algo.symmetric:
             continue
-        protos = protocols_for(algo.family, model)
-        if op == "all_to_all" and model == "nccl" and size_bytes is not None and group.size > 0:
-            allowed = p2p_protocols(layout.nodes > 1, size_bytes / group.size)  # grouped send/recv
-            protos = tuple(p for p in protos if p in allowed)
+        protos = _protocols(op, algo, layout, group, model, size_bytes)
         names.extend(name if model == "none" else f"{name}/{p}" for p in protos)
     return names
 
@@ -267,7 +274,6 @@ class Tuner:
         self._cache[key] = best
         return best
 
-
     def _as_named(self, op: str, group: Group, algorithm: str, size_bytes: float | None) -> list[str]:
         """A named algorithm the candidates leave out (a ring across more than 16 nodes, an asymmetric one): run
         as named, with each protocol it runs with under ``protocol_model: nccl`` (the tuner picks the fastest; an
@@ -283,10 +289,7 @@ class Tuner:
         model = self.topology.collectives.protocol_model
         if model == "none":
             return [algorithm]
-        protos = protocols_for(algo.family, model)
-        if op == "all_to_all" and size_bytes is not None and group.size > 0:
-            allowed = p2p_protocols(layout.nodes > 1, size_bytes / group.size)
-            protos = tuple(p for p in protos if p in allowed) or protos
+        protos = _protocols(op, algo, layout, group, model, size_bytes) or protocols_for(algo.family, model)
         return [f"{algorithm}/{p}" for p in protos]
 
 

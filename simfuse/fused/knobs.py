@@ -17,6 +17,12 @@ from dataclasses import dataclass, field
 from ..errors import SpecError
 from ..spec.workload import LAUNCHES
 
+
+def modes_of(mode: str) -> tuple[str, ...]:
+    """The executions a ``mode`` setting runs: ``both`` -> baseline and fused, otherwise that one."""
+    return ("baseline", "fused") if mode == "both" else (mode,)
+
+
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp64": 8}
 #: largest global batch or batch per GPU an execution setting accepts (samples): far above any cluster's (weak
 #: scaling to 131,072 GPUs at 1,056 per GPU is 1.4e8); 1e30 overflowed machine integers in the graph builder

@@ -60,7 +60,7 @@ from ..spec import DLRMSpec
 from ..spec.workload import KEY_DTYPE_BYTES, LENGTH_BYTES
 from .dense import elementwise_work, gemm_work
 from .placement import place_tables, rank_classes
-from .planner import HIER_SHARDINGS, RankUnits
+from .planner import HIER_SHARDINGS, RankUnits, check_batch_split
 from .sparse_backward import (  # noqa: F401  (re-exported: the sparse backward's formulas)
     RADIX_DIGIT_BITS,
     SORT_PAIR_BYTES,
@@ -386,8 +386,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     g = gpus_per_node or topology.scale_up.gpus_per_node
     n = nodes * g
     B, D = spec.global_batch, spec.dim
-    if B % n:
-        raise SpecError(spec.source, "global_batch", f"{B} is not divisible by the {n} GPUs")
+    check_batch_split(spec, nodes, g)
     b = B // n
     knobs = knobs or FusedKnobs()
     eb = DTYPE_BYTES[spec.embedding_dtype]

@@ -10,7 +10,7 @@ import time
 from ..collectives.groups import Tuner, world
 from ..errors import SpecError
 from ..fused import make_op
-from ..fused.knobs import ExecutionSpec
+from ..fused.knobs import ExecutionSpec, modes_of
 from ..graph import CollectiveNode, ComputeNode, Graph
 from ..graph.executor import Executor
 from ..spec import MoESpec, TransformerDecodeSpec
@@ -89,7 +89,7 @@ def run_builder(builder, spec, system, nodes, *, gpus_per_node=None, execution=N
     if knobs is not None:
         ex = dataclasses.replace(ex, knobs=knobs)
     g = gpus_per_node or system.gpus_per_node
-    modes = ("baseline", "fused") if ex.mode == "both" else (ex.mode,)
+    modes = modes_of(ex.mode)
     tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())
     out = {}
     for m in modes:

@@ -627,12 +627,19 @@ def _context(spec, system_or_topology, n: int, g: int, mode: str) -> _Ctx:
     return _Ctx(spec, n, g, Rates.from_topology(topo, g), budget, mode)
 
 
+def check_batch_split(spec, nodes: int, gpus_per_node: int) -> None:
+    """SpecError naming ``global_batch`` when the batch does not split evenly over the GPUs (data parallel)."""
+    n = nodes * gpus_per_node
+    if spec.global_batch % n:
+        raise SpecError(spec.source, "global_batch", f"{spec.global_batch} is not divisible by the {n} GPUs of "
+                                                     f"{nodes} nodes")
+
+
 def plan_tables(spec, system, nodes: int, gpus_per_node: int, mode: str) -> Plan:
     """Plan ``spec``'s tables for ``mode`` on ``nodes`` x ``gpus_per_node`` GPUs (proposer: the best of
     :data:`CANDIDATES` by estimated critical-rank cost).  ``system``: a System or a topology spec."""
     n = nodes * gpus_per_node
-    if spec.global_batch % n:
-        raise SpecError(spec.source, "global_batch", f"{spec.global_batch} is not divisible by the {n} GPUs")
+    check_batch_split(spec, nodes, gpus_per_node)
     ctx = _context(spec, system, n, gpus_per_node, mode)
     full = SHARDINGS if mode == "baseline" else FUSED_SHARDINGS
     allowed = {"greedy": full, "greedy_no_grid": tuple(k for k in full if k != "grid"),

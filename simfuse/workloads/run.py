@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import SpecError
-from ..fused.knobs import ExecutionSpec
+from ..fused.knobs import ExecutionSpec, modes_of
 from ..spec import DLRMSpec, LLMSpec, MoESpec, TransformerDecodeSpec, load_workload
 from ..system import System, as_system
 from .dlrm import simulate_dlrm
@@ -69,12 +69,10 @@ def check_point(spec, system, nodes: int, gpus_per_node: int, execution: Executi
     system = as_system(system)
     s = scaled_spec(spec, nodes, gpus_per_node, execution)
     if isinstance(s, DLRMSpec):
-        n = nodes * gpus_per_node
-        if s.global_batch % n:
-            raise SpecError(s.source, "global_batch", f"{s.global_batch} is not divisible by the {n} GPUs of "
-                                                      f"{nodes} nodes")
+        from .planner import check_batch_split, load_plan
+
+        check_batch_split(s, nodes, gpus_per_node)
         if execution.plan_file:
-            from .planner import load_plan
 
             for m in modes:
                 load_plan(execution.plan_file, s, system, nodes, gpus_per_node, m)
@@ -290,7 +288,7 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
         raise SpecError("<argument>", "--mode", f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     if nodes < 1:
         raise SpecError("<argument>", "--nodes", f"must be >= 1, got {nodes}")
-    modes = ("baseline", "fused") if mode == "both" else (mode,)
+    modes = modes_of(mode)
     g = gpus_per_node or system.gpus_per_node
     spec = scaled_spec(spec, nodes, g, ex)
     system = system.with_launch(spec.launch)  # CUDA graph: every kernel at the device's in-graph launch latency

@@ -149,10 +149,26 @@ def _dlrm_simulations(spec, topology, execution) -> int:
     for m in modes:
         grid = len(TUNE_GRID) if m == "fused" and planned and (ex is None or ex.tune_knobs == "auto") else 1
         n += (2 if planned else 1) * grid
-    if topology.calibration:
-        method = "bound" if ex is None else ex.uncertainty
-        n += {"bound": 3, "mc": 16 if ex is None else ex.uncertainty_draws}.get(method, 0) * len(modes)
+    n += interval_runs(spec, topology, ex) * len(modes)
     return n
+
+
+def interval_runs(spec, topology, execution) -> int:
+    """How many more simulations (of every mode) a run's interval makes: ``bound`` 3 and ``mc`` its draws
+    (with a calibration profile), ``inputs`` its draws plus two one-at-a-time runs per declared input range."""
+    ex = execution
+    method = "bound" if ex is None else ex.uncertainty
+    draws = 16 if ex is None else ex.uncertainty_draws
+    if method == "inputs":
+        n_in = sum(len(getattr(getattr(o, "inputs", None), "ranges", ())) for o in (spec, topology))
+        if n_in:
+            extra = sum(len(r.extremes) for o in (spec, topology)
+                        for r in getattr(getattr(o, "inputs", None), "ranges", ()))
+            return draws + extra
+        method = "mc"
+    if not topology.calibration:
+        return 0
+    return {"bound": 3, "mc": draws}.get(method, 0)
 
 
 def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str = "auto",

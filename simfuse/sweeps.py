@@ -365,7 +365,16 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
             bar.close()
         df = pd.DataFrame(rows).sort_values(["nodes", "mode"], kind="stable").reset_index(drop=True)
         df = df.drop(columns=[c for c in ("wall_s",) if c in df.columns])
+        sens = _sensitivity_table(df)
+        df = df.drop(columns=[c for c in ("sensitivity_json",) if c in df.columns])
         atomic_write_df(df, inside(out, "results.csv"))
+        if sens is not None:
+            from .results.tornado import plot_tornado
+
+            atomic_write_df(sens, inside(out, "sensitivity.csv"))
+            if plots:
+                show = _tornado_nodes(sorted(set(sens["nodes"])))
+                plot_tornado(sens[sens["nodes"].isin(show)], inside(out, "tornado.png"), group="nodes")
         if plots and len(df):
             from .results.plots import plot_breakdown, plot_speedup_vs_nodes
 
@@ -384,6 +393,26 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
         lock.release()
         if created:
             _remove_if_empty(out)
+
+
+def _sensitivity_table(df) -> pd.DataFrame | None:
+    """The sensitivity rows of every ``uncertainty=inputs`` point, with its node count (None: no such point)."""
+    if "sensitivity_json" not in df:
+        return None
+    parts = []
+    for _, row in df.iterrows():
+        text = row["sensitivity_json"]
+        if isinstance(text, str) and text:
+            t = pd.DataFrame(json.loads(text))
+            t.insert(0, "nodes", row["nodes"])
+            parts.append(t)
+    return pd.concat(parts, ignore_index=True) if parts else None
+
+
+def _tornado_nodes(nodes: list[int]) -> list[int]:
+    """The node counts a sweep's tornado plot shows: 128 (the headline scale) where swept, and the largest."""
+    show = [n for n in (128,) if n in nodes] + nodes[-1:]
+    return sorted(set(show)) or nodes[:1]
 
 
 def _remove_if_empty(d: Path) -> None:

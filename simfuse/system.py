@@ -45,6 +45,20 @@ class System:
         """Load a topology YAML file and resolve it."""
         return cls.from_topology(load_topology(path), calibrated=calibrated)
 
+    def with_nominal(self, topology: TopologySpec) -> System:
+        """This system rebuilt from a changed file topology (an input-range draw), with the same calibration
+        profile (not read again) and the same kernel launch mode."""
+        if self.profile is not None:
+            from .calibrate.profile import apply_to_topology, cost_model_for
+
+            inner = cost_model_for(topology, profile=self.profile)
+            resolved = apply_to_topology(topology, self.profile)
+        else:
+            resolved = topology.replace(calibration=None) if topology.calibration else topology
+            inner = RooflineCostModel(resolved.device)
+        sys = System(resolved, FusedFloor(inner), self.profile, topology)
+        return sys.with_launch(self.launch)
+
     @property
     def name(self) -> str:
         return self.topology.name

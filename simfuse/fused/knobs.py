@@ -106,11 +106,13 @@ class ExecutionSpec:
         "auto: with placement planned, fused knobs left at their defaults are tuned over a small grid "
         "(simfuse.workloads.run.TUNE_GRID); off: keep them", choices=("auto", "off")))
     uncertainty: str = field(default="bound", metadata=_meta(
-        "prediction intervals from the calibration's cross-validated residuals: bound (every kernel family at "
-        "its p10/p50/p90: 3 more runs), mc (Monte Carlo over cost-model draws), none",
-        choices=("bound", "mc", "none")))
-    uncertainty_draws: int = field(default=16, metadata=_meta("Monte Carlo draws (uncertainty=mc)", minimum=2,
-                                                              maximum=1000))
+        "prediction intervals: inputs (Latin hypercube draws of the input ranges the model and topology files "
+        "declare, joint with the kernel residuals, plus one-at-a-time runs for the sensitivity table: "
+        "uncertainty_draws + 2 per input more runs), bound (every kernel family at the p10/p50/p90 of the "
+        "calibration's cross-validated residuals: 3 more runs), mc (Monte Carlo over cost-model draws), none",
+        choices=("bound", "mc", "inputs", "none")))
+    uncertainty_draws: int = field(default=16, metadata=_meta(
+        "draws of uncertainty=mc or uncertainty=inputs", minimum=2, maximum=1000))
     knobs: FusedKnobs = field(default_factory=FusedKnobs)
 
     @property

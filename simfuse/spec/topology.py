@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import SpecError, short_repr
 from ..units import gbit_to_bytes_per_s, gbps_to_bytes_per_s
 from ._fields import Fields, check_finite, load_yaml_mapping
+from .ranges import InputSpace, parse_uncertain
 
 # fabric kinds; each has a class registered under this name in simfuse/network/fabrics/ (a test checks they match)
 FABRICS = ("fat_tree", "rail_optimized", "fat_tree_3tier")
@@ -250,6 +251,8 @@ class TopologySpec:
     collectives: CollectiveOverheadSpec = field(default_factory=CollectiveOverheadSpec)
     calibration: str | None = None  # path of a calibration profile (resolved against the topology file)
     source: str = "<memory>"
+    #: the file's ``uncertain:`` block (:mod:`simfuse.spec.ranges`); not part of the spec's identity
+    inputs: InputSpace | None = field(default=None, compare=False, repr=False)
 
     @property
     def gpus_per_node(self) -> int:
@@ -356,7 +359,15 @@ def _gemm_efficiency(f: Fields) -> GemmEfficiencySpec:
 
 
 def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
-    """Validate a topology mapping (as loaded from YAML) into a :class:`TopologySpec`."""
+    """Validate a topology mapping (as loaded from YAML) into a :class:`TopologySpec`, with its ``uncertain:``
+    block (input ranges, :mod:`simfuse.spec.ranges`) checked and kept as ``inputs``."""
+    if not isinstance(data, dict):
+        Fields(data, source)  # raises: not a mapping
+    body, space = parse_uncertain(data, source, _topology_body)
+    return dataclasses.replace(_topology_body(body, source), inputs=space)
+
+
+def _topology_body(data: dict, source: str) -> TopologySpec:
     root = Fields(data, source)
     check_finite(data, source)
     device = _device(root.sub("device"))

@@ -7,11 +7,13 @@ depends on the kind.  Validation errors name the file and the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SpecError, short_repr
 from ._fields import Fields, load_yaml_mapping
+from .ranges import InputSpace, parse_uncertain
 
 KINDS = ("dlrm", "transformer_tp_decode", "moe_layer", "llm_tp_dp")
 LLM_FUSED = ("gemm_rs", "ag_gemm")  # fusable operators of llm_tp_dp: GEMM+ReduceScatter, AllGather+GEMM
@@ -114,6 +116,7 @@ class DLRMSpec:
     launch: str = "eager"                    # LAUNCHES
     kind: str = "dlrm"
     source: str = "<memory>"
+    inputs: InputSpace | None = field(default=None, compare=False, repr=False)  # the uncertain: block
 
     @property
     def comm_dtype(self) -> str:
@@ -136,6 +139,7 @@ class TransformerDecodeSpec:
     launch: str = "eager"                    # LAUNCHES
     kind: str = "transformer_tp_decode"
     source: str = "<memory>"
+    inputs: InputSpace | None = field(default=None, compare=False, repr=False)  # the uncertain: block
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,7 @@ class MoESpec:
     launch: str = "eager"                    # LAUNCHES
     kind: str = "moe_layer"
     source: str = "<memory>"
+    inputs: InputSpace | None = field(default=None, compare=False, repr=False)  # the uncertain: block
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,7 @@ class LLMSpec:
     launch: str = "eager"                    # LAUNCHES
     kind: str = "llm_tp_dp"
     source: str = "<memory>"
+    inputs: InputSpace | None = field(default=None, compare=False, repr=False)  # the uncertain: block
 
     @property
     def head_dim(self) -> int:
@@ -383,6 +389,14 @@ def llm_from_fields(root: Fields, source: str) -> LLMSpec:
 
 def workload_from_dict(data: dict, source: str = "<memory>") -> WorkloadSpec:
     """Validate a workload mapping (as loaded from YAML); every number must be finite and within bounds."""
+
+    if not isinstance(data, dict):
+        Fields(data, source)  # raises: not a mapping
+    body, space = parse_uncertain(data, source, _workload_body)
+    return dataclasses.replace(_workload_body(body, source), inputs=space)
+
+
+def _workload_body(data: dict, source: str) -> WorkloadSpec:
     from ._fields import check_finite
 
     root = Fields(data, source)

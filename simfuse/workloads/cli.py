@@ -94,9 +94,20 @@ def cmd_run(args) -> int:
     print(f"{name} on {topo.name}: {nodes} nodes x {g} GPUs ({res[next(iter(res))].sim_mode} simulation)")
     print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     unc = df["uncertainty"].iloc[0] if "uncertainty" in df else "none"
-    if unc != "none":
-        print(f"p10/p50/p90: prediction interval from the calibration's cross-validated residuals ({unc}; "
-              f"--set uncertainty=none to skip)")
+    note = next((getattr(r, "uncertainty_note", "") for r in res.values()), "")
+    if unc == "inputs":
+        an = next(r.input_analysis for r in res.values() if getattr(r, "input_analysis", None))
+        print(f"p10/p50/p90: {len(an.draws)} Latin hypercube draws of {len(an.inputs)} input ranges "
+              "(the files' uncertain: blocks) joint with the kernel residuals; point = nominal inputs")
+        top = an.sensitivity_rows()[:3]
+        if top:
+            print(f"top drivers of the {an.metric_name} (one at a time, min..max): " + "; ".join(
+                f"{r['input']} {r['metric_min']:.3f}..{r['metric_max']:.3f}" for r in top))
+    elif unc != "none":
+        print(f"p10/p50/p90: prediction interval from the calibration's cross-validated kernel residuals only "
+              f"({unc}); --set uncertainty=inputs adds the files' input ranges")
+    elif note:
+        print(f"no prediction interval: {note}")
     if written:
         print("wrote " + ", ".join(str(p) for p in written))
     return 0

@@ -214,21 +214,85 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
     with Pool(workers) as pool:
         res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
                              record=record, seed=seed, execution=ex, pool=pool)
-        method = ex.uncertainty if system.has_residuals else "none"
-        systems = []
-        if method == "bound":
-            systems = [system.at_quantile(q) for q in (0.1, 0.5, 0.9)]
-        elif method == "mc":
-            import numpy as np
-
-            rng = np.random.default_rng(ex.seed if seed is None else seed)
-            systems = [system.draw(rng) for _ in range(ex.uncertainty_draws)]
+        method, why = _interval_method(ex, spec, system)
         chosen = {m: _Chosen(getattr(r, "plan", None), getattr(r, "knobs", None), getattr(r, "tuned", False))
                   for m, r in res.items()}
-        tasks = [(spec, s, nodes, mode, gpus_per_node, sim_mode, seed, ex, chosen) for s in systems]
+        runs_in = _interval_runs(method, spec, system, ex.uncertainty_draws, ex.seed if seed is None else seed)
+        tasks = [(sp, s, nodes, mode, gpus_per_node, sim_mode, seed, ex, chosen) for sp, s in runs_in]
         runs = pool.map(_interval_times, tasks, pool.parallel(len(tasks), max(r.wall_s for r in res.values())))
+    if method == "inputs":
+        _attach_input_analysis(res, spec, system, runs, ex.uncertainty_draws, ex.seed if seed is None else seed)
+        runs = runs[:ex.uncertainty_draws]
     _attach_intervals(res, runs, method)
+    for r in res.values():
+        r.uncertainty_note = why
     return res
+
+
+def _interval_method(ex: ExecutionSpec, spec, system) -> tuple[str, str]:
+    """The interval method a run can use, and (when it gives no interval) why: ``bound`` and ``mc`` need
+    cross-validated kernel residuals in the calibration profile; ``inputs`` needs input ranges or residuals."""
+    from ..uncertainty import run_inputs
+
+    method = ex.uncertainty
+    if method == "none":
+        return "none", "intervals off (uncertainty=none)"
+    if method == "inputs":
+        if run_inputs(spec, system):
+            return "inputs", ""
+        if system.has_residuals:
+            return "mc", "no input ranges declared (uncertain: blocks); kernel residuals only"
+        return "none", "no input ranges declared in the model or topology file, and no calibrated kernel residuals"
+    if not system.has_residuals:
+        return "none", (f"uncertainty={method} covers only kernel-model residuals, and this topology has no "
+                        "calibration profile with residuals; --set uncertainty=inputs samples the files' input ranges")
+    return method, ""
+
+
+def _input_seed(seed: int):
+    import numpy as np
+
+    return np.random.default_rng([int(seed), 0x1A7E])  # a stream of its own: the LHS never shares draws
+
+
+def _interval_runs(method: str, spec, system, draws: int, seed: int) -> list[tuple]:
+    """The (spec, system) of every run an interval makes (``inputs``: the Latin hypercube draws, each joint
+    with a residual draw where the profile has residuals, then the one-at-a-time runs at nominal residuals)."""
+    import numpy as np
+
+    if method == "bound":
+        return [(spec, system.at_quantile(q)) for q in (0.1, 0.5, 0.9)]
+    if method == "mc":
+        rng = np.random.default_rng(seed)
+        return [(spec, system.draw(rng)) for _ in range(draws)]
+    if method != "inputs":
+        return []
+    from ..uncertainty import apply_values, lhs_design, oat_design, run_inputs
+
+    inputs = run_inputs(spec, system)
+    rng = _input_seed(seed)
+    out = []
+    resid = np.random.default_rng([int(seed), 0x2E51])
+    for values in lhs_design(inputs, draws, rng):
+        sp, sy = apply_values(spec, system, values)
+        out.append((sp, sy.draw(resid) if system.has_residuals else sy))
+    for name, v in oat_design(inputs):
+        out.append(apply_values(spec, system, {name: v}))
+    return out
+
+
+def _attach_input_analysis(res: dict, spec, system, runs: list[dict], draws: int, seed: int) -> None:
+    """An :class:`~simfuse.uncertainty.InputAnalysis` on every result (``input_analysis``) from the runs
+    :func:`_interval_runs` listed for ``inputs``."""
+    from ..uncertainty import InputAnalysis, lhs_design, oat_design, run_inputs
+
+    inputs = run_inputs(spec, system)
+    design = lhs_design(inputs, draws, _input_seed(seed))  # the same draws (same seed) as the runs
+    lhs = [{"values": v, "times": t} for v, t in zip(design, runs[:draws], strict=True)]
+    oat = [{"input": n, "value": v, "times": t} for (n, v), t in zip(oat_design(inputs), runs[draws:], strict=True)]
+    analysis = InputAnalysis(inputs, lhs, oat, {m: r.iteration_time_s for m, r in res.items()})
+    for r in res.values():
+        r.input_analysis = analysis
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,8 +463,26 @@ def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict
             siv = getattr(r, "speedup_interval", None)
             if siv is not None:
                 row["speedup_p10"], row["speedup_p50"], row["speedup_p90"] = siv["p10"], siv["p50"], siv["p90"]
+        an = getattr(r, "input_analysis", None)
+        if an is not None and (m == "fused" or len(results) == 1):
+            _driver_columns(row, an)
         rows.append(row)
     return rows
+
+
+def _driver_columns(row: dict, analysis) -> None:
+    """The three inputs that move a run's speedup (or time) most, one at a time, as flat columns, and the
+    whole sensitivity table as JSON text (``sensitivity_json``: a sweep gathers it into ``sensitivity.csv``)."""
+    import json
+
+    sens = analysis.sensitivity_rows()
+    for i in range(3):
+        r = sens[i] if i < len(sens) else None
+        row[f"driver{i + 1}"] = r["input"] if r else ""
+        row[f"driver{i + 1}_min"] = r["metric_min"] if r else float("nan")
+        row[f"driver{i + 1}_max"] = r["metric_max"] if r else float("nan")
+    row["sensitivity_json"] = json.dumps([{k: (v if not isinstance(v, float) or v == v else None)
+                                           for k, v in r.items()} for r in sens], default=str)
 
 
 def breakdown_rows(results: dict) -> list[dict]:
@@ -451,6 +533,9 @@ def write_run_outputs(out: Path, results: dict, summary: list[dict], trace: bool
         from .planner import write_plans
 
         written.append(write_plans(out, plans))
+    analysis = next((r.input_analysis for r in results.values() if getattr(r, "input_analysis", None)), None)
+    if analysis is not None:
+        written += write_input_analysis(out, analysis)
     if trace:
         from ..results.perfetto import write_chrome_trace
 
@@ -458,3 +543,16 @@ def write_run_outputs(out: Path, results: dict, summary: list[dict], trace: bool
         write_chrome_trace(out / "trace.json", runs)
         written.append(out / "trace.json")
     return written
+
+
+def write_input_analysis(out: Path, analysis, title: str | None = None) -> list[Path]:
+    """``uncertainty_draws.csv`` (every joint draw: input values, iteration times, speedup),
+    ``sensitivity.csv`` (one row per input, ranked) and ``tornado.png`` of an ``uncertainty=inputs`` run."""
+    from ..results.io import atomic_write_df
+    from ..results.tornado import plot_tornado
+
+    sens = pd.DataFrame(analysis.sensitivity_rows())
+    atomic_write_df(pd.DataFrame(analysis.draw_rows()), out / "uncertainty_draws.csv")
+    atomic_write_df(sens, out / "sensitivity.csv")
+    plot_tornado(sens, out / "tornado.png", title=title)
+    return [out / "uncertainty_draws.csv", out / "sensitivity.csv", out / "tornado.png"]

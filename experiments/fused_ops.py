@@ -49,7 +49,7 @@ from simfuse.results.plots import plot_speedup_vs_size, plot_timeline  # noqa: E
 from simfuse.system import System  # noqa: E402
 from simfuse.workloads.op import run_op  # noqa: E402
 
-# The paper's reported time reductions (facts.md; arXiv 2305.06942, SC24): (average, maximum); None = not given.
+# The paper's reported time reductions (docs/sources.md S49; arXiv 2305.06942, SC24): (average, maximum); None = not given.
 PAPER = {
     ("embedding_all_to_all", "intra4"): (0.20, 0.32),
     ("embedding_all_to_all", "intra"): (0.20, 0.32),

@@ -3,7 +3,7 @@ small-M efficiency curve (``device.gemm_efficiency``) of the topology from the t
 
 Measure (on the GPU): ``python experiments/gemm_small_m.py [OUT.csv]`` ->
 experiments/results/gemm_small_m_h200.csv (m, n, k, median_us, tflops, device, torch, date).  CUDA graphs over 4
-input sets, medians of 50 replays (the method facts.md's re-measurement used); ``median_us`` is one call's share
+input sets, medians of 50 replays (the method the re-measurement of docs/sources.md S10 used); ``median_us`` is one call's share
 of a replay, so it holds the kernel and its per-call floor (in-graph launch, prologue, epilogue).
 
 Fit (anywhere): ``python experiments/gemm_small_m.py --fit [CSV] [--topology T]`` prints the
@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 M = [64, 128, 256, 528, 1056, 2112, 4224, 6912, 16384]
-# (n, k) of DLRM-DCNv2's layers (facts.md): bottom 13-512-256-128, DCN low rank 512 over 3456 features, top
+# (n, k) of DLRM-DCNv2's layers (docs/sources.md S52): bottom 13-512-256-128, DCN low rank 512 over 3456 features, top
 NK = [(512, 16), (256, 512), (128, 256), (512, 3456), (3456, 512), (1024, 3456), (1024, 1024), (512, 1024),
       (256, 512)]
 

@@ -40,7 +40,7 @@ from simfuse.kernels.timing import graph_bench, quantiles  # noqa: E402
 from simfuse.kernels.trace import format_shape  # noqa: E402
 
 LOG = None
-COPY_CEIL = 4.27e12  # bytes/s, facts.md (re-measured below)
+COPY_CEIL = 4.27e12  # bytes/s, docs/sources.md S9 (re-measured below)
 
 
 def log(*a):

@@ -135,7 +135,7 @@ EMB_SUB_BAGS = 16
 #: Element bytes of an embedding row by dtype (the simulator's embedding works are "fp32" or "fp16").
 _EMB_ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 #: L2 cache of the H200 the wave models were measured on: 60 MiB (``torch.cuda.get_device_properties``, recorded in
-#: /work/shared/facts.md "The lent H200 (measured 2026-12-02)"; NVIDIA's H100/H200 SXM product pages say 50 MB --
+#: docs/sources.md S9; NVIDIA's H100/H200 SXM product pages say 50 MB --
 #: the device reports 60 MiB).
 L2_BYTES = 60 * 2**20
 #: Capacity a uniform random gather effectively hits in: the L2 is two partitions, each caching for the SMs next to

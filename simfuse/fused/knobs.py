@@ -35,7 +35,7 @@ def _meta(help_text: str, *, choices=None, minimum=None, maximum=None, optional=
 
 @dataclass(frozen=True)
 class FusedKnobs:
-    """Parameters of the fused execution (defaults follow the paper's description, facts.md)."""
+    """Parameters of the fused execution (defaults follow the paper's description, docs/sources.md S49)."""
 
     slice_wgs: int = field(default=1, metadata=_meta("workgroups per put (1 = every workgroup pushes its own "
                                                      "output)", minimum=1))

@@ -114,7 +114,7 @@ FUSED_SHARDINGS = SHARDINGS
 #: bytes per lookup index: int64 ids, as the fused operator's ``index_bytes`` default (simfuse/fused/ops.py)
 INDEX_BYTES = 8
 #: narrowest column shard: 32 columns x 4 B = one 128-byte cache line per row (narrower rows waste gathers, see
-#: facts.md: 128-256-byte rows are already the hard case for random gathers)
+#: docs/sources.md S9: 128-256-byte rows are already the hard case for random gathers)
 MIN_COLUMN_DIM = 32
 CANDIDATES = ("greedy", "greedy_no_grid", "table_wise", "row_wise")
 

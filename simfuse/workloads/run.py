@@ -21,7 +21,7 @@ MODES = ("both", "fused", "baseline")
 #: fused knobs tried when ``tune_knobs=auto`` and the placement is planned (only knobs left at their defaults are
 #: varied).  slice_wgs 1 (every workgroup puts its own output) vs 8 (one put per 8 workgroups: fewer, larger
 #: puts, less issue overhead, later first byte); tile_order and persistent_grid keep the paper's choices
-#: (remote-first, facts.md; one program per tile) to hold the tuning to two extra simulations per run.
+#: (remote-first, docs/sources.md S49; one program per tile) to hold the tuning to two extra simulations per run.
 TUNE_GRID = ({"slice_wgs": 1}, {"slice_wgs": 8})
 
 

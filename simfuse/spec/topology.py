@@ -363,8 +363,8 @@ def topology_from_dict(data: dict, source: str = "<memory>") -> TopologySpec:
     block (input ranges, :mod:`simfuse.spec.ranges`) checked and kept as ``inputs``."""
     if not isinstance(data, dict):
         Fields(data, source)  # raises: not a mapping
-    body, space = parse_uncertain(data, source, _topology_body)
-    return dataclasses.replace(_topology_body(body, source), inputs=space)
+    spec = _topology_body({k: v for k, v in data.items() if k != "uncertain"}, source)  # the body's errors first
+    return dataclasses.replace(spec, inputs=parse_uncertain(data, source, _topology_body)[1])
 
 
 def _topology_body(data: dict, source: str) -> TopologySpec:

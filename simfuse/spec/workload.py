@@ -392,8 +392,8 @@ def workload_from_dict(data: dict, source: str = "<memory>") -> WorkloadSpec:
 
     if not isinstance(data, dict):
         Fields(data, source)  # raises: not a mapping
-    body, space = parse_uncertain(data, source, _workload_body)
-    return dataclasses.replace(_workload_body(body, source), inputs=space)
+    spec = _workload_body({k: v for k, v in data.items() if k != "uncertain"}, source)  # the body's errors first
+    return dataclasses.replace(spec, inputs=parse_uncertain(data, source, _workload_body)[1])
 
 
 def _workload_body(data: dict, source: str) -> WorkloadSpec:

@@ -42,7 +42,7 @@ def one(nodes: int, model: str, topology: str, uncertainty: str = "none") -> dic
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", default="1,2,4,8,16,32,64,128,256,512,1024")
-    p.add_argument("--model", default=str(ROOT / "models/dlrm_dcnv2.yaml"))
+    p.add_argument("--model", default=str(ROOT / "models/dlrm_dcnv2_tablewise.yaml"))
     p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
     p.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="also write the table as CSV (with machine and date)")

@@ -4,8 +4,8 @@ Python API (each returns pandas DataFrames; see :mod:`simfuse.api`)::
 
     import simfuse
     system = simfuse.load_topology("topologies/h200_nvl8_ib_ndr.yaml")
-    df = simfuse.run("models/dlrm_dcnv2.yaml", system, nodes=16, slice_wgs=2)
-    df = simfuse.sweep("models/dlrm_dcnv2.yaml", "topologies/h200_nvl8_ib_ndr.yaml", "8..64", "runs/x")
+    df = simfuse.run("models/dlrm_dcnv2_tablewise.yaml", system, nodes=16, slice_wgs=2)
+    df = simfuse.sweep("models/dlrm_dcnv2_tablewise.yaml", "topologies/h200_nvl8_ib_ndr.yaml", "8..64", "runs/x")
     df = simfuse.collective(system, 16, "all_reduce", 64 * 2**20)
     df = simfuse.op("embedding_all_to_all", system, nodes=2, global_batch=65536)
 

@@ -326,7 +326,7 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
     from simfuse.spec import load_topology, load_workload
 
     topo = load_topology(H200)
-    spec = dataclasses.replace(load_workload(ROOT / "models" / "dlrm_dcnv2.yaml"), placement="planned")
+    spec = dataclasses.replace(load_workload(ROOT / "models" / "dlrm_dcnv2_tablewise.yaml"), placement="planned")
     none = parse_execution({"uncertainty": "none"})
     planned = estimate_workload(spec, topo, 8, 8, execution=none)
     tw = estimate_workload(dataclasses.replace(spec, placement="table_wise"), topo, 8, 8, execution=none)

@@ -14,7 +14,7 @@ from simfuse.workloads.run import simulate_workload
 
 from ..conftest import make_topology
 
-MODELS = ["dlrm_dcnv2", "dlrm_v1", "dlrm_synthetic", "transformer_tp_decode", "moe_layer"]
+MODELS = ["dlrm_dcnv2_tablewise", "dlrm_v1", "dlrm_synthetic", "transformer_tp_decode", "moe_layer"]
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -61,8 +61,8 @@ def test_ratio_is_one_when_communication_is_free():
     assert fused.iteration_time_s / base.iteration_time_s == pytest.approx(1.0, rel=0.01)
 
 
-@pytest.mark.parametrize("model,nodes", [("dlrm_synthetic", 2), ("dlrm_synthetic", 4), ("dlrm_dcnv2", 2),
-                                         ("dlrm_dcnv2", 4), ("dlrm_v1", 2)])
+@pytest.mark.parametrize("model,nodes", [("dlrm_synthetic", 2), ("dlrm_synthetic", 4), ("dlrm_dcnv2_tablewise", 2),
+                                         ("dlrm_dcnv2_tablewise", 4), ("dlrm_v1", 2)])
 @pytest.mark.parametrize("mode", ["baseline", "fused"])
 def test_class_fast_path_matches_full_simulation(root, h200, model, nodes, mode):
     spec = load_workload(root / "models" / f"{model}.yaml")
@@ -101,7 +101,7 @@ def test_placement_row_wise_splits_big_tables(h200):
     (lambda d: d.__setitem__("top_mlpp", [1]), "top_mlpp"),
 ])
 def test_bad_model_files(root, tmp_path, mutate, field):
-    d = yaml.safe_load((root / "models/dlrm_dcnv2.yaml").read_text())
+    d = yaml.safe_load((root / "models/dlrm_dcnv2_tablewise.yaml").read_text())
     mutate(d)
     p = tmp_path / "m.yaml"
     p.write_text(yaml.safe_dump(d))
@@ -164,7 +164,7 @@ def test_cli_run_trace_for_layer_workloads(root, tmp_path, name):
 
 
 def test_auto_mode_picks_exact_or_full(root, h200):
-    dcn = load_workload(root / "models/dlrm_dcnv2.yaml")
+    dcn = load_workload(root / "models/dlrm_dcnv2_tablewise.yaml")
     assert simulate_dlrm(dcn, h200, 2, mode="baseline").sim_mode == "full"        # uneven, 16 ranks
     assert simulate_dlrm(dcn, h200, 16, mode="baseline").sim_mode == "classes"    # uneven, 128 ranks
     assert simulate_dlrm(_small_dlrm(), h200, 1, mode="baseline").sim_mode == "classes"  # even: exact

@@ -162,8 +162,8 @@ def interval_runs(spec, topology, execution) -> int:
     if method == "inputs":
         n_in = sum(len(getattr(getattr(o, "inputs", None), "ranges", ())) for o in (spec, topology))
         if n_in:
-            extra = sum(len(r.extremes) for o in (spec, topology)
-                        for r in getattr(getattr(o, "inputs", None), "ranges", ()))
+            extra = 0 if ex is not None and ex.sensitivity == "rank" else sum(
+                len(r.extremes) for o in (spec, topology) for r in getattr(getattr(o, "inputs", None), "ranges", ()))
             return draws + extra
         method = "mc"
     if not topology.calibration:

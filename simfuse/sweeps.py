@@ -372,7 +372,9 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
             from .results.tornado import plot_tornado
 
             atomic_write_df(sens, inside(out, "sensitivity.csv"))
-            if plots:
+            oat = sens[sens["method"] == "oat"]
+            if plots and len(oat):
+                sens = oat
                 show = _tornado_nodes(sorted(set(sens["nodes"])))
                 plot_tornado(sens[sens["nodes"].isin(show)], inside(out, "tornado.png"), group="nodes")
         if plots and len(df):

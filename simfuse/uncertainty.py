@@ -14,7 +14,8 @@ model's cross-validated residuals where the calibration profile has them:
 * **Sensitivity**: (1) a one-at-a-time **tornado**: each input at each end of its range (every other choice for a
   categorical one), all others at their nominal values, no residual draw -- the speedup's swing per input;
   (2) the **Spearman rank correlation** of each input with the speedup over the joint Latin hypercube draws,
-  which sees interactions the one-at-a-time runs cannot.  Inputs are ranked by the tornado's swing.
+  which sees interactions the one-at-a-time runs cannot.  Inputs are ranked by the tornado's swing, or by the
+  rank correlation's size with ``sensitivity=rank`` (no one-at-a-time runs: the cheap setting for sweeps).
 
 Every draw is generated in the parent process before any simulation runs, so results do not depend on the
 number of worker processes.
@@ -152,6 +153,7 @@ class InputAnalysis:
                 "value_at_max": hi_run["value"] if hi_run and max(vals) > point else r.nominal,
                 "swing": max(vals + [point]) - min(vals + [point]),
                 "spearman": spearman(x, ys) if len(ys) else 0.0,
+                "method": "oat" if self.oat else "rank",
             })
         rows.sort(key=lambda row: (-row["swing"], -abs(row["spearman"]), row["input"]))
         for i, row in enumerate(rows, 1):

@@ -113,6 +113,10 @@ class ExecutionSpec:
         choices=("bound", "mc", "inputs", "none")))
     uncertainty_draws: int = field(default=16, metadata=_meta(
         "draws of uncertainty=mc or uncertainty=inputs", minimum=2, maximum=1000))
+    sensitivity: str = field(default="oat", metadata=_meta(
+        "with uncertainty=inputs: oat (one-at-a-time runs at each end of every range for the tornado, 2 more "
+        "runs per input) or rank (only the rank correlations of the joint draws: no extra runs)",
+        choices=("oat", "rank")))
     knobs: FusedKnobs = field(default_factory=FusedKnobs)
 
     @property

@@ -217,11 +217,13 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
         method, why = _interval_method(ex, spec, system)
         chosen = {m: _Chosen(getattr(r, "plan", None), getattr(r, "knobs", None), getattr(r, "tuned", False))
                   for m, r in res.items()}
-        runs_in = _interval_runs(method, spec, system, ex.uncertainty_draws, ex.seed if seed is None else seed)
+        runs_in = _interval_runs(method, spec, system, ex.uncertainty_draws, ex.seed if seed is None else seed,
+                                 oat=ex.sensitivity == "oat")
         tasks = [(sp, s, nodes, mode, gpus_per_node, sim_mode, seed, ex, chosen) for sp, s in runs_in]
         runs = pool.map(_interval_times, tasks, pool.parallel(len(tasks), max(r.wall_s for r in res.values())))
     if method == "inputs":
-        _attach_input_analysis(res, spec, system, runs, ex.uncertainty_draws, ex.seed if seed is None else seed)
+        _attach_input_analysis(res, spec, system, runs, ex.uncertainty_draws, ex.seed if seed is None else seed,
+                               oat=ex.sensitivity == "oat")
         runs = runs[:ex.uncertainty_draws]
     _attach_intervals(res, runs, method)
     for r in res.values():
@@ -255,7 +257,7 @@ def _input_seed(seed: int):
     return np.random.default_rng([int(seed), 0x1A7E])  # a stream of its own: the LHS never shares draws
 
 
-def _interval_runs(method: str, spec, system, draws: int, seed: int) -> list[tuple]:
+def _interval_runs(method: str, spec, system, draws: int, seed: int, oat: bool = True) -> list[tuple]:
     """The (spec, system) of every run an interval makes (``inputs``: the Latin hypercube draws, each joint
     with a residual draw where the profile has residuals, then the one-at-a-time runs at nominal residuals)."""
     import numpy as np
@@ -276,12 +278,13 @@ def _interval_runs(method: str, spec, system, draws: int, seed: int) -> list[tup
     for values in lhs_design(inputs, draws, rng):
         sp, sy = apply_values(spec, system, values)
         out.append((sp, sy.draw(resid) if system.has_residuals else sy))
-    for name, v in oat_design(inputs):
+    for name, v in (oat_design(inputs) if oat else []):
         out.append(apply_values(spec, system, {name: v}))
     return out
 
 
-def _attach_input_analysis(res: dict, spec, system, runs: list[dict], draws: int, seed: int) -> None:
+def _attach_input_analysis(res: dict, spec, system, runs: list[dict], draws: int, seed: int,
+                           oat: bool = True) -> None:
     """An :class:`~simfuse.uncertainty.InputAnalysis` on every result (``input_analysis``) from the runs
     :func:`_interval_runs` listed for ``inputs``."""
     from ..uncertainty import InputAnalysis, lhs_design, oat_design, run_inputs
@@ -289,8 +292,9 @@ def _attach_input_analysis(res: dict, spec, system, runs: list[dict], draws: int
     inputs = run_inputs(spec, system)
     design = lhs_design(inputs, draws, _input_seed(seed))  # the same draws (same seed) as the runs
     lhs = [{"values": v, "times": t} for v, t in zip(design, runs[:draws], strict=True)]
-    oat = [{"input": n, "value": v, "times": t} for (n, v), t in zip(oat_design(inputs), runs[draws:], strict=True)]
-    analysis = InputAnalysis(inputs, lhs, oat, {m: r.iteration_time_s for m, r in res.items()})
+    design_oat = oat_design(inputs) if oat else []
+    one = [{"input": n, "value": v, "times": t} for (n, v), t in zip(design_oat, runs[draws:], strict=True)]
+    analysis = InputAnalysis(inputs, lhs, one, {m: r.iteration_time_s for m, r in res.items()})
     for r in res.values():
         r.input_analysis = analysis
 
@@ -554,5 +558,7 @@ def write_input_analysis(out: Path, analysis, title: str | None = None) -> list[
     sens = pd.DataFrame(analysis.sensitivity_rows())
     atomic_write_df(pd.DataFrame(analysis.draw_rows()), out / "uncertainty_draws.csv")
     atomic_write_df(sens, out / "sensitivity.csv")
-    plot_tornado(sens, out / "tornado.png", title=title)
-    return [out / "uncertainty_draws.csv", out / "sensitivity.csv", out / "tornado.png"]
+    written = [out / "uncertainty_draws.csv", out / "sensitivity.csv"]
+    if analysis.oat:  # a tornado needs the one-at-a-time runs (sensitivity=oat)
+        written.append(plot_tornado(sens, out / "tornado.png", title=title))
+    return written

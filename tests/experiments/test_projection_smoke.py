@@ -1,0 +1,25 @@
+"""experiments/dlrm_projection.py on its tiny configuration: every output, bands around the point, and the
+headline table made of the CSV it wrote."""
+
+import subprocess
+import sys
+
+import pandas as pd
+
+
+def test_projection_tiny(root, tmp_path):
+    r = subprocess.run([sys.executable, "experiments/dlrm_projection.py", "--tiny", "--quiet", "--workers", "1",
+                        "--out", str(tmp_path)], capture_output=True, text=True, cwd=root, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for f in ("projection.csv", "projection.png", "sensitivity.csv", "tornado.png", "headline.md"):
+        assert (tmp_path / f).stat().st_size > 0, f
+    t = pd.read_csv(tmp_path / "projection.csv")
+    assert set(t["scaling"]) == {"strong", "weak"} and set(t["nodes"]) == {1, 2}
+    assert (t["speedup_p10"] <= t["speedup_p90"]).all()
+    assert (t["speedup"] - t["baseline_ms"] / t["fused_ms"]).abs().max() < 1e-9
+    s = pd.read_csv(tmp_path / "sensitivity.csv")
+    assert (s["method"] == "oat").all() and set(s["nodes"]) == {2}
+    sys.path.insert(0, str(root / "experiments"))
+    from headline import headline_table
+
+    assert (tmp_path / "headline.md").read_text() == headline_table(t)

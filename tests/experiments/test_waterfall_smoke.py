@@ -1,0 +1,24 @@
+"""experiments/paper_waterfall.py on its tiny configuration: one change per step, the chain ends exactly on the
+realistic model run directly, the deltas add up, and the HugeCTR-faithful rows have both modes."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+
+def test_waterfall_tiny(root, tmp_path):
+    r = subprocess.run([sys.executable, "experiments/paper_waterfall.py", "--tiny", "--workers", "1", "--out",
+                        str(tmp_path)], capture_output=True, text=True, cwd=root, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    w = pd.read_csv(tmp_path / "waterfall.csv")
+    assert list(w["step"]) == list(range(len(w)))
+    last, check = w.iloc[-2], w.iloc[-1]
+    assert check["label"] == "realistic (check)"
+    assert check["speedup"] == pytest.approx(last["speedup"], rel=1e-12)
+    assert w["delta_speedup"].iloc[1:-1].sum() == pytest.approx(last["speedup"] - w["speedup"].iloc[0])
+    assert (w["speedup"] - w["baseline_ms"] / w["fused_ms"]).abs().max() < 1e-9
+    assert (tmp_path / "waterfall.png").stat().st_size > 0
+    h = pd.read_csv(tmp_path / "hugectr_fused.csv")
+    assert len(h) >= 1 and (h["speedup"] > 0).all()

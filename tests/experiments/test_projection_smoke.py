@@ -23,3 +23,15 @@ def test_projection_tiny(root, tmp_path):
     from headline import headline_table
 
     assert (tmp_path / "headline.md").read_text() == headline_table(t)
+
+
+def test_bench_uncertainty_tiny(root, tmp_path):
+    out = tmp_path / "bench.csv"
+    r = subprocess.run([sys.executable, "experiments/bench_uncertainty.py", "--model", "models/dlrm_synthetic.yaml",
+                        "--nodes", "2", "--draws", "3", "--global-batch", "4096", "--topologies",
+                        "h100_nvl8_ib_ndr", "--sensitivity", "rank", "--workers", "1", "--out", str(out)],
+                       capture_output=True, text=True, cwd=root, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    b = pd.read_csv(out)
+    assert len(b) == 1 and b["interval_runs"].iloc[0] == 3 and b["wall_s"].iloc[0] > 0
+    assert b["guard_estimate_s"].iloc[0] >= 0 and b["speedup_p10"].iloc[0] <= b["speedup_p90"].iloc[0]

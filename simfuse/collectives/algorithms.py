@@ -74,6 +74,10 @@ class Algorithm:
     requires: ClassVar[tuple[str, ...]] = ()
     #: smallest node count the algorithm is defined for
     min_nodes = 1
+    #: NCCL implements it (the default tuner picks only these; the others are named what-ifs, :data:`NCCL_SET`)
+    nccl: ClassVar[bool] = False
+    #: largest GPUs per node it runs on (NCCL's PAT: one); 0 = any
+    max_gpus_per_node: ClassVar[int] = 0
 
     def __post_init__(self):
         pass
@@ -89,6 +93,8 @@ def _others(n: int, rank: int) -> np.ndarray:
 
 class AllToAllDirect(Algorithm):
     """Every rank sends ``size/n`` to every other rank at once (pairwise direct)."""
+
+    nccl = True  # NCCL's all-to-all: grouped send/recv to every peer
 
     def __post_init__(self):
         self.name, self.op = "direct", "all_to_all"
@@ -162,6 +168,8 @@ class _Ring(Algorithm):
 class AllReduceRing(_Ring):
     """Ring all-reduce: ``n-1`` reduce-scatter steps then ``n-1`` all-gather steps of ``size/n``."""
 
+    nccl = True
+
     def __post_init__(self):
         super().__post_init__()
         self.name, self.op = "ring", "all_reduce"
@@ -172,6 +180,8 @@ class AllReduceRing(_Ring):
 
 
 class ReduceScatterRing(_Ring):
+    nccl = True
+
     def __post_init__(self):
         super().__post_init__()
         self.name, self.op = "ring", "reduce_scatter"
@@ -182,6 +192,8 @@ class ReduceScatterRing(_Ring):
 
 
 class AllGatherRing(_Ring):
+    nccl = True
+
     def __post_init__(self):
         super().__post_init__()
         self.name, self.op = "ring", "all_gather"
@@ -345,6 +357,7 @@ class AllReduceTree(_HierarchicalInNetwork):
     (``size`` each way per phase on NVLink); the direct reduce-scatter / all-gather here moves ``(g-1)/g`` of
     it."""
 
+    nccl = True
     family = "tree"
     min_nodes = 2
 
@@ -373,6 +386,7 @@ class AllReduceNvls(_HierarchicalInNetwork):
     Several nodes: NCCL runs NVLS across nodes only with CollNet (IB SHARP): NVLS reduce-scatter, one SHARP
     all-reduce of each shard among the same-index GPUs, NVLS all-gather, pipelined."""
 
+    nccl = True
     family = "nvls"
     via = ("nvls",)
     requires = ("nvls",)
@@ -425,6 +439,7 @@ class AllReduceCollNet(_HierarchicalInNetwork):
     (each NIC sends its shard once and receives the result once: half the network bytes of a ring or a tree),
     intra-node all-gather, pipelined."""
 
+    nccl = True
     family = "collnet"
     via = ("sharp",)
     requires = ("sharp",)
@@ -437,14 +452,60 @@ class AllReduceCollNet(_HierarchicalInNetwork):
         return _sharp_flows(self.layout, node, local, shard)
 
 
+class _Pat(Algorithm):
+    """NCCL's PAT (parallel aggregated trees) for all-gather and reduce-scatter at one GPU per node (NCCL >= 2.23;
+    ``ncclPatEnable``: ``nNodes == nRanks``, Simple only, src/graph/tuning.cc): logarithmic latency where a ring
+    pays ``n-1`` steps.  Written as Bruck's schedule: ``ceil(log2 n)`` steps, step ``k`` moving
+    ``min(2^k, n - 2^k)`` blocks of ``size/n`` to the rank ``2^k`` away -- ``(n-1)/n x size`` per rank, as a
+    ring.  NCCL's tuning model also scales PAT's bandwidth by 0.75 (its pipelining through a bounded buffer);
+    that factor is left out here."""
+
+    family = "pat"
+    nccl = True
+    max_gpus_per_node = 1
+    reverse = False
+
+    def steps(self, rank):
+        n = self.layout.n
+        if n < 2:
+            return []
+        block = self.size_bytes / n
+        out = []
+        k = 1
+        while k < n:
+            d = (rank - k) % n if not self.reverse else (rank + k) % n
+            out.append((np.array([d], dtype=np.int64), np.array([min(k, n - k) * block])))
+            k *= 2
+        return out[::-1] if self.reverse else out
+
+
+class AllGatherPat(_Pat):
+    def __post_init__(self):
+        self.name, self.op = "pat", "all_gather"
+
+
+class ReduceScatterPat(_Pat):
+    reverse = True
+
+    def __post_init__(self):
+        self.name, self.op = "pat", "reduce_scatter"
+
+
 REGISTRY: dict[str, dict[str, type[Algorithm]]] = {
     "all_to_all": {"direct": AllToAllDirect, "hierarchical": AllToAllHierarchical},
     "all_reduce": {"ring": AllReduceRing, "direct": AllReduceDirect, "hierarchical": AllReduceHierarchical,
                    "hierarchical_rhd": AllReduceHierarchicalRHD, "tree": AllReduceTree, "nvls": AllReduceNvls,
                    "nvls_tree": AllReduceNvlsTree, "collnet": AllReduceCollNet},
-    "reduce_scatter": {"ring": ReduceScatterRing, "direct": ReduceScatterDirect},
-    "all_gather": {"ring": AllGatherRing, "direct": AllGatherDirect},
+    "reduce_scatter": {"ring": ReduceScatterRing, "direct": ReduceScatterDirect, "pat": ReduceScatterPat},
+    "all_gather": {"ring": AllGatherRing, "direct": AllGatherDirect, "pat": AllGatherPat},
 }
+#: what NCCL implements, per op (the default tuner's candidates): all-to-all as grouped send/recv (``direct``);
+#: all-reduce ring, tree, NVLS, NVLSTree, CollNet (Direct); reduce-scatter / all-gather ring and PAT (NVIDIA/nccl
+#: master 5067397 src/graph/tuning.cc ``ncclTopoTuneModel``; NCCL's NVLS and CollNet variants of reduce-scatter /
+#: all-gather are not modelled).  The rest (``hierarchical`` all-to-all and all-reduce, ``hierarchical_rhd``,
+#: ``direct`` all-reduce / reduce-scatter / all-gather) are named what-ifs: ``--algorithm`` or the
+#: ``*_algorithm`` settings run them, the tuner never picks them
+NCCL_SET = {op: tuple(name for name, cls in algos.items() if cls.nccl) for op, algos in REGISTRY.items()}
 DEFAULT_ALGORITHM = {"all_to_all": "direct", "all_reduce": "ring", "reduce_scatter": "ring", "all_gather": "ring"}
 
 
@@ -474,6 +535,9 @@ def make_algorithm(op: str, algorithm: str | None, layout: Layout, size_bytes: f
     cls = REGISTRY[op][name]
     if layout.nodes < cls.min_nodes and layout.n > 1:
         raise SpecError("<argument>", "algorithm", f"{op}:{name} needs at least {cls.min_nodes} nodes")
+    if cls.max_gpus_per_node and layout.gpus_per_node > cls.max_gpus_per_node:
+        raise SpecError("<argument>", "algorithm", f"{op}:{name} runs with at most {cls.max_gpus_per_node} GPU per "
+                                                   f"node (NCCL's PAT); this group has {layout.gpus_per_node}")
     return cls(layout, float(size_bytes), channels, protocol)
 
 

@@ -235,7 +235,10 @@ class Tuner:
     group (the fabric is the whole system, so the group's links are the real ones).  Memoised.
 
     ``forced``: ``{op: algorithm}`` to skip tuning for some ops (a user's choice, e.g. ``--set
-    baseline_algorithm=...``)."""
+    baseline_algorithm=...``).  ``what_ifs``: tune over simfuse's own schedules too (not NCCL's; off by default,
+    :func:`candidate_algorithms`)."""
+
+    what_ifs: bool = False
 
     def __init__(self, topology, nodes: int, gpus_per_node: int, forced: dict[str, str] | None = None):
         self.topology = topology
@@ -259,7 +262,8 @@ class Tuner:
         if hit is not None:
             return hit
         names = candidate_algorithms(op, group, self.gpus_per_node, symmetric_only=symmetric_only,
-                                     topology=self.topology, size_bytes=size_bytes if protocol is None else None)
+                                     topology=self.topology, size_bytes=size_bytes if protocol is None else None,
+                                     what_ifs=self.what_ifs)
         if algorithm is not None:
             names = [n for n in names if split_choice(n)[0] == algorithm] or self._as_named(
                 op, group, algorithm, size_bytes if protocol is None else None)

@@ -99,12 +99,20 @@ def post_ends(queue: PostQueue, now: float, src: int, n_ranks: int, dsts: np.nda
               messages: np.ndarray) -> dict[int, float]:
     """Post the messages to ``dsts`` (``messages[i]`` to ``dsts[i]``; off-node destinations only) in shifted
     destination order ``(dst - src) mod n_ranks``; returns ``{dst: when its last message is posted}``."""
-    dsts = np.asarray(dsts, dtype=np.int64)
+    d, ends = _post_sorted(queue, now, src, n_ranks, np.asarray(dsts, dtype=np.int64), messages)
+    return dict(zip(d.tolist(), ends.tolist(), strict=True))
+
+
+def _post_sorted(queue: PostQueue, now: float, src: int, n_ranks: int, dsts: np.ndarray,
+                 messages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`post_ends` as arrays: the destinations sorted by id and when each one's last message is posted."""
     if len(dsts) == 0:
-        return {}
+        return dsts, np.zeros(0)
     order = np.argsort((dsts - src) % n_ranks, kind="stable")
-    ends = queue.post(now, np.asarray(messages)[order])
-    return dict(zip(dsts[order].tolist(), ends.tolist(), strict=True))
+    ends = np.empty(len(dsts))
+    ends[order] = queue.post(now, np.asarray(messages)[order])
+    by_id = np.argsort(dsts, kind="stable")
+    return dsts[by_id], ends[by_id]
 
 
 def bulk_rule(collectives) -> PostRule:
@@ -132,11 +140,11 @@ def post_transfers(net, queue: PostQueue, src: int, n_ranks: int, started, messa
         msg_l.append(np.broadcast_to(np.asarray(messages_of(g), dtype=np.int64), d.shape))
     dsts, msgs = np.concatenate(dst_l), np.concatenate(msg_l)
     udst, inv = np.unique(dsts, return_inverse=True)
-    ends = post_ends(queue, float(net.env.now), src, n_ranks, udst, np.bincount(inv.reshape(-1), weights=msgs))
     env, now, out = net.env, float(net.env.now), []
+    sd, ends = _post_sorted(queue, now, src, n_ranks, udst, np.bincount(inv.reshape(-1), weights=msgs))
     for g, ev, lat, o in started:
         if o:
-            t = max(ends[d] for d in np.asarray(g.dsts, dtype=np.int64).tolist())
+            t = float(ends[np.searchsorted(sd, np.asarray(g.dsts, dtype=np.int64))].max())
             ev = simpy.AllOf(env, [ev, env.timeout(max(0.0, t - now) + lat)])
         out.append((g, ev))
     return out

@@ -201,14 +201,15 @@ def start_puts(net: FlowNetwork, fabric: Fabric, gi, src: int, dsts: np.ndarray,
         started.append((grp, ev, lat, remote))
     if not rule.active:
         return [(g, ev) for g, ev, _lat, _r in started]
-    per_dst = None
-    if messages is not None:
-        per_dst = dict(zip(dsts.tolist(), np.asarray(messages, dtype=np.int64).tolist(), strict=True))
-
-    def messages_of(grp):
-        if per_dst is None:
+    if messages is None:
+        def messages_of(_grp):
             return 1
-        return np.array([per_dst[d] for d in np.asarray(grp.dsts, dtype=np.int64).tolist()], dtype=np.int64)
+    else:
+        by_id = np.argsort(dsts, kind="stable")
+        sd, sm = dsts[by_id], np.asarray(messages, dtype=np.int64)[by_id]
+
+        def messages_of(grp):
+            return sm[np.searchsorted(sd, np.asarray(grp.dsts, dtype=np.int64))]
 
     return post_transfers(net, post_queue(net, src, rule), src, fabric.n_ranks, started, messages_of)
 

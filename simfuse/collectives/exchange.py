@@ -123,9 +123,8 @@ class ExchangeInstance:
                     return
                 started = pg.start(net, rank, pg(rank, dsts[sel], sizes[sel]), tag=tag)
                 self.store.setdefault(c, []).extend(ev for _g, ev in started)
-                posted = pg.posted_s(net, rank)
-                if posted > env.now:
-                    yield env.timeout(posted - env.now)
+                if pg.posted_until > env.now:  # this exchange's own posts (the queue may hold earlier ones)
+                    yield env.timeout(pg.posted_until - env.now)
             procs.append(env.process(start()))
         if procs:
             yield simpy.AllOf(env, procs)

@@ -85,15 +85,16 @@ class ProtocolGroups:
         group's event no sooner than its last message's post plus its latency."""
         started = [(g, net.transfer(g.links, g.size_bytes, g.latency_s, count=g.count, weights=g.weights, tag=tag),
                     g.latency_s, g.route_class not in (SELF, INTRA)) for g in groups]
-        if self.rule is None:
+        if self.rule is None or not any(o for _g, _ev, _l, o in started):
             return [(g, ev) for g, ev, _l, _o in started]
         wf, rule = self.cost.wire_factor, self.rule
-        return post_transfers(net, post_queue(net, src, rule), src, self.n_ranks, started,
-                              lambda g: rule.messages(g.size_bytes / wf))
+        queue = post_queue(net, src, rule)
+        out = post_transfers(net, queue, src, self.n_ranks, started, lambda g: rule.messages(g.size_bytes / wf))
+        self.posted_until = max(self.posted_until, queue.free_at)
+        return out
 
-    def posted_s(self, net: FlowNetwork, src: int) -> float:
-        """When ``src``'s proxy has posted everything queued so far (0 without posts)."""
-        return post_queue(net, src, self.rule).free_at if self.rule is not None else 0.0
+    #: when the last message this wrapper's :meth:`start` posted is posted (s; 0 before any post)
+    posted_until = 0.0
 
 
 def _step_events(net, pg: ProtocolGroups, src, groups, label):

@@ -13,7 +13,8 @@ Every constant is NCCL's own tuning model, ``src/graph/tuning.cc`` of NVIDIA/ncc
 * PAT (all-gather / reduce-scatter, one GPU per node): base 8.0, NVLink hop Simple 4.0, network hop Simple 14;
 * NVLS, NVLSTree, CollNet and PAT run Simple only (``if ((a == NCCL_ALGO_NVLS || ...) && p != NCCL_PROTO_SIMPLE)``);
 * in rings across nodes every intra-node hop costs at least the network post overhead (``getNetOverhead``: 1 us
-  on x86, tripled for Simple): ``intraLat = max(intraLat, netOverhead)``.
+  on x86, tripled for Simple): ``intraLat = max(intraLat, netOverhead)`` (rings only: an all-to-all's NVLink
+  sends post nothing; its network posts follow :mod:`.posting`).
 
 How simfuse uses them (:func:`step_latency_s`, :func:`wire_factor`): a protocol multiplies the bytes a flow puts
 on the wire by ``1 / bandwidth efficiency``, and a flow's last byte arrives after ``max(fabric latency, NCCL hop
@@ -111,6 +112,9 @@ class ProtocolCost:
     model: str = "nccl"
     multi_node: bool = False
     net_overhead_s: float = 1e-6
+    #: point-to-point (all-to-all: grouped send/recv): the ring's net-overhead floor on NVLink hops does not apply
+    #: (an intra-node send posts nothing to the network proxy; its posts are priced by :mod:`.posting`)
+    p2p: bool = False
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -153,7 +157,7 @@ class ProtocolCost:
         if off_node:
             return _HW_LAT_NET_US[self.family][self.protocol] * 1e-6
         lat = _HW_LAT_NVLINK_US[self.family][self.protocol] * 1e-6
-        if self.multi_node and self.family == "ring":
+        if self.multi_node and self.family == "ring" and not self.p2p:
             lat = max(lat, self.net_overhead_s * _NET_OVERHEAD_MULT[self.protocol])
         return lat
 

@@ -47,7 +47,8 @@ def protocol_cost(fabric: Fabric, algo) -> ProtocolCost:
     """The protocol costs of ``algo`` (an Algorithm or GroupAlgorithm) on ``fabric``'s topology."""
     co = fabric.topology.collectives
     return ProtocolCost(getattr(algo, "family", "ring"), getattr(algo, "protocol", "Simple"), co.protocol_model,
-                        multi_node=algo.layout.nodes > 1, net_overhead_s=co.net_overhead_s)
+                        multi_node=algo.layout.nodes > 1, net_overhead_s=co.net_overhead_s,
+                        p2p=getattr(algo, "op", "") == "all_to_all")
 
 
 class ProtocolGroups:

@@ -190,3 +190,41 @@ def test_group_algorithms_named_restricted_and_tuned():
     assert tuner.asked == [("all_to_all", 1e6, "direct"), ("all_to_all", 1e6, None)]
     with pytest.raises(ValueError, match="not both"):
         algos.get("all_to_all", grp, 1e6, algorithm="direct", restrict_to="direct")
+
+
+def test_an_exchange_waits_for_its_own_posts_only():
+    # 2 nodes x 2 GPUs.  Exchange A (stream comm) sends 64 B to the two off-node ranks: 2 posts at 50 us each on
+    # the rank's proxy.  Exchange B (stream comm2) sends only to the node peer (no posts).  A compute node after
+    # B must not wait for A's posts: the graph ends as the graph without A does (its 300 us compute node is the
+    # longest path), not 100 us of posts later
+    from simfuse.graph import ComputeNode
+
+    nodes, g = 2, 2
+    n = nodes * g
+    topo = _topo(g=g, nics=g, overhead_us=50.0)
+
+    def graph(with_a):
+        gr = Graph(nodes, g)
+        gr.add_group(world(n))
+        for r in range(n):
+            prog = gr.program(r)
+            node, local = divmod(r, g)
+            if with_a:
+                a = np.zeros(n)
+                a[[(1 - node) * g + j for j in range(g)]] = 64.0
+                prog.add(AllToAllVNode(name="a", group="world", send_bytes=a))
+            b = np.zeros(n)
+            b[node * g + (1 - local)] = 64.0
+            pre = prog.add(ComputeNode(name="pre", time_s=10e-6))  # B launches while A's posts are queued
+            bid = prog.add(AllToAllVNode(name="b", group="world", send_bytes=b, stream="comm2", deps=(pre,)))
+            prog.add(ComputeNode(name="c", time_s=300e-6, deps=(bid,)))
+        return gr
+
+    sysm = System.from_topology(topo)
+    alone = execute(sysm, graph(False)).time_s
+    both = execute(sysm, graph(True)).time_s
+    assert alone > 310e-6
+    # B's NVLink sends pay no network post overhead (NCCL's ring floor max(NVLink hop, 3 x 50 us) is a ring
+    # rule, not a p2p one): 10 us + the launch gap + an NVLink hop (a few us) + the 300 us compute node
+    assert alone < 330e-6
+    assert both == pytest.approx(alone, rel=1e-9)

@@ -10,7 +10,8 @@ messages pass one serial post queue at ``post_s`` each:
 * **per batch**: a batch (the messages one GPU issues at one moment: a bulk exchange's sends to the ranks that
   have launched, a fused kernel's puts of one wave) posts in shifted destination order ``(dst - src) mod n`` (a
   relabelling of every other rank's order, so the representative-rank fast path stays exact), after the
-  messages of earlier batches still in the queue: the queue is one per GPU and transport, serial across batches;
+  messages of earlier batches still in the queue: the queue is one per GPU, transport and operation, serial
+  across the operation's batches (:func:`post_queue`);
 * the bytes flow from the batch's start (posting overlaps the drain); a destination's data lands no sooner than
   its last message's post plus the flow's latency: ``arrival = max(drain + latency, post_end + latency)``.
 
@@ -84,11 +85,15 @@ class PostQueue:
         return ends
 
 
-def post_queue(net, rank: int, rule: PostRule) -> PostQueue:
-    """The post queue of ``rank`` for ``rule``'s transport in the simulation that owns ``net`` (one queue per GPU
-    and transport for the whole run, kept with the flow network: no state outside the simulation)."""
+def post_queue(net, rank: int, rule: PostRule, scope=None) -> PostQueue:
+    """The post queue of ``rank`` for ``rule``'s transport and one operation (``scope``: its tag) in the
+    simulation that owns ``net`` (kept with the flow network: no state outside the simulation).
+
+    One queue per operation: the batches of one exchange or one fused kernel serialize; two operations in flight
+    at once do not share a queue -- NCCL runs the operations of one communicator one after another and gives
+    each communicator its own proxy thread, so two concurrent all-to-alls are not posted by one thread."""
     queues = net.__dict__.setdefault("_simfuse_post_queues", {})
-    key = (int(rank), rule.transport)
+    key = (int(rank), rule.transport, scope)
     q = queues.get(key)
     if q is None or q.rule != rule:
         q = queues[key] = PostQueue(rule)

@@ -89,7 +89,7 @@ class ProtocolGroups:
         if self.rule is None or not any(o for _g, _ev, _l, o in started):
             return [(g, ev) for g, ev, _l, _o in started]
         wf, rule = self.cost.wire_factor, self.rule
-        queue = post_queue(net, src, rule)
+        queue = post_queue(net, src, rule, tag)
         out = post_transfers(net, queue, src, self.n_ranks, started, lambda g: rule.messages(g.size_bytes / wf))
         self.posted_until = max(self.posted_until, queue.free_at)
         return out

@@ -186,8 +186,8 @@ def start_puts(net: FlowNetwork, fabric: Fabric, gi, src: int, dsts: np.ndarray,
 
     * Every flow group pays the flag latency and, off the node, the NIC doorbell/proxy latency.
     * Off-node puts pay the per-destination post rule the bulk exchange pays too
-      (:mod:`simfuse.collectives.posting`): ``gi.put_post_s`` per put on the GPU's one post queue, serial across
-      batches, in shifted destination order; a put lands at ``max(drain, its post) + latency``.  NVLink stores
+      (:mod:`simfuse.collectives.posting`): ``gi.put_post_s`` per put on the GPU's post queue for this operation
+      (``tag``), serial across its batches, in shifted destination order; a put lands at ``max(drain, its post) + latency``.  NVLink stores
       (inside the node) post nothing.
     """
     dsts = np.asarray(dsts, dtype=np.int64)
@@ -211,7 +211,7 @@ def start_puts(net: FlowNetwork, fabric: Fabric, gi, src: int, dsts: np.ndarray,
         def messages_of(grp):
             return sm[np.searchsorted(sd, np.asarray(grp.dsts, dtype=np.int64))]
 
-    return post_transfers(net, post_queue(net, src, rule), src, fabric.n_ranks, started, messages_of)
+    return post_transfers(net, post_queue(net, src, rule, tag), src, fabric.n_ranks, started, messages_of)
 
 
 class PushEngine:

@@ -14,7 +14,8 @@ bug fix changes the model (docs/design.md, "Execution graph: changes from the ha
 * All-reduce: NCCL's hierarchical all-reduces (tree, NVLSTree, CollNet) run pipelined -- the NVLink and NIC
   parts at once -- and a two-node tree carries each shard once each way (docs/design.md, Collectives).  Before,
   they ran as three bulk-synchronous phases.  Where a tree now wins the DDP all-reduce buckets, DLRM iterations
-  get shorter: dlrm_synthetic on 16 nodes, whose buckets are exposed, up to 17% (H200; 3% on the H100).
+  get shorter: dlrm_synthetic, whose buckets are exposed, up to 17% on 16 nodes and 18% on 128 (H200; 3% and 8%
+  on the H100).
 
 The tuner here also tries simfuse's own schedules (``Tuner.what_ifs``), as the reference's tuner did: the default
 tuner now picks only what NCCL implements, which prices e.g. the decode TP all-reduces with NCCL's ring / tree
@@ -59,7 +60,7 @@ def _cases():
 
 
 #: cases whose DDP all-reduce buckets a pipelined tree now takes (the all-reduce fix above): lower bound
-TREE_PIPELINED = {("dlrm_synthetic", 16): -0.17}
+TREE_PIPELINED = {("dlrm_synthetic", 16): -0.17, ("dlrm_synthetic", 128): -0.19}
 
 
 @pytest.fixture(autouse=True)

@@ -74,6 +74,10 @@ class Algorithm:
     requires: ClassVar[tuple[str, ...]] = ()
     #: smallest node count the algorithm is defined for
     min_nodes = 1
+    #: NCCL implements it (the default tuner picks only these; the others are named what-ifs, :data:`NCCL_SET`)
+    nccl: ClassVar[bool] = False
+    #: largest GPUs per node it runs on (NCCL's PAT: one); 0 = any
+    max_gpus_per_node: ClassVar[int] = 0
 
     def __post_init__(self):
         pass
@@ -89,6 +93,8 @@ def _others(n: int, rank: int) -> np.ndarray:
 
 class AllToAllDirect(Algorithm):
     """Every rank sends ``size/n`` to every other rank at once (pairwise direct)."""
+
+    nccl = True  # NCCL's all-to-all: grouped send/recv to every peer
 
     def __post_init__(self):
         self.name, self.op = "direct", "all_to_all"
@@ -162,6 +168,8 @@ class _Ring(Algorithm):
 class AllReduceRing(_Ring):
     """Ring all-reduce: ``n-1`` reduce-scatter steps then ``n-1`` all-gather steps of ``size/n``."""
 
+    nccl = True
+
     def __post_init__(self):
         super().__post_init__()
         self.name, self.op = "ring", "all_reduce"
@@ -172,6 +180,8 @@ class AllReduceRing(_Ring):
 
 
 class ReduceScatterRing(_Ring):
+    nccl = True
+
     def __post_init__(self):
         super().__post_init__()
         self.name, self.op = "ring", "reduce_scatter"
@@ -182,6 +192,8 @@ class ReduceScatterRing(_Ring):
 
 
 class AllGatherRing(_Ring):
+    nccl = True
+
     def __post_init__(self):
         super().__post_init__()
         self.name, self.op = "ring", "all_gather"
@@ -275,65 +287,93 @@ def _tree_depth(nodes: int) -> int:
 
 
 class _HierarchicalInNetwork(Algorithm):
-    """Skeleton of the multi-node all-reduces: an intra-node reduce-scatter to ``size/g`` shards (one per local
-    GPU, i.e. per rail), an inter-node all-reduce of each shard among the same-index GPUs, an intra-node
-    all-gather.  Subclasses choose each part."""
+    """Skeleton of NCCL's multi-node all-reduces (tree, NVLSTree, CollNet, NVLS with SHARP): an intra-node
+    reduce-scatter to ``size/g`` shards (one per local GPU, i.e. per rail), an inter-node all-reduce of each shard
+    among the same-index GPUs, an intra-node all-gather -- **pipelined**, as NCCL runs them: a chunk moves on to
+    the network while the next one is reduced inside the node, so in steady state the NVLink (or NVLS) part and
+    the NIC part run at once and the slower sets the time.
+
+    The representative schedule is one step carrying both parts' volumes concurrently (they use different
+    links: NVLink ports, NICs), framed by latency-only hops so the latency terms stay those of the phases: one
+    intra-node hop before and after, and the inter-node part's hops (:meth:`_inter_hops`).  Pipeline fill (a
+    chunk's time) is left out.  Subclasses choose the intra-node transport (``nvls_intra``) and the inter-node
+    volumes (:meth:`_inter_flows`)."""
 
     nvls_intra = False  # intra-node parts through the NVSwitch (NVLS) instead of direct NVLink copies
 
-    def _intra_step(self, node: int, local: int, gather: bool) -> list[Step]:
+    def _local_peers(self, node: int, local: int) -> np.ndarray:
         L = self.layout
-        g = L.gpus_per_node
-        peers = np.array([L.rank(node, j) for j in range(g) if j != local], dtype=np.int64)
-        if not len(peers):
-            return []
-        if self.nvls_intra:
-            # NVLS reduce-scatter: the GPU's whole buffer goes up once (tx = size), its reduced shard comes down
-            # (rx = size/g); all-gather: its shard goes up once and the switch multicasts every shard to it
-            # (rx = size).  Flows of size/(g-1) to each peer give the busy direction (size) exactly.
-            return [(peers, np.full(len(peers), self.size_bytes / (g - 1)))]
-        return [(peers, np.full(len(peers), self.size_bytes / g))]
+        return np.array([L.rank(node, j) for j in range(L.gpus_per_node) if j != local], dtype=np.int64)
 
-    def _inter_steps(self, node: int, local: int, shard: float) -> list[Step]:  # pragma: no cover - interface
+    def _intra_bytes(self) -> float:
+        """Bytes to each local peer of the reduce-scatter and the all-gather together.  NVLS: reduce-scatter sends
+        the whole buffer up once (tx = size) and the reduced shard comes down (rx = size/g); all-gather sends the
+        shard up once and the switch multicasts every shard (rx = size): ``size (1 + 1/g)`` each way, as flows
+        of ``size (g+1) / (g (g-1))`` to each peer.  Direct copies: ``size/g`` to each peer in each part."""
+        g, S = self.layout.gpus_per_node, self.size_bytes
+        return S * (g + 1) / (g * (g - 1)) if self.nvls_intra else 2 * S / g
+
+    def _inter_flows(self, node: int, local: int, shard: float) -> Step:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def _inter_hops(self) -> int:
+        """Network hop latencies of the inter-node part (the pipelined step counts as one)."""
+        return 1
 
     def steps(self, rank):
         L = self.layout
         node, local = divmod(rank, L.gpus_per_node)
-        steps = self._intra_step(node, local, gather=False)
+        peers = self._local_peers(node, local)
+        d_l, s_l = [], []
+        if len(peers):
+            d_l.append(peers)
+            s_l.append(np.full(len(peers), self._intra_bytes()))
+        lat_only: list[Step] = []
         if L.nodes > 1:
-            steps += self._inter_steps(node, local, self.size_bytes / L.gpus_per_node)
-        return steps + self._intra_step(node, local, gather=True)
+            d, sz = self._inter_flows(node, local, self.size_bytes / L.gpus_per_node)
+            d_l.append(d)
+            s_l.append(sz)
+            lat_only = [(d[:1], np.zeros(1))] * (self._inter_hops() - 1)
+        if not d_l:
+            return []
+        intra_lat = [(peers[:1], np.zeros(1))] if len(peers) else []
+        return intra_lat + [(np.concatenate(d_l), np.concatenate(s_l))] + lat_only + intra_lat
 
 
 class AllReduceTree(_HierarchicalInNetwork):
     """NCCL's tree between nodes (double binary tree, log-depth latency) under an intra-node reduce-scatter /
-    all-gather.
+    all-gather, pipelined (:class:`_HierarchicalInNetwork`).
 
     Between nodes each rail's shard ``X = size/g`` is reduced up two binary trees (half of ``X`` each) and
-    broadcast back down.  Every node is interior in at most one of the two trees, so per phase it sends ``X``
-    (``X/2`` to its parent in each tree) and receives ``X`` (two children's halves in the tree it is interior in)
-    -- the same load on every node but the roots, which carry less.  The representative schedule sends those
-    volumes to the rail neighbours ``node +- 1`` (on a rail every peer is reached over the same links), then
-    ``depth - 1`` latency-only hops for the pipeline to reach the root (reduce) and the leaves (broadcast).  So
-    the time is ``2 X / B_nic + 2 depth hop latencies`` plus the intra-node parts: exact for the uncongested
-    bandwidth term and the tree's depth, approximate for contention between trees on upper switch tiers."""
+    broadcast back down.  With more than two nodes every node is interior in at most one of the two trees: per
+    phase it sends ``X`` (``X/2`` to its parent in each tree) and receives ``X`` (two children's halves), ``2X``
+    each way over the reduce and the broadcast -- the same load on every node but the roots, which carry less.
+    With two nodes each node is the root of one tree and the leaf of the other: it sends its half up the tree it
+    is a leaf of and sends the reduced half of the other back down, ``X`` each way in all (nccl-tests#196: on two
+    nodes the tree's bus bandwidth can exceed the network's).  The representative schedule sends those volumes
+    to the rail neighbours ``node +- 1`` (on a rail every peer is reached over the same links), and ``2 depth``
+    network hop latencies (up and down the trees).  Exact for the uncongested bandwidth term and the tree's
+    depth, approximate for contention between trees on upper switch tiers.  NCCL's intra-node part is a chain
+    (``size`` each way per phase on NVLink); the direct reduce-scatter / all-gather here moves ``(g-1)/g`` of
+    it."""
 
+    nccl = True
     family = "tree"
     min_nodes = 2
 
     def __post_init__(self):
         self.name, self.op = "tree", "all_reduce"
 
-    def _inter_steps(self, node, local, shard):
+    def _inter_flows(self, node, local, shard):
         L = self.layout
         N = L.nodes
+        if N == 2:
+            return np.array([L.rank(1 - node, local)], dtype=np.int64), np.array([shard])
         nbr = np.array([L.rank((node + 1) % N, local), L.rank((node - 1) % N, local)], dtype=np.int64)
-        half = np.full(2, shard / 2)
-        lat_only = (nbr[:1], np.zeros(1))
-        d = _tree_depth(N)
-        phase = [(nbr, half)] + [lat_only] * (d - 1)
-        return phase + phase
+        return nbr, np.full(2, shard)
+
+    def _inter_hops(self):
+        return 2 * _tree_depth(self.layout.nodes)
 
 
 class AllReduceNvls(_HierarchicalInNetwork):
@@ -344,8 +384,9 @@ class AllReduceNvls(_HierarchicalInNetwork):
     ``B_nvls`` is the NVLS link of the fabric (``scale_up.bw * efficiency * nvls_efficiency``).
 
     Several nodes: NCCL runs NVLS across nodes only with CollNet (IB SHARP): NVLS reduce-scatter, one SHARP
-    all-reduce of each shard among the same-index GPUs, NVLS all-gather."""
+    all-reduce of each shard among the same-index GPUs, NVLS all-gather, pipelined."""
 
+    nccl = True
     family = "nvls"
     via = ("nvls",)
     requires = ("nvls",)
@@ -362,26 +403,27 @@ class AllReduceNvls(_HierarchicalInNetwork):
         if L.nodes > 1:
             return super().steps(rank)
         node, local = divmod(rank, g)
-        peers = np.array([L.rank(node, j) for j in range(g) if j != local], dtype=np.int64)
+        peers = self._local_peers(node, local)
         if not len(peers):
             return []
-        return [(peers, np.full(len(peers), self.size_bytes * (g + 1) / (g * (g - 1))))]
+        return [(peers, np.full(len(peers), self._intra_bytes()))]
 
-    def _inter_steps(self, node, local, shard):
-        return _sharp_steps(self.layout, node, local, shard)
+    def _inter_flows(self, node, local, shard):
+        return _sharp_flows(self.layout, node, local, shard)
 
 
-def _sharp_steps(L: Layout, node: int, local: int, shard: float) -> list[Step]:
+def _sharp_flows(L: Layout, node: int, local: int, shard: float) -> Step:
     """IB SHARP between nodes: the GPU's shard goes up to the switches once and the reduced shard comes back once
-    (NIC tx = rx = shard), one step through the SHARP links; a flow to the same rail's GPU on the next node
-    carries exactly that volume on the NIC."""
-    nxt = np.array([L.rank((node + 1) % L.nodes, local)], dtype=np.int64)
-    return [(nxt, np.array([shard]))]
+    (NIC tx = rx = shard), through the SHARP links; a flow to the same rail's GPU on the next node carries
+    exactly that volume on the NIC."""
+    return np.array([L.rank((node + 1) % L.nodes, local)], dtype=np.int64), np.array([shard])
 
 
 class AllReduceNvlsTree(AllReduceTree):
-    """NCCL's NVLSTree: NVLS reduce-scatter and all-gather inside the node, the double binary tree between
-    nodes (on the shards, as :class:`AllReduceTree`)."""
+    """NCCL's NVLSTree: NVLS reduce-scatter and all-gather inside the node (the switch reduces: each NIC carries
+    only its ``1/g`` shard), the double binary tree between nodes (as :class:`AllReduceTree`), pipelined.  On two
+    nodes the NIC part is ``size/g`` each way, so busbw ``= 2 (n-1)/n x g x B_nic`` when the NVLS part keeps up
+    (NCCL's tuning model doubles NVLSTree's inter-node bandwidth on two nodes, src/graph/tuning.cc)."""
 
     family = "nvls_tree"
     via = ("nvls",)
@@ -395,8 +437,9 @@ class AllReduceNvlsTree(AllReduceTree):
 class AllReduceCollNet(_HierarchicalInNetwork):
     """NCCL's CollNet (Direct): intra-node reduce-scatter, IB SHARP all-reduce of each shard in the switches
     (each NIC sends its shard once and receives the result once: half the network bytes of a ring or a tree),
-    intra-node all-gather."""
+    intra-node all-gather, pipelined."""
 
+    nccl = True
     family = "collnet"
     via = ("sharp",)
     requires = ("sharp",)
@@ -405,8 +448,47 @@ class AllReduceCollNet(_HierarchicalInNetwork):
     def __post_init__(self):
         self.name, self.op = "collnet", "all_reduce"
 
-    def _inter_steps(self, node, local, shard):
-        return _sharp_steps(self.layout, node, local, shard)
+    def _inter_flows(self, node, local, shard):
+        return _sharp_flows(self.layout, node, local, shard)
+
+
+class _Pat(Algorithm):
+    """NCCL's PAT (parallel aggregated trees) for all-gather and reduce-scatter at one GPU per node (NCCL >= 2.23;
+    ``ncclPatEnable``: ``nNodes == nRanks``, Simple only, src/graph/tuning.cc): logarithmic latency where a ring
+    pays ``n-1`` steps.  Written as Bruck's schedule: ``ceil(log2 n)`` steps, step ``k`` moving
+    ``min(2^k, n - 2^k)`` blocks of ``size/n`` to the rank ``2^k`` away -- ``(n-1)/n x size`` per rank, as a
+    ring.  NCCL's tuning model also scales PAT's bandwidth by 0.75 (its pipelining through a bounded buffer);
+    that factor is left out here."""
+
+    family = "pat"
+    nccl = True
+    max_gpus_per_node = 1
+    reverse = False
+
+    def steps(self, rank):
+        n = self.layout.n
+        if n < 2:
+            return []
+        block = self.size_bytes / n
+        out = []
+        k = 1
+        while k < n:
+            d = (rank - k) % n if not self.reverse else (rank + k) % n
+            out.append((np.array([d], dtype=np.int64), np.array([min(k, n - k) * block])))
+            k *= 2
+        return out[::-1] if self.reverse else out
+
+
+class AllGatherPat(_Pat):
+    def __post_init__(self):
+        self.name, self.op = "pat", "all_gather"
+
+
+class ReduceScatterPat(_Pat):
+    reverse = True
+
+    def __post_init__(self):
+        self.name, self.op = "pat", "reduce_scatter"
 
 
 REGISTRY: dict[str, dict[str, type[Algorithm]]] = {
@@ -414,9 +496,16 @@ REGISTRY: dict[str, dict[str, type[Algorithm]]] = {
     "all_reduce": {"ring": AllReduceRing, "direct": AllReduceDirect, "hierarchical": AllReduceHierarchical,
                    "hierarchical_rhd": AllReduceHierarchicalRHD, "tree": AllReduceTree, "nvls": AllReduceNvls,
                    "nvls_tree": AllReduceNvlsTree, "collnet": AllReduceCollNet},
-    "reduce_scatter": {"ring": ReduceScatterRing, "direct": ReduceScatterDirect},
-    "all_gather": {"ring": AllGatherRing, "direct": AllGatherDirect},
+    "reduce_scatter": {"ring": ReduceScatterRing, "direct": ReduceScatterDirect, "pat": ReduceScatterPat},
+    "all_gather": {"ring": AllGatherRing, "direct": AllGatherDirect, "pat": AllGatherPat},
 }
+#: what NCCL implements, per op (the default tuner's candidates): all-to-all as grouped send/recv (``direct``);
+#: all-reduce ring, tree, NVLS, NVLSTree, CollNet (Direct); reduce-scatter / all-gather ring and PAT (NVIDIA/nccl
+#: master 5067397 src/graph/tuning.cc ``ncclTopoTuneModel``; NCCL's NVLS and CollNet variants of reduce-scatter /
+#: all-gather are not modelled).  The rest (``hierarchical`` all-to-all and all-reduce, ``hierarchical_rhd``,
+#: ``direct`` all-reduce / reduce-scatter / all-gather) are named what-ifs: ``--algorithm`` or the
+#: ``*_algorithm`` settings run them, the tuner never picks them
+NCCL_SET = {op: tuple(name for name, cls in algos.items() if cls.nccl) for op, algos in REGISTRY.items()}
 DEFAULT_ALGORITHM = {"all_to_all": "direct", "all_reduce": "ring", "reduce_scatter": "ring", "all_gather": "ring"}
 
 
@@ -446,6 +535,9 @@ def make_algorithm(op: str, algorithm: str | None, layout: Layout, size_bytes: f
     cls = REGISTRY[op][name]
     if layout.nodes < cls.min_nodes and layout.n > 1:
         raise SpecError("<argument>", "algorithm", f"{op}:{name} needs at least {cls.min_nodes} nodes")
+    if cls.max_gpus_per_node and layout.gpus_per_node > cls.max_gpus_per_node:
+        raise SpecError("<argument>", "algorithm", f"{op}:{name} runs with at most {cls.max_gpus_per_node} GPU per "
+                                                   f"node (NCCL's PAT); this group has {layout.gpus_per_node}")
     return cls(layout, float(size_bytes), channels, protocol)
 
 

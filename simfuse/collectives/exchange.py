@@ -30,6 +30,7 @@ import numpy as np
 import simpy
 
 from .groups import Group, GroupAlgorithms
+from .posting import bulk_rule
 from .protocols import ProtocolCost
 from .runner import ProtocolGroups, protocol_cost, start_groups
 
@@ -98,8 +99,10 @@ class ExchangeInstance:
         the flows to one entity's ranks once that entity has entered, after the posts already queued; the rank
         is started when its flows are all in flight and its last post is done."""
         env = self.env
-        pg = ProtocolGroups(fabric.flow_groups, cost, per_peer=True) if cost is not None and cost.active else None
-        if pg is not None:
+        pg = None
+        if cost is not None and cost.active:
+            pg = ProtocolGroups(fabric.flow_groups, cost, per_peer=True, rule=bulk_rule(fabric.topology.collectives),
+                                n_ranks=fabric.n_ranks)
             launch_s = cost.launch_gap_s(launch_s)
         if launch_s > 0:
             yield env.timeout(launch_s)
@@ -108,20 +111,20 @@ class ExchangeInstance:
         dsts, sizes = dsts[keep], sizes[keep]
         procs = []
         dst_ent = self.ent_of_rank[dsts]
-        groups_fn = pg or fabric.flow_groups
-        post_end = [env.now]  # when this rank's proxy has posted everything queued so far
 
         for c in sorted({int(x) for x in dst_ent}):
             sel = dst_ent == c
 
             def start(c=c, sel=sel):
                 yield self._entity_event(self.entered, c)
-                groups = groups_fn(rank, dsts[sel], sizes[sel])
-                self.store.setdefault(c, []).extend(start_groups(net, groups, tag=tag))
-                if pg is not None:
-                    post_end[0] = max(post_end[0], env.now) + pg.issue_s(groups)
-                    if post_end[0] > env.now:
-                        yield env.timeout(post_end[0] - env.now)
+                if pg is None:
+                    groups = fabric.flow_groups(rank, dsts[sel], sizes[sel])
+                    self.store.setdefault(c, []).extend(start_groups(net, groups, tag=tag))
+                    return
+                started = pg.start(net, rank, pg(rank, dsts[sel], sizes[sel]), tag=tag)
+                self.store.setdefault(c, []).extend(ev for _g, ev in started)
+                if pg.posted_until > env.now:  # this exchange's own posts (the queue may hold earlier ones)
+                    yield env.timeout(pg.posted_until - env.now)
             procs.append(env.process(start()))
         if procs:
             yield simpy.AllOf(env, procs)

@@ -10,7 +10,7 @@ Group constructors for the usual parallel layouts: :func:`world`, :func:`node_lo
 tensor-parallel group), :func:`rail` (the same local index on every node: a data-parallel group across nodes),
 :func:`blocks` (consecutive blocks of ranks).
 
-The :class:`Tuner` picks, like NCCL's tuner, the fastest registered algorithm and protocol for an (op, group
+The :class:`Tuner` picks, like NCCL's tuner, the fastest algorithm NCCL implements and its protocol for an (op, group
 shape, size) by simulating the collective alone on the group (memoised per shape and size): the choice depends
 only on the group's geometry, so every group of one shape gets the same algorithm.  Choices read
 ``"algorithm/protocol"`` (``"ring/LL"``, ``"nvls/Simple"``) under ``collectives.protocol_model: nccl``.
@@ -27,7 +27,7 @@ from .algorithms import REGISTRY, Algorithm, Layout, make_algorithm, missing_har
 from .protocols import p2p_protocols, protocols_for
 
 FLAT_ALGORITHMS = ("direct", "ring")
-#: algorithms whose inter-node phase is a ring of 2(N-1) steps (not tuned beyond 16 nodes)
+#: algorithms whose inter-node phase is a ring of 2(N-1) steps (an all-reduce's not tuned beyond 16 nodes)
 RING_BETWEEN_NODES = ("ring", "hierarchical")
 
 
@@ -192,23 +192,31 @@ def _protocols(op: str, algo, layout, group: Group, model: str, size_bytes: floa
 
 
 def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric_only: bool,
-                         topology=None, size_bytes: float | None = None) -> list[str]:
-    """Registered algorithms worth trying for ``op`` on ``group``, each with every protocol it runs with
+                         topology=None, size_bytes: float | None = None, what_ifs: bool = False) -> list[str]:
+    """Algorithms the default tuner tries for ``op`` on ``group``, each with every protocol it runs with
     (``"ring/LL"``, ...) when the topology's ``collectives.protocol_model`` is ``nccl`` (plain names otherwise).
-    ``size_bytes`` given: an all-to-all keeps only the protocols NCCL's p2p rule allows at that size
-    (:func:`~simfuse.collectives.protocols.p2p_protocols`); None keeps every protocol (a forced one, a what-if).
-    Left out: algorithms whose inter-node phase is a ring (``ring``, ``hierarchical``) across more than 16 nodes
-    (latency-bound there: 2(N-1) sequential steps; NCCL switches to trees; and costly to simulate), algorithms needing more nodes than the group spans, and in-network reductions (NVLS, SHARP) the
-    topology does not declare."""
+
+    Only what NCCL implements on that hardware (:data:`~simfuse.collectives.algorithms.NCCL_SET`): NVLS and
+    SHARP variants only where the topology declares them, PAT only at one GPU per node, NVLSTree, tree and
+    CollNet only across nodes, with NCCL's protocol rules (NVLS, NVLSTree, CollNet and PAT Simple only; an
+    all-to-all, grouped send/recv, keeps only the protocols NCCL's p2p rule allows at ``size_bytes``,
+    :func:`~simfuse.collectives.protocols.p2p_protocols`; None keeps every protocol).  ``what_ifs``: also
+    simfuse's own schedules (hierarchical, hierarchical_rhd, direct all-reduce ...), which otherwise run only
+    when named.  Left out: an all-reduce ring across more than 16 nodes (latency-bound there: 2(N-1) sequential
+    steps, NCCL's tuner takes trees; and costly to simulate) and algorithms the group's shape does not allow."""
     layout, regular = group_layout(group, gpus_per_node)
     model = topology.collectives.protocol_model if topology is not None else "none"
     names = []
     for name, cls in REGISTRY[op].items():
+        if not (cls.nccl or what_ifs):
+            continue
         if not regular and name not in FLAT_ALGORITHMS:
             continue
-        if name in RING_BETWEEN_NODES and layout.nodes > 16:
+        if name in RING_BETWEEN_NODES and layout.nodes > 16 and (op == "all_reduce" or not cls.nccl):
             continue
         if layout.nodes < cls.min_nodes:
+            continue
+        if cls.max_gpus_per_node and layout.gpus_per_node > cls.max_gpus_per_node:
             continue
         algo = make_algorithm(op, name, layout, 1.0)
         if topology is not None and missing_hardware(algo, topology):
@@ -227,7 +235,10 @@ class Tuner:
     group (the fabric is the whole system, so the group's links are the real ones).  Memoised.
 
     ``forced``: ``{op: algorithm}`` to skip tuning for some ops (a user's choice, e.g. ``--set
-    baseline_algorithm=...``)."""
+    baseline_algorithm=...``).  ``what_ifs``: tune over simfuse's own schedules too (not NCCL's; off by default,
+    :func:`candidate_algorithms`)."""
+
+    what_ifs: bool = False
 
     def __init__(self, topology, nodes: int, gpus_per_node: int, forced: dict[str, str] | None = None):
         self.topology = topology
@@ -251,7 +262,8 @@ class Tuner:
         if hit is not None:
             return hit
         names = candidate_algorithms(op, group, self.gpus_per_node, symmetric_only=symmetric_only,
-                                     topology=self.topology, size_bytes=size_bytes if protocol is None else None)
+                                     topology=self.topology, size_bytes=size_bytes if protocol is None else None,
+                                     what_ifs=self.what_ifs)
         if algorithm is not None:
             names = [n for n in names if split_choice(n)[0] == algorithm] or self._as_named(
                 op, group, algorithm, size_bytes if protocol is None else None)

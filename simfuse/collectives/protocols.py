@@ -10,9 +10,11 @@ Every constant is NCCL's own tuning model, ``src/graph/tuning.cc`` of NVIDIA/ncc
   NVLSTree Simple 20.9;
 * bandwidth: Ring LL ``busBw * .5`` (an 8-byte line carries 4 bytes of data and a 4-byte flag), Ring/Tree LL128
   ``* 0.92`` (a 128-byte line carries 120 bytes of data; NCCL rounds to .92), Simple the full rate;
-* NVLS, NVLSTree and CollNet run Simple only (``if ((a == NCCL_ALGO_NVLS || ...) && p != NCCL_PROTO_SIMPLE)``);
+* PAT (all-gather / reduce-scatter, one GPU per node): base 8.0, NVLink hop Simple 4.0, network hop Simple 14;
+* NVLS, NVLSTree, CollNet and PAT run Simple only (``if ((a == NCCL_ALGO_NVLS || ...) && p != NCCL_PROTO_SIMPLE)``);
 * in rings across nodes every intra-node hop costs at least the network post overhead (``getNetOverhead``: 1 us
-  on x86, tripled for Simple): ``intraLat = max(intraLat, netOverhead)``.
+  on x86, tripled for Simple): ``intraLat = max(intraLat, netOverhead)`` (rings only: an all-to-all's NVLink
+  sends post nothing; its network posts follow :mod:`.posting`).
 
 How simfuse uses them (:func:`step_latency_s`, :func:`wire_factor`): a protocol multiplies the bytes a flow puts
 on the wire by ``1 / bandwidth efficiency``, and a flow's last byte arrives after ``max(fabric latency, NCCL hop
@@ -35,7 +37,7 @@ from ..errors import SpecError
 PROTOCOLS = ("LL", "LL128", "Simple")
 #: NCCL algorithm family whose constants an algorithm uses (simfuse's own direct/hierarchical schedules are
 #: point-to-point like NCCL's ring: they use the ring's)
-FAMILIES = ("ring", "tree", "collnet", "nvls", "nvls_tree")
+FAMILIES = ("ring", "tree", "collnet", "nvls", "nvls_tree", "pat")
 
 _BASE_LAT_US = {  # baseLatencies
     "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
@@ -43,6 +45,7 @@ _BASE_LAT_US = {  # baseLatencies
     "collnet": {"Simple": 0.0},
     "nvls": {"Simple": 0.0},
     "nvls_tree": {"Simple": 0.0},
+    "pat": {"Simple": 8.0},
 }
 _HW_LAT_NVLINK_US = {  # hwLatencies[NCCL_HW_NVLINK]
     "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
@@ -50,6 +53,7 @@ _HW_LAT_NVLINK_US = {  # hwLatencies[NCCL_HW_NVLINK]
     "collnet": {"Simple": 3.7},
     "nvls": {"Simple": 25.0},
     "nvls_tree": {"Simple": 25.0},
+    "pat": {"Simple": 4.0},
 }
 _HW_LAT_NET_US = {  # hwLatencies[NCCL_HW_NET]
     "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0},
@@ -57,6 +61,7 @@ _HW_LAT_NET_US = {  # hwLatencies[NCCL_HW_NET]
     "collnet": {"Simple": 31.0},
     "nvls": {"Simple": 18.0},
     "nvls_tree": {"Simple": 20.9},
+    "pat": {"Simple": 14.0},
 }
 #: fraction of the link rate that carries data (ring LL x.5, LL128 x.92; Simple full)
 _BW_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
@@ -107,6 +112,9 @@ class ProtocolCost:
     model: str = "nccl"
     multi_node: bool = False
     net_overhead_s: float = 1e-6
+    #: point-to-point (all-to-all: grouped send/recv): the ring's net-overhead floor on NVLink hops does not apply
+    #: (an intra-node send posts nothing to the network proxy; its posts are priced by :mod:`.posting`)
+    p2p: bool = False
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -149,7 +157,7 @@ class ProtocolCost:
         if off_node:
             return _HW_LAT_NET_US[self.family][self.protocol] * 1e-6
         lat = _HW_LAT_NVLINK_US[self.family][self.protocol] * 1e-6
-        if self.multi_node and self.family == "ring":
+        if self.multi_node and self.family == "ring" and not self.p2p:
             lat = max(lat, self.net_overhead_s * _NET_OVERHEAD_MULT[self.protocol])
         return lat
 

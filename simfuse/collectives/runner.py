@@ -14,6 +14,7 @@ from ..errors import SpecError
 from ..network import INTRA, SELF, Fabric, FlowNetwork
 from ..spec import TopologySpec
 from .algorithms import BUSBW_FACTOR, Algorithm, Layout, make_algorithm, missing_hardware
+from .posting import PostRule, bulk_rule, post_queue, post_transfers
 from .protocols import ProtocolCost
 
 
@@ -46,18 +47,24 @@ def protocol_cost(fabric: Fabric, algo) -> ProtocolCost:
     """The protocol costs of ``algo`` (an Algorithm or GroupAlgorithm) on ``fabric``'s topology."""
     co = fabric.topology.collectives
     return ProtocolCost(getattr(algo, "family", "ring"), getattr(algo, "protocol", "Simple"), co.protocol_model,
-                        multi_node=algo.layout.nodes > 1, net_overhead_s=co.net_overhead_s)
+                        multi_node=algo.layout.nodes > 1, net_overhead_s=co.net_overhead_s,
+                        p2p=getattr(algo, "op", "") == "all_to_all")
 
 
 class ProtocolGroups:
     """Wraps a flow-group function with a protocol's costs: bytes on the wire ``x wire_factor``, each flow's last
     byte after ``max(fabric latency, NCCL hop latency)``, routed through the algorithm's switch reductions
-    (``via``).  ``issue_s(groups)``: the proxy's per-peer post cost of a point-to-point step (all-to-all), spent
-    while the flows move (a step ends no sooner than its last post)."""
+    (``via``).  ``per_peer`` (point-to-point steps: all-to-all): the proxy posts every off-node send by the
+    per-destination rule of :mod:`.posting` (``collectives.net_overhead_us`` per message, one message per
+    128 KiB chunk, one serial queue per GPU), overlapped with the flows; :meth:`start` starts a step's flows
+    and gates each off-node one by its post."""
 
-    def __init__(self, groups_fn, cost: ProtocolCost, via: tuple[str, ...] = (), per_peer: bool = False):
+    def __init__(self, groups_fn, cost: ProtocolCost, via: tuple[str, ...] = (), per_peer: bool = False,
+                 rule: PostRule | None = None, n_ranks: int = 0):
         self.groups_fn, self.cost, self.via, self.per_peer = groups_fn, cost, tuple(via), per_peer
         self._lat = {False: cost.hop_latency_s(False), True: cost.hop_latency_s(True)}
+        self.rule = rule if (per_peer and cost.active and rule is not None and rule.active) else None
+        self.n_ranks = n_ranks
 
     def __call__(self, src, dsts, sizes):
         wf = self.cost.wire_factor
@@ -74,19 +81,25 @@ class ProtocolGroups:
             out.append(g if lat == g.latency_s else dataclasses.replace(g, latency_s=lat))
         return out
 
-    def issue_s(self, groups) -> float:
-        if not (self.per_peer and self.cost.active):
-            return 0.0
-        peers = sum(g.count for g in groups if g.route_class not in (SELF, INTRA))
-        return peers * self.cost.net_overhead_s
+    def start(self, net: FlowNetwork, src: int, groups, tag=None) -> list:
+        """Start ``groups`` (from :meth:`__call__`) on ``net``; ``[(group, completion event)]``, each off-node
+        group's event no sooner than its last message's post plus its latency."""
+        started = [(g, net.transfer(g.links, g.size_bytes, g.latency_s, count=g.count, weights=g.weights, tag=tag),
+                    g.latency_s, g.route_class not in (SELF, INTRA)) for g in groups]
+        if self.rule is None or not any(o for _g, _ev, _l, o in started):
+            return [(g, ev) for g, ev, _l, _o in started]
+        wf, rule = self.cost.wire_factor, self.rule
+        queue = post_queue(net, src, rule, tag)
+        out = post_transfers(net, queue, src, self.n_ranks, started, lambda g: rule.messages(g.size_bytes / wf))
+        self.posted_until = max(self.posted_until, queue.free_at)
+        return out
+
+    #: when the last message this wrapper's :meth:`start` posted is posted (s; 0 before any post)
+    posted_until = 0.0
 
 
-def _step_events(env, net, pg: ProtocolGroups, groups, label):
-    evs = start_groups(net, groups, tag=label)
-    issue = pg.issue_s(groups)
-    if issue > 0:
-        evs.append(env.timeout(issue))
-    return evs
+def _step_events(net, pg: ProtocolGroups, src, groups, label):
+    return [ev for _g, ev in pg.start(net, src, groups, tag=label)]
 
 
 def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: Algorithm, *,
@@ -98,15 +111,16 @@ def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: 
     :mod:`.protocols`) elapses before the first step (kernel launch); each rank's step ``s`` starts when its step
     ``s-1`` sends are done and its step ``s-1`` receives have arrived; ``sync_s`` is added at the end
     (completion signalling).  The protocol scales the bytes on the wire and sets each hop's latency; in an
-    all-to-all each off-node peer costs the proxy ``collectives.net_overhead_us`` to post (``protocol_model:
-    nccl``).  Returns the finishing time (s).
+    all-to-all each off-node send is posted by the proxy at ``collectives.net_overhead_us`` per message
+    (:mod:`.posting`; ``protocol_model: nccl``).  Returns the finishing time (s).
     """
     env = sim.env
     t0 = env.now
     label = name or f"{algo.op}:{algo.name}"
     groups_fn = groups_fn or FlowGroupCache(fabric)
     cost = protocol_cost(fabric, algo)
-    pg = ProtocolGroups(groups_fn, cost, getattr(algo, "via", ()), per_peer=algo.op == "all_to_all")
+    pg = ProtocolGroups(groups_fn, cost, getattr(algo, "via", ()), per_peer=algo.op == "all_to_all",
+                        rule=bulk_rule(fabric.topology.collectives), n_ranks=fabric.n_ranks)
     launch_s = cost.launch_gap_s(launch_s)
     if launch_s > 0:
         yield env.timeout(launch_s)
@@ -114,7 +128,7 @@ def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: 
         if not algo.symmetric:
             raise RuntimeError(f"{label} is not symmetric on this layout; use a full fabric")
         for dsts, sizes in algo.steps(rank):
-            evs = _step_events(env, net, pg, pg(rank, dsts, sizes), label)
+            evs = _step_events(net, pg, rank, pg(rank, dsts, sizes), label)
             if evs:
                 yield simpy.AllOf(env, evs)
     else:
@@ -162,15 +176,9 @@ def _full_mode(sim, fabric, net, algo, groups_fn, label):
             if s > 0:
                 yield recv[r][s - 1]
             evs = []
-            grps = groups_fn(r, dsts, sizes)
-            for grp in grps:
-                ev = net.transfer(grp.links, grp.size_bytes, grp.latency_s, count=grp.count,
-                                  weights=grp.weights, tag=label)
+            for grp, ev in groups_fn.start(net, r, groups_fn(r, dsts, sizes), tag=label):
                 ev.callbacks.append(arrived(grp.dsts.tolist(), s))
                 evs.append(ev)
-            issue = groups_fn.issue_s(grps)
-            if issue > 0:
-                evs.append(env.timeout(issue))
             if evs:
                 yield simpy.AllOf(env, evs)
         yield recv[r][n_steps - 1]

@@ -29,6 +29,7 @@ import numpy as np
 import simpy
 
 from ..collectives import Layout
+from ..collectives.posting import post_queue, post_transfers, put_rule
 from ..costs import CostModel, KernelWork
 from ..engine import Simulation, run_kernel
 from ..errors import SpecError
@@ -177,42 +178,40 @@ def _slices(order: np.ndarray, dst: np.ndarray, slice_wgs: int) -> np.ndarray:
 
 
 def start_puts(net: FlowNetwork, fabric: Fabric, gi, src: int, dsts: np.ndarray, sizes_bytes: np.ndarray,
-               tag: str) -> list:
+               tag: str, messages: np.ndarray | None = None) -> list:
     """GPU-initiated transfers ``src -> dsts[i]`` of ``sizes_bytes[i]`` (one batch: the puts one GPU issues
-    at one moment); ``gi``: the topology's ``gpu_initiated``.  Returns ``[(flow group, completion event), ...]``.
+    at one moment); ``gi``: the topology's ``gpu_initiated``; ``messages[i]``: how many puts the transfer to
+    ``dsts[i]`` stands for (default one: a wave's slices to one destination leave as one flow, but each slice is
+    its own put).  Returns ``[(flow group, completion event), ...]``.
 
     * Every flow group pays the flag latency and, off the node, the NIC doorbell/proxy latency.
-    * Off-node puts of one batch serialize their post cost ``gi.put_post_s`` on the issuing GPU's NIC queue: the
-      ``k``-th of them (in shifted destination order, ``(dst - src) mod n``, a relabelling of every other rank's
-      order, so the fast path stays exact) lands no sooner than ``k x put_post_s`` plus its latency after the
-      batch starts.  The bytes flow from the batch's start (posting overlaps the transfers, as the proxy's
-      posts do in :func:`simfuse.collectives.runner.collective_process`): a put lands at ``max(drain + latency,
-      k x put_post_s + latency)``; N tiny off-node puts take at least ``N x put_post_s``.  On the fast path a
-      group of puts completes with its last member's post.  Batches are not serialized against each other
-      (a wave's batch posts while the next wave computes), and NVLink stores (inside the node) post nothing.
+    * Off-node puts pay the per-destination post rule the bulk exchange pays too
+      (:mod:`simfuse.collectives.posting`): ``gi.put_post_s`` per put on the GPU's post queue for this operation
+      (``tag``), serial across its batches, in shifted destination order; a put lands at ``max(drain, its post) + latency``.  NVLink stores
+      (inside the node) post nothing.
     """
     dsts = np.asarray(dsts, dtype=np.int64)
     groups = fabric.flow_groups(src, dsts, sizes_bytes)
-    post_s = gi.put_post_s
-    pos_dst = pos_rank = None
-    if post_s > 0:
-        cls = fabric.route_class(src, dsts)
-        off = dsts[(cls != SELF) & (cls != INTRA)]
-        if len(off):
-            order = np.argsort((off - src) % fabric.n_ranks, kind="stable")
-            pos_dst = np.sort(off)                              # the off-node destinations, sorted by id
-            pos_rank = np.empty(len(off), dtype=np.int64)      # their 1-based post position
-            pos_rank[np.searchsorted(pos_dst, off[order])] = np.arange(1, len(off) + 1)
-    out = []
+    rule = put_rule(gi)
+    started = []
     for grp in groups:
         remote = grp.route_class not in (SELF, INTRA)
         lat = grp.latency_s + gi.flag_latency_s + (gi.nic_proxy_latency_s if remote else 0.0)
         ev = net.transfer(grp.links, grp.size_bytes, lat, count=grp.count, weights=grp.weights, tag=tag)
-        if remote and pos_dst is not None:
-            k = int(pos_rank[np.searchsorted(pos_dst, np.asarray(grp.dsts, dtype=np.int64))].max())
-            ev = simpy.AllOf(net.env, [ev, net.env.timeout(k * post_s + lat)])
-        out.append((grp, ev))
-    return out
+        started.append((grp, ev, lat, remote))
+    if not rule.active:
+        return [(g, ev) for g, ev, _lat, _r in started]
+    if messages is None:
+        def messages_of(_grp):
+            return 1
+    else:
+        by_id = np.argsort(dsts, kind="stable")
+        sd, sm = dsts[by_id], np.asarray(messages, dtype=np.int64)[by_id]
+
+        def messages_of(grp):
+            return sm[np.searchsorted(sd, np.asarray(grp.dsts, dtype=np.int64))]
+
+    return post_transfers(net, post_queue(net, src, rule, tag), src, fabric.n_ranks, started, messages_of)
 
 
 class PushEngine:
@@ -273,7 +272,8 @@ class PushEngine:
         rdone, rdst = done[~local], dsts_all[~local]
         udst, inv = np.unique(rdst, return_inverse=True)
         usize = np.bincount(inv.reshape(-1), weights=self.slice_bytes[rdone])
-        for grp, ev in start_puts(self.net, self.fabric, gi, self.rank, udst, usize, self.op.name):
+        nputs = np.bincount(inv.reshape(-1))  # one put per slice
+        for grp, ev in start_puts(self.net, self.fabric, gi, self.rank, udst, usize, self.op.name, nputs):
             members = rdone[np.isin(rdst, grp.dsts)] if self.on_arrival is not None else None
             ev.callbacks.append(self._arrived(members))
             self.pending.append(ev)
@@ -393,15 +393,19 @@ class RunPushEngine:
                 return
             lo = 0
         sp = self._span(max(0, lo - self.s), hi)
-        delta = self._done_wgs(sp, hi) - self._done_wgs(sp, lo)
+        done_hi, done_lo = self._done_wgs(sp, hi), self._done_wgs(sp, lo)
+        delta = done_hi - done_lo
         dst = self.run_dst[sp]
         keep = (delta > 0) & (dst != self.rank)
         if not keep.any():
             return
+        s = self.s
+        puts = -(-done_hi // s) - -(-done_lo // s)  # slices (one put each) the wave completed, per run
         udst, inv = np.unique(dst[keep], return_inverse=True)
         usize = np.bincount(inv.reshape(-1), weights=delta[keep] * self.run_wg_bytes[sp][keep])
+        nputs = np.bincount(inv.reshape(-1), weights=puts[keep]).astype(np.int64)
         for grp, ev in start_puts(self.net, self.fabric, self.topo.gpu_initiated, self.rank, udst, usize,
-                                  self.op.name):
+                                  self.op.name, nputs):
             self.pending.append(ev)
             if self.on_transfer is not None:
                 self.on_transfer(grp, ev)

@@ -55,11 +55,13 @@ def test_many_peers_pay_the_proxy_posts_closed_form():
     # 16 nodes x 1 GPU, 64-byte messages: the proxy posts 15 off-node peers at 1 us each, which dominates the
     # wire time (15 x 64 B / 50 GB/s ~ 0.02 us) and the hop latency (3 us); p2p between nodes runs Simple, as
     # NCCL's network connections have no LL buffers by default (protocols.P2P_LL_THRESHOLD_BYTES), so there is
-    # no LL head start: launch + posts + sync
+    # no LL head start.  The last peer's message is posted after 15 us and then crosses the network (the
+    # per-destination rule of collectives/posting.py, as the fused puts): launch + posts + NCCL's Simple network
+    # hop latency (14 us > the fabric's 3 us) + sync
     nodes, per_peer = 16, 64.0
     topo = _topo(g=1, nics=1)
     t = execute(System.from_topology(topo), fold(_uniform_graph(nodes, 1, per_peer))).time_s
-    expect = 5e-6 + (nodes - 1) * 1e-6 + 2e-6
+    expect = 5e-6 + (nodes - 1) * 1e-6 + _HW_LAT_NET_US["ring"]["Simple"] * 1e-6 + 2e-6
     assert t == pytest.approx(expect, rel=1e-9)
     assert Tuner(topo, nodes, 1).choose("all_to_all", world(nodes), per_peer * nodes, algorithm="direct") == \
         "direct/Simple"
@@ -118,11 +120,12 @@ def test_uneven_alltoallv_fast_path_equals_full_with_protocols():
 
 def test_proxy_posts_serialize_across_late_receivers():
     # rank 0 of 3 (3 nodes x 1 GPU) sends to ranks 1 and 2; every rank enters together, so rank 0's posts take
-    # 2 x 10 us and its exchange ends no sooner than 5 us launch + 20 us + 2 us sync (Simple between nodes)
+    # 2 x 10 us; the second message then crosses the network (NCCL's Simple hop, 14 us), so the exchange ends at
+    # 5 us launch + 20 us + 14 us + 2 us sync (Simple between nodes)
     topo = _topo(g=1, nics=1, overhead_us=10.0)
     graph = _uniform_graph(3, 1, 128.0)
     t = execute(System.from_topology(topo), graph).time_s
-    assert t == pytest.approx(5e-6 + 2 * 10e-6 + 2e-6, rel=1e-9)
+    assert t == pytest.approx(5e-6 + 2 * 10e-6 + _HW_LAT_NET_US["ring"]["Simple"] * 1e-6 + 2e-6, rel=1e-9)
     assert ProtocolCost("ring", "LL").net_overhead_s == 1e-6  # the default the topology overrides here
 
 
@@ -187,3 +190,41 @@ def test_group_algorithms_named_restricted_and_tuned():
     assert tuner.asked == [("all_to_all", 1e6, "direct"), ("all_to_all", 1e6, None)]
     with pytest.raises(ValueError, match="not both"):
         algos.get("all_to_all", grp, 1e6, algorithm="direct", restrict_to="direct")
+
+
+def test_an_exchange_waits_for_its_own_posts_only():
+    # 2 nodes x 2 GPUs.  Exchange A (stream comm) sends 64 B to the two off-node ranks: 2 posts at 50 us each on
+    # the rank's proxy.  Exchange B (stream comm2) sends only to the node peer (no posts).  A compute node after
+    # B must not wait for A's posts: the graph ends as the graph without A does (its 300 us compute node is the
+    # longest path), not 100 us of posts later
+    from simfuse.graph import ComputeNode
+
+    nodes, g = 2, 2
+    n = nodes * g
+    topo = _topo(g=g, nics=g, overhead_us=50.0)
+
+    def graph(with_a):
+        gr = Graph(nodes, g)
+        gr.add_group(world(n))
+        for r in range(n):
+            prog = gr.program(r)
+            node, local = divmod(r, g)
+            if with_a:
+                a = np.zeros(n)
+                a[[(1 - node) * g + j for j in range(g)]] = 64.0
+                prog.add(AllToAllVNode(name="a", group="world", send_bytes=a))
+            b = np.zeros(n)
+            b[node * g + (1 - local)] = 64.0
+            pre = prog.add(ComputeNode(name="pre", time_s=10e-6))  # B launches while A's posts are queued
+            bid = prog.add(AllToAllVNode(name="b", group="world", send_bytes=b, stream="comm2", deps=(pre,)))
+            prog.add(ComputeNode(name="c", time_s=300e-6, deps=(bid,)))
+        return gr
+
+    sysm = System.from_topology(topo)
+    alone = execute(sysm, graph(False)).time_s
+    both = execute(sysm, graph(True)).time_s
+    assert alone > 310e-6
+    # B's NVLink sends pay no network post overhead (NCCL's ring floor max(NVLink hop, 3 x 50 us) is a ring
+    # rule, not a p2p one): 10 us + the launch gap + an NVLink hop (a few us) + the 300 us compute node
+    assert alone < 330e-6
+    assert both == pytest.approx(alone, rel=1e-9)

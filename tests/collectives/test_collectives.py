@@ -97,6 +97,7 @@ def small_systems(draw):
     cls = REGISTRY[op][alg]
     algo = cls(Layout(nodes, g), 1.0)
     assume(nodes >= cls.min_nodes and not missing_hardware(algo, topo))
+    assume(not cls.max_gpus_per_node or g <= cls.max_gpus_per_node)  # PAT: one GPU per node
     if topo.collectives.protocol_model == "nccl":
         alg = f"{alg}/{draw(st.sampled_from(protocols_for(algo.family, 'nccl')))}"
     size = draw(st.integers(1, 8 * MiB))

@@ -67,6 +67,12 @@ def test_nvls_and_sharp_only_when_declared():
         make_topology(scale_up_extra={"nvls_efficiency": 0.5})
 
 
+def _pipelined(intra_drain_s, nvl_lat_s, inter_drain_s, net_lat_s, inter_hops):
+    """NCCL's pipelined hierarchical all-reduce: the intra-node (NVLink/NVLS) and inter-node (NIC) parts move at
+    once, the slower sets the time; one NVLink hop before and after and the inter-node part's network hops."""
+    return 2 * nvl_lat_s + max(intra_drain_s + nvl_lat_s, inter_drain_s + net_lat_s) + (inter_hops - 1) * net_lat_s
+
+
 @pytest.mark.parametrize("nodes", [2, 4, 8])
 def test_tree_closed_form(nodes):
     g = 2
@@ -76,9 +82,12 @@ def test_tree_closed_form(nodes):
     r = run_collective(t, nodes, "all_reduce", size, algorithm="tree")
     x = size / g
     depth = int(np.ceil(np.log2(nodes)))
-    intra = (g - 1) * size / g / 400e9 + 1e-6
-    inter = 2 * (x / 50e9 + 3e-6) + 2 * (depth - 1) * 3e-6
-    assert r.time_s == pytest.approx(2 * intra + inter, rel=1e-6)
+    # intra: reduce-scatter + all-gather, size/g to the one peer each; inter: each NIC carries 2x each way
+    # (reduce up, broadcast down) -- only x on two nodes, where each node is a leaf of one tree and the root of
+    # the other
+    inter_bytes = x if nodes == 2 else 2 * x
+    expect = _pipelined(2 * size / g / 400e9, 1e-6, inter_bytes / 50e9, 3e-6, 2 * depth)
+    assert r.time_s == pytest.approx(expect, rel=1e-6)
 
 
 def test_collnet_halves_network_bytes():
@@ -87,8 +96,8 @@ def test_collnet_halves_network_bytes():
                       nic_lat_us=3.0, fabric="rail_optimized", scale_out_extra={"sharp": True, "sharp_efficiency": 0.8})
     size = 64 * MiB
     r = run_collective(t, nodes, "all_reduce", size, algorithm="collnet")
-    intra = (g - 1) * size / g / 400e9 + 1e-6
-    assert r.time_s == pytest.approx(2 * intra + size / g / 40e9 + 3e-6, rel=1e-6)
+    # the shard once each way through the SHARP links (0.8 x 50 GB/s), pipelined with the NVLink part
+    assert r.time_s == pytest.approx(_pipelined(2 * size / g / 400e9, 1e-6, size / g / 40e9, 3e-6, 1), rel=1e-6)
     tree = run_collective(t, nodes, "all_reduce", size, algorithm="tree")
     assert r.time_s < tree.time_s
 
@@ -100,8 +109,10 @@ def test_nvls_multi_node_needs_sharp_and_uses_both():
                       scale_out_extra={"sharp": True, "sharp_efficiency": 1.0})
     size = 64 * MiB
     r = run_collective(t, nodes, "all_reduce", size, algorithm="nvls")
-    # NVLS reduce-scatter and all-gather: size each way on the busy direction; SHARP: the shard once
-    assert r.time_s == pytest.approx(2 * (size / 200e9 + 1e-6) + size / g / 50e9 + 3e-6, rel=1e-6)
+    # NVLS reduce-scatter and all-gather together: size (1 + 1/g) each way on the NVLS port (200 GB/s); SHARP:
+    # the shard once each way
+    expect = _pipelined(size * (1 + 1 / g) / 200e9, 1e-6, size / g / 50e9, 3e-6, 1)
+    assert r.time_s == pytest.approx(expect, rel=1e-6)
 
 
 @pytest.mark.parametrize("proto,wire,hop_us,base_us", [("LL", 2.0, 0.6, -1.8), ("LL128", 1 / 0.92, 1.9, 5.6),
@@ -141,10 +152,11 @@ def test_tuner_picks_ll_small_simple_large(h200):
 
 
 def test_all_to_all_per_peer_post_cost():
-    # 32 nodes of one GPU: 31 network peers at 1 us each to post; the bytes are negligible
+    # 32 nodes of one GPU: 31 network peers at 1 us each to post; the bytes are negligible; the last message
+    # then crosses the network at NCCL's Simple network hop latency (14 us > the fabric's 3 us)
     t = make_topology(gpus_per_node=1, nics_per_node=1, nic_lat_us=3.0, collectives_extra={"protocol_model": "nccl"})
     r = run_collective(t, 32, "all_to_all", 32 * 8, algorithm="direct", protocol="Simple")
-    assert r.time_s == pytest.approx(31e-6, rel=1e-3)
+    assert r.time_s == pytest.approx(31e-6 + 14e-6, rel=1e-3)
     ideal = make_topology(gpus_per_node=1, nics_per_node=1, nic_lat_us=3.0)
     assert run_collective(ideal, 32, "all_to_all", 32 * 8, algorithm="direct").time_s == pytest.approx(3e-6, rel=1e-2)
 
@@ -230,3 +242,38 @@ def test_a_named_ring_beyond_16_nodes_still_tunes_its_protocol(root):
     for nodes in (16, 17):
         choice = Tuner(t, nodes, 8).choose("all_reduce", world(nodes * 8), 4096, algorithm="ring")
         assert choice.startswith("ring/") and choice != "ring/Simple", (nodes, choice)
+
+
+def _a3mega_like(**kw):
+    """2 x 8 H100-like GPUs, NVLink 450 GB/s with NVLS (NCCL's Hopper nvlsEfficiency 0.85), 8 NICs of 200 Gb/s
+    per node (GCP A3 Mega's shape), rail-optimized, line rate (efficiencies 1)."""
+    return make_topology(gpus_per_node=8, nics_per_node=8, nvl_gbps=450, nvl_lat_us=1.0, nic_gbit=200,
+                         nic_lat_us=3.0, fabric="rail_optimized",
+                         scale_up_extra={"nvls": True, "nvls_efficiency": 0.85}, **kw)
+
+
+def test_two_node_allreduce_beyond_the_nic_rate_a3mega():
+    """A3 Mega (2 x 8 H100, 8 x 200 Gb/s per node) measures 338.8 GB/s busbw at 8 GiB
+    (lessizzmore/create-a3mega-ztan-fork@02dd8f4:ztan-NCCL-test-result).  A ring's busbw is capped by one NIC
+    per channel: g x 25 GB/s = 200.  On two nodes NCCL's trees carry only each GPU's 1/g shard per NIC each way
+    (each node is a leaf of one tree and the root of the other; NVLSTree's switch reduces the node's buffers
+    first), so busbw = 2 (n-1)/n x g x B_nic = 375 GB/s at line rate when the NVLink part keeps up."""
+    t = _a3mega_like()
+    size, g, n = 8 * 2**30, 8, 16
+    nic = 25e9
+    bound = 2 * (n - 1) / n * g * nic / 1e9
+    ring = run_collective(t, 2, "all_reduce", size, algorithm="ring")
+    assert ring.busbw_gbps <= g * nic / 1e9 * 1.0001
+    for algo in ("nvls_tree", "tree"):
+        r = run_collective(t, 2, "all_reduce", size, algorithm=algo)
+        assert r.busbw_gbps == pytest.approx(bound, rel=1e-3)
+        assert r.busbw_gbps > 338.8 > ring.busbw_gbps
+    # NVLSTree's closed form: NVLS size (1 + 1/g) each way at 450 x 0.85 GB/s, pipelined with the shard
+    # (size/g) each way on every NIC, two network hops (up and down the depth-1 trees)
+    r = run_collective(t, 2, "all_reduce", size, algorithm="nvls_tree")
+    expect = _pipelined(size * (1 + 1 / g) / (450e9 * 0.85), 1e-6, size / g / nic, 3e-6, 2)
+    assert r.time_s == pytest.approx(expect, rel=1e-9)
+    # the measured figure implies the NICs ran at 338.8 / 375 = 90% of line rate
+    assert 338.8 / bound == pytest.approx(0.9035, abs=1e-3)
+    # the default tuner takes a tree on two nodes at this size, not the ring
+    assert run_collective(t, 2, "all_reduce", size).algorithm in ("tree", "nvls_tree")

@@ -94,3 +94,50 @@ def test_coarsened_waves_skip_the_tuning_grid():
     r = IterationResult("fused", 0, 0, 0, "classes", 1, 0, 0.0)
     assert _tuning_matters(dataclasses.replace(r, fused_waves=MAX_PUSH_WAVES))
     assert not _tuning_matters(dataclasses.replace(r, fused_waves=MAX_PUSH_WAVES + 1))
+
+
+@pytest.mark.parametrize("slice_wgs", [1, 3, 10**9])
+@pytest.mark.parametrize("engine_cls", [PushEngine, RunPushEngine])
+def test_every_slice_posts_one_put(monkeypatch, engine_cls, slice_wgs):
+    """The per-destination post rule counts one message per slice (put), however the engine batches them into
+    flows: the messages posted over the kernel are the off-node slices, ceil(run length / slice_wgs) per run of
+    one destination (slice_wgs beyond the grid: one per destination)."""
+    import simfuse.fused.base as base
+
+    posted = {}
+    real = base.start_puts
+
+    def spy(net, fabric, gi, src, dsts, sizes, tag, messages=None):
+        m = np.ones(len(dsts), dtype=np.int64) if messages is None else np.asarray(messages)
+        cls = fabric.route_class(src, np.asarray(dsts))
+        for d, k, c in zip(np.asarray(dsts).tolist(), m.tolist(), cls.tolist(), strict=True):
+            if c > 1:  # off the node (route classes above INTRA)
+                posted[d] = posted.get(d, 0) + k
+        return real(net, fabric, gi, src, dsts, sizes, tag, messages)
+
+    monkeypatch.setattr(base, "start_puts", spy)
+    nodes, g = 3, 2
+    op = _emb(nodes, g, 6144, 2)
+    kn = FusedKnobs(slice_wgs=slice_wgs, tile_order="remote_first")
+    _run(engine_cls, op, kn, nodes, 0, False, max_events=10**9)
+    dst, cnt, _per = wg_runs(op, 0, Fabric(SYSTEM.topology, nodes, gpus_per_node=g), "remote_first")
+    expect = {}
+    for d, c in zip(dst.tolist(), cnt.tolist(), strict=True):
+        if d // g != 0:
+            expect[d] = expect.get(d, 0) + (1 if slice_wgs >= cnt.sum() else -(-c // slice_wgs))
+    assert posted == expect
+
+
+@pytest.mark.parametrize("slice_wgs", [1, 8])
+def test_run_engine_equals_per_workgroup_engine_with_post_costs(slice_wgs):
+    global SYSTEM
+    saved = SYSTEM
+    SYSTEM = System.from_topology(make_topology(gpu_initiated={"put_post_us": 0.3}), calibrated=False)
+    try:
+        op = _emb(2, 2, 4096, 3)
+        kn = FusedKnobs(slice_wgs=slice_wgs, tile_order="remote_first")
+        for symmetric in (False, True):
+            assert _run(PushEngine, op, kn, 2, 0, symmetric) == _run(RunPushEngine, op, kn, 2, 0, symmetric,
+                                                                   max_events=10**9)
+    finally:
+        SYSTEM = saved

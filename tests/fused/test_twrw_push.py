@@ -61,8 +61,8 @@ def spy(monkeypatch):
     log = {"sent": defaultdict(float), "recv": defaultdict(float)}
     real = base.start_puts
 
-    def wrapped(net, fabric, gi, src, dsts, sizes, tag):
-        out = real(net, fabric, gi, src, dsts, sizes, tag)
+    def wrapped(net, fabric, gi, src, dsts, sizes, tag, messages=None):
+        out = real(net, fabric, gi, src, dsts, sizes, tag, messages)
         for grp, ev in out:
             for d in np.asarray(grp.dsts).tolist():
                 key = (tag, int(src), int(d))

@@ -11,6 +11,15 @@ bug fix changes the model (docs/design.md, "Execution graph: changes from the ha
   rank also waited for its own outgoing pushes to land (ranks holding big tables sent for longer than they
   received) -> up to 7% faster on the uneven placements; an earlier start of the DDP all-reduces can also add
   contention (at most +1%).
+* All-reduce: NCCL's hierarchical all-reduces (tree, NVLSTree, CollNet) run pipelined -- the NVLink and NIC
+  parts at once -- and a two-node tree carries each shard once each way (docs/design.md, Collectives).  Before,
+  they ran as three bulk-synchronous phases.  Where a tree now wins the DDP all-reduce buckets, DLRM iterations
+  get shorter: dlrm_synthetic, whose buckets are exposed, up to 17% on 16 nodes and 18% on 128 (H200; 3% and 8%
+  on the H100).
+
+The tuner here also tries simfuse's own schedules (``Tuner.what_ifs``), as the reference's tuner did: the default
+tuner now picks only what NCCL implements, which prices e.g. the decode TP all-reduces with NCCL's ring / tree
+instead of the direct two-phase all-reduce -- a model change, not an executor one.
 
 The comparison isolates the execution-graph refactor from later modelling changes: the topologies and the
 calibration profile are the files of commit d234bb7, frozen in ``tests/data/regression/`` (no NCCL protocol
@@ -50,8 +59,22 @@ def _cases():
         yield pytest.param(m, t, n, modes, id=f"{m}-{t}-{n}", marks=marks)
 
 
-def _bounds(model: str, mode: str) -> tuple[float, float]:
-    """Allowed relative change (low, high) of the iteration time (the two named DLRM fixes above)."""
+#: cases whose DDP all-reduce buckets a pipelined tree now takes (the all-reduce fix above): lower bound
+TREE_PIPELINED = {("dlrm_synthetic", 16): -0.17, ("dlrm_synthetic", 128): -0.19}
+
+
+@pytest.fixture(autouse=True)
+def _reference_tuner(monkeypatch):
+    """The reference's tuner: simfuse's own schedules are candidates too."""
+    from simfuse.collectives.groups import Tuner
+
+    monkeypatch.setattr(Tuner, "what_ifs", True)
+
+
+def _bounds(model: str, mode: str, nodes: int = 0) -> tuple[float, float]:
+    """Allowed relative change (low, high) of the iteration time (the named fixes above)."""
+    if (model, nodes) in TREE_PIPELINED:
+        return TREE_PIPELINED[model, nodes], 0.01
     if not model.startswith("dlrm"):
         return -0.005, 0.005
     if mode == "baseline":
@@ -68,7 +91,7 @@ def test_matches_pre_graph_results(model, topology, nodes, ref):
     res = simulate_workload(spec, System.load(DATA / f"{topology}.yaml"), nodes)
     for mode, row in ref.items():
         rel = res[mode].iteration_time_s / float(row["iteration_time_s"]) - 1.0
-        lo, hi = _bounds(model, mode)
+        lo, hi = _bounds(model, mode, nodes)
         assert lo <= rel <= hi, f"{mode}: {rel:+.4%} outside [{lo:+.1%}, {hi:+.1%}]"
         if not model.startswith("dlrm"):
             assert res[mode].compute_time_s == pytest.approx(float(row["compute_time_s"]), rel=0.005)

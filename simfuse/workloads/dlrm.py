@@ -14,7 +14,8 @@ Input distribution (``embedding.input_dist``, both modes): before a shard can po
 ``b`` bags for that shard must reach it: an All-to-All-v (``a2a_input``) in which each rank sends each holder
 ``b x (ids per bag the holder serves x key bytes + shards it holds x 4)`` (ids of its rows for a row shard, all
 of the table's for a column shard; one int32 length per bag and shard: TorchRec's KJT input_dist, HugeCTR's data
-distributor).  ``prefetch`` (default) runs the next batch's on its own stream (``comm_input``) from the
+distributor); with ``embedding.ids_dedup`` each distinct bag once plus an index per bag
+(:func:`simfuse.workloads.ids.ids_bytes`).  ``prefetch`` (default) runs the next batch's on its own stream (``comm_input``) from the
 iteration's start -- it shares the links with everything else and the step ends no sooner than it; ``inline``
 runs this batch's first on the communication stream and the model-parallel lookups wait for it; ``none`` leaves
 it out (the model before 2026-12-04).  Data-parallel tables need no ids from other ranks.
@@ -57,8 +58,8 @@ from ..fused.knobs import DTYPE_BYTES, FusedKnobs
 from ..fused.ops import EmbeddingAllToAll, PushKernel, RelayWait, TwrwEmbeddingPush
 from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, DelayNode, FusedNode, Graph
 from ..spec import DLRMSpec
-from ..spec.workload import KEY_DTYPE_BYTES, LENGTH_BYTES
 from .dense import elementwise_work, gemm_work
+from .ids import spec_ids_bytes
 from .placement import place_tables, rank_classes
 from .planner import HIER_SHARDINGS, RankUnits, check_batch_split
 from .sparse_backward import (  # noqa: F401  (re-exported: the sparse backward's formulas)
@@ -434,14 +435,15 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     # the input distribution (``embedding.input_dist``): every rank sends each shard holder its ``b`` bags' ids
     # of the tables that holder serves (a row shard gets the ids in its rows: ``u.pooling`` per bag, uniform ids;
     # a column shard all of its table's) and one length per bag and shard; the same vector from every rank
+    # (simfuse.workloads.ids.ids_bytes: key width, optional deduplication of repeated bags)
     if spec.input_dist != "none":
+        def unit_ids(u):
+            return spec_ids_bytes(spec, b, u.pooling, u.table) if u.kind in _SHARDED_KINDS else 0.0
+
         if vec:
-            key_lk = per_rank.lookups(_SHARDED_KINDS)
-            key_units = sum(per_rank.count(k) for k in _SHARDED_KINDS)
+            key_sizes = per_rank.per_rank_sum(unit_ids)
         else:
-            key_lk = np.array([sum(u.pooling for u in us if u.kind in _SHARDED_KINDS) for us in per_rank])
-            key_units = np.array([sum(1 for u in us if u.kind in _SHARDED_KINDS) for us in per_rank], dtype=float)
-        key_sizes = b * (key_lk * KEY_DTYPE_BYTES[spec.key_dtype] + key_units * LENGTH_BYTES)
+            key_sizes = np.array([sum(unit_ids(u) for u in us) for us in per_rank], dtype=float)
     else:
         key_sizes = np.zeros(n)
     has_keys = bool(key_sizes.any())

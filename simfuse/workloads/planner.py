@@ -101,7 +101,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..fused.knobs import DTYPE_BYTES
-from ..spec.workload import KEY_DTYPE_BYTES, LENGTH_BYTES
+from .ids import spec_ids_bytes
 from .placement import Unit
 from .sparse_backward import index_bytes, sparse_update_bytes
 
@@ -218,6 +218,11 @@ class RankUnits(Sequence):
             if i is not None:
                 out.append(Unit(u.table, u.rows, u.pooling, i, u.shards, u.kind, u.dim))
         return out
+
+    def per_rank_sum(self, value) -> np.ndarray:
+        """``sum(value(u) for u in self[r])`` for every rank (``value`` of a unit of shard 0: it must not depend on
+        the shard index)."""
+        return self._per_rank_sum(value)
 
     def _per_rank_sum(self, value) -> np.ndarray:
         """``sum(value(u) for u in self[r])`` for every rank, accumulated in placement order (exact)."""
@@ -351,11 +356,14 @@ class _Ctx:
         self.opt = spec.optimizer_state_factor
         self.sparse_backward = spec.sparse_backward
         self.rates, self.budget, self.mode = rates, budget_bytes, mode
-        # the input distribution's bytes per id and per (bag, shard) length (embedding.input_dist, key_dtype):
-        # counted when the lookups wait for them (inline); prefetched ids overlap the iteration (module docstring)
-        keys = spec.input_dist == "inline"
-        self.kb = KEY_DTYPE_BYTES[spec.key_dtype] if keys else 0
-        self.lb = LENGTH_BYTES if keys else 0
+        # the input distribution (embedding.input_dist): inline ids are part of a rank's communication (the
+        # lookups wait for them); prefetched ids are an ingress bound beside the iteration (module docstring)
+        self.ids = spec.input_dist
+
+    def ids_bytes(self, t: int, lookups: float) -> float:
+        """Bytes one rank sends one holder of table ``t``'s shard serving ``lookups`` ids per bag
+        (:func:`simfuse.workloads.ids.spec_ids_bytes`; 0 when the ids are not modelled)."""
+        return 0.0 if self.ids == "none" else spec_ids_bytes(self.spec, self.b, lookups, t)
 
     def storage(self, rows: int, dim: int) -> float:
         return rows * dim * self.eb * (1.0 + self.opt)
@@ -371,10 +379,17 @@ class _Ctx:
         return (pool + sparse_update_bytes(eb, ceb, self.opt, bags, rows, lookups, dim)
                 + index_bytes(bags, rows, lookups))
 
-    def rank_cost(self, comp, si, se, ri, re):
+    def link_s(self, si, se, ri, re):
         r = self.rates
-        comm = np.maximum(si, ri) / r.nvlink_bytes_per_s + np.maximum(se, re) / r.nic_bytes_per_s
-        return comp + comm if self.mode == "baseline" else np.maximum(comp, comm)
+        return np.maximum(si, ri) / r.nvlink_bytes_per_s + np.maximum(se, re) / r.nic_bytes_per_s
+
+    def rank_cost(self, comp, si, se, ri, re, dp=0.0, ids=None):
+        """A rank's cost: compute and communication (summed in baseline mode, overlapped in fused mode) plus the
+        data-parallel all-reduce ``dp``; ``ids``: the prefetched ids a rank sends and receives per tier
+        ``(si, se, ri, re)``, a bound: the iteration ends no sooner than they have arrived."""
+        comm = self.link_s(si, se, ri, re)
+        cost = (comp + comm if self.mode == "baseline" else np.maximum(comp, comm)) + dp
+        return cost if ids is None else np.maximum(cost, self.link_s(*ids))
 
     def dp_allreduce_s(self, rows: int) -> float:
         if self.n == 1:
@@ -405,22 +420,32 @@ class _Option:
     recv_inter_holder: float = 0.0  # bytes each holder receives from other nodes (the ids of the input distribution)
     u_send_intra: float = 0.0       # bytes every rank sends (its bags' ids to the holders), average per tier
     u_send_inter: float = 0.0
+    # prefetched ids (input_dist: prefetch), priced as an ingress bound apart from the iteration's traffic
+    ids_recv_intra_holder: float = 0.0
+    ids_recv_inter_holder: float = 0.0
+    u_ids_send_intra: float = 0.0
+    u_ids_send_inter: float = 0.0
 
 
-def _with_keys(ctx: _Ctx, opt: _Option) -> _Option:
-    """``opt`` with its input distribution (forward only): every rank sends each of the ``shards`` holders the ids
-    of its ``b`` bags that the shard serves (``pooling`` per bag, ``kb`` bytes each) and one ``lb``-byte length
-    per bag: ``x = b (pooling kb + lb)``.  A holder receives ``x`` from each other rank (``g - 1`` of them over
-    NVLink); a rank sends ``shards x``, the tiers split as the uniform receive volumes (``(g - 1) / n`` intra).
-    Only ``inline`` ids count (``ctx.kb`` / ``ctx.lb`` are 0 otherwise: see the module docstring)."""
-    if opt.kind == "data_parallel" or not (ctx.kb or ctx.lb):
+def _with_keys(ctx: _Ctx, opt: _Option, t: int) -> _Option:
+    """``opt`` (of table ``t``) with its input distribution (forward only): every rank sends each of the
+    ``shards`` holders the ids of its ``b`` bags that the shard serves, ``x`` bytes (:meth:`_Ctx.ids_bytes`:
+    ``b (pooling k + 4)`` without deduplication).  A holder receives ``x`` from each other rank (``g - 1`` of them
+    over NVLink); a rank sends ``shards x``, the tiers split as the uniform receive volumes (``(g - 1) / n``
+    intra).  ``inline`` ids join the option's communication; ``prefetch`` ids are kept apart (the ingress bound
+    of :meth:`_Ctx.rank_cost`)."""
+    x = 0.0 if opt.kind == "data_parallel" else ctx.ids_bytes(t, opt.pooling)
+    if not x:
         return opt
     n, g = ctx.n, ctx.g
-    x = ctx.b * (opt.pooling * ctx.kb + ctx.lb)
-    return dataclasses.replace(opt, recv_intra_holder=opt.recv_intra_holder + (g - 1) * x,
-                               recv_inter_holder=opt.recv_inter_holder + (n - g) * x,
-                               u_send_intra=opt.u_send_intra + opt.shards * x * (g - 1) / n,
-                               u_send_inter=opt.u_send_inter + opt.shards * x * (n - g) / n)
+    if ctx.ids == "inline":
+        return dataclasses.replace(opt, recv_intra_holder=opt.recv_intra_holder + (g - 1) * x,
+                                   recv_inter_holder=opt.recv_inter_holder + (n - g) * x,
+                                   u_send_intra=opt.u_send_intra + opt.shards * x * (g - 1) / n,
+                                   u_send_inter=opt.u_send_inter + opt.shards * x * (n - g) / n)
+    return dataclasses.replace(opt, ids_recv_intra_holder=(g - 1) * x, ids_recv_inter_holder=(n - g) * x,
+                               u_ids_send_intra=opt.shards * x * (g - 1) / n,
+                               u_ids_send_inter=opt.shards * x * (n - g) / n)
 
 
 def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Option]:
@@ -466,7 +491,7 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
         out.append(_Option("data_parallel", n, tab.rows, D, tab.pooling, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
                            u_comp_s=(local + grad + upd) / hbm, u_dp_s=ctx.dp_allreduce_s(tab.rows),
                            storage=ctx.storage(tab.rows, D)))
-    return [_with_keys(ctx, o) for o in out]
+    return [_with_keys(ctx, o, t) for o in out]
 
 
 def _hier_option(ctx: _Ctx, t: int, kind: str, k: int) -> _Option:
@@ -491,10 +516,16 @@ class _Loads:
         n = ctx.n
         self.ctx = ctx
         self.comp, self.si, self.se, self.ri, self.re, self.mem = (np.zeros(n) for _ in range(6))
+        self.ki, self.ke, self.ksi, self.kse = (np.zeros(n) for _ in range(4))  # prefetched ids per tier
         self.dp_s = 0.0
 
+    def ids(self, ksi, kse, kri, kre):
+        """The ids' bound's argument to :meth:`_Ctx.rank_cost` (None unless the ids are prefetched)."""
+        return (ksi, kse, kri, kre) if self.ctx.ids == "prefetch" else None
+
     def costs(self) -> np.ndarray:
-        return self.ctx.rank_cost(self.comp, self.si, self.se, self.ri, self.re) + self.dp_s
+        return self.ctx.rank_cost(self.comp, self.si, self.se, self.ri, self.re, self.dp_s,
+                                  self.ids(self.ksi, self.kse, self.ki, self.ke))
 
 
 def _try(opt: _Option, L: _Loads):
@@ -506,18 +537,20 @@ def _try(opt: _Option, L: _Loads):
     ri, re = L.ri + opt.u_recv_intra, L.re + opt.u_recv_inter
     dp = L.dp_s + opt.u_dp_s
     si, se = L.si + opt.u_send_intra, L.se + opt.u_send_inter
+    ksi, kse = L.ksi + opt.u_ids_send_intra, L.kse + opt.u_ids_send_inter
     before = L.costs().sum()
-    base = ctx.rank_cost(comp, si, se, ri, re) + dp
+    base = ctx.rank_cost(comp, si, se, ri, re, dp, L.ids(ksi, kse, L.ki, L.ke))
     hri, hre = ri + opt.recv_intra_holder, re + opt.recv_inter_holder  # on a holder
+    hids = L.ids(ksi, kse, L.ki + opt.ids_recv_intra_holder, L.ke + opt.ids_recv_inter_holder)
     if opt.kind in ("row_wise", "data_parallel"):
         if not ok.all():
             return None
         holders = np.arange(n)
-        after = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre) + dp
+        after = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre, dp, hids)
         return float(after.max()), float(after.sum() - before), holders
+    cand = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre, dp, hids)
     if opt.kind in HIER_SHARDINGS:  # whole nodes: the k nodes whose most-loaded rank ends lowest
         N, k = ctx.N, opt.shards // g
-        cand = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre) + dp
         node_ok = ok.reshape(N, g).all(axis=1)
         if int(node_ok.sum()) < k:
             return None
@@ -531,7 +564,6 @@ def _try(opt: _Option, L: _Loads):
         inc = float(base.sum() - before + (cand[holders] - base[holders]).sum())
         return crit, inc, holders
     # table_wise / column_wise: shards one by one on the rank where the cost ends lowest
-    cand = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre) + dp
     if int(ok.sum()) < opt.shards:
         return None
     masked = np.where(ok, cand, np.inf)
@@ -557,24 +589,40 @@ def _apply(opt: _Option, holders: np.ndarray, L: _Loads) -> None:
     L.se[holders] += opt.send_inter
     L.ri[holders] += opt.recv_intra_holder
     L.mem[holders] += opt.storage
+    L.ksi += opt.u_ids_send_intra
+    L.kse += opt.u_ids_send_inter
+    L.ki[holders] += opt.ids_recv_intra_holder
+    L.ke[holders] += opt.ids_recv_inter_holder
 
 
 def _option_cost_alone(ctx: _Ctx, opt: _Option) -> float:
-    return float(ctx.rank_cost(np.array([opt.comp_s + opt.u_comp_s]), np.array([opt.send_intra + opt.u_send_intra]),
-                               np.array([opt.send_inter + opt.u_send_inter]),
-                               np.array([opt.recv_intra_holder + opt.u_recv_intra]),
-                               np.array([opt.recv_inter_holder + opt.u_recv_inter]))[0] + opt.u_dp_s)
+    ids = None
+    if ctx.ids == "prefetch":
+        ids = (opt.u_ids_send_intra, opt.u_ids_send_inter, opt.ids_recv_intra_holder, opt.ids_recv_inter_holder)
+    return float(ctx.rank_cost(opt.comp_s + opt.u_comp_s, opt.send_intra + opt.u_send_intra,
+                               opt.send_inter + opt.u_send_inter, opt.recv_intra_holder + opt.u_recv_intra,
+                               opt.recv_inter_holder + opt.u_recv_inter, opt.u_dp_s, ids))
 
 
 def _option_total(ctx: _Ctx, opt: _Option) -> float:
     """An option's cost summed over ranks, each part alone (holders x holder cost + ranks x uniform cost)."""
-    hold = _option_cost_alone(ctx, _Option(opt.kind, 1, 0, 0, 0, opt.comp_s, opt.send_intra, opt.send_inter,
-                                           opt.recv_intra_holder, 0.0, 0.0,
-                                           recv_inter_holder=opt.recv_inter_holder))
-    uni = _option_cost_alone(ctx, _Option(opt.kind, 1, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, opt.u_recv_intra,
-                                          opt.u_recv_inter, opt.u_comp_s, opt.u_dp_s,
-                                          u_send_intra=opt.u_send_intra, u_send_inter=opt.u_send_inter))
+    hold = _option_cost_alone(ctx, _holder_part(opt))
+    uni = _option_cost_alone(ctx, _uniform_part(opt))
     return (opt.shards if opt.kind not in ("data_parallel",) else 0) * hold + ctx.n * uni
+
+
+def _holder_part(o: _Option) -> _Option:
+    """The part of ``o`` one holder carries (its shard), without the load every rank carries."""
+    return _Option(o.kind, 1, o.rows, o.dim, o.pooling, o.comp_s, o.send_intra, o.send_inter, o.recv_intra_holder,
+                   0.0, 0.0, storage=o.storage, recv_inter_holder=o.recv_inter_holder,
+                   ids_recv_intra_holder=o.ids_recv_intra_holder, ids_recv_inter_holder=o.ids_recv_inter_holder)
+
+
+def _uniform_part(o: _Option) -> _Option:
+    """The part of ``o`` every rank carries (received volumes, sent ids, data-parallel work)."""
+    return _Option(o.kind, o.shards, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, o.u_recv_intra, o.u_recv_inter, o.u_comp_s,
+                   o.u_dp_s, u_send_intra=o.u_send_intra, u_send_inter=o.u_send_inter,
+                   u_ids_send_intra=o.u_ids_send_intra, u_ids_send_inter=o.u_ids_send_inter)
 
 
 def _too_big(ctx: _Ctx, t: int):
@@ -675,18 +723,14 @@ def estimate_plan(spec, system, plan_per_rank: list[list[Unit]], nodes: int, gpu
             # uniform parts once per table; per-holder parts on this rank
             if key not in seen:
                 seen.add(key)
-                _apply(_Option(o.kind, o.shards, 0, 0, 0, 0, 0, 0, 0, o.u_recv_intra, o.u_recv_inter, o.u_comp_s,
-                               o.u_dp_s, u_send_intra=o.u_send_intra, u_send_inter=o.u_send_inter),
-                       np.array([], dtype=np.int64), L)
-            _apply(_Option(o.kind, 1, o.rows, o.dim, o.pooling, o.comp_s, o.send_intra, o.send_inter,
-                           o.recv_intra_holder, 0, 0, storage=o.storage, recv_inter_holder=o.recv_inter_holder),
-                   holders, L)
+                _apply(_uniform_part(o), np.array([], dtype=np.int64), L)
+            _apply(_holder_part(o), holders, L)
     return float(L.costs().max())
 
 
 def _custom_option(ctx: _Ctx, u: Unit) -> _Option:
     """The estimate of a shard count the enumerator does not produce (forced plans), ids included."""
-    return _with_keys(ctx, _custom_option_comm(ctx, u))
+    return _with_keys(ctx, _custom_option_comm(ctx, u), u.table)
 
 
 def _custom_option_comm(ctx: _Ctx, u: Unit) -> _Option:
@@ -826,7 +870,7 @@ def _check_grid_ranks(ranks, g: int, D: int, src: str, fld: str) -> None:
 def _option_for(ctx: _Ctx, units: list[Unit], t: int) -> _Option:
     u = next(x for x in units if x.table == t)
     if u.kind == "grid" or (u.kind == "table_row_wise" and u.shards == ctx.g):
-        return _with_keys(ctx, _hier_option(ctx, t, u.kind, u.shards // ctx.g))
+        return _with_keys(ctx, _hier_option(ctx, t, u.kind, u.shards // ctx.g), t)
     opts = {(o.kind, o.shards): o for o in enumerate_options(ctx, t, SHARDINGS)}
     return opts.get((u.kind, u.shards)) or _custom_option(ctx, u)
 

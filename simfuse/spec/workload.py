@@ -68,9 +68,10 @@ LENGTH_BYTES = 4
 #: log-log fit of frequency against rank)
 IDS_ZIPF_S = 1.05
 #: HugeCTR's MLPerf DLRM-DCNv2 planner replicates (data-parallel) every table smaller than ``DP_SHARDING_THRESHOLD``
-#: = 0.0125 GiB counted with its Adagrad state (``config_DGXH100_{8x8x2112,16x8x1056}.sh``, ``sharding/
-#: generate_plan.py``; docs/hugectr_baseline.md e: 12,207 rows of 128 fp32 + 128 fp32 state)
-HUGECTR_DP_THRESHOLD_BYTES = 0.0125 * 2**30
+#: = 0.0125 GB counted with its Adagrad state (``config_DGXH100_{8x8x2112,16x8x1056}.sh``, ``sharding/
+#: generate_plan.py``; docs/hugectr_baseline.md e: 12,207 rows of 128 fp32 + 128 fp32 state); the MLPerf model
+#: files set ``embedding.data_parallel_below_mib`` to it (11.92 MiB)
+HUGECTR_DP_THRESHOLD_BYTES = 0.0125e9
 
 # Bounds checked at load time (far beyond any real model; they keep sizes, memory and loops finite).
 MAX_GLOBAL_BATCH = 2**24       # samples per iteration

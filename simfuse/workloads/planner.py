@@ -146,6 +146,7 @@ class TablePlan:
     dim_per_shard: int
     storage_bytes_per_rank: float
     estimated_cost_s: float
+    reason: str = ""
 
 
 @dataclass
@@ -170,7 +171,8 @@ class Plan:
                               "ranks": format_ranks(t.ranks, self.n_ranks), "shards": len(t.ranks),
                               "rows_per_shard": t.rows_per_shard, "dim_per_shard": t.dim_per_shard,
                               "bytes": t.storage_bytes_per_rank, "estimated_cost_s": t.estimated_cost_s,
-                              "candidate": self.candidate, "plan_estimated_critical_s": self.estimated_critical_s}
+                              "candidate": self.candidate, "plan_estimated_critical_s": self.estimated_critical_s,
+                              "reason": t.reason or (f"forced: {self.source}" if self.source != "planner" else "")}
                              for t in self.tables])
 
     def memory_bytes(self, spec) -> np.ndarray:
@@ -367,6 +369,11 @@ class _Ctx:
 
     def storage(self, rows: int, dim: int) -> float:
         return rows * dim * self.eb * (1.0 + self.opt)
+
+    def replicated(self, t: int) -> bool:
+        """Table ``t`` is below ``embedding.data_parallel_below_mib`` (its rows, dim, dtype and optimizer
+        state): the planner replicates it (data-parallel), as HugeCTR's planner does (module docstring)."""
+        return self.n > 1 and self.storage(self.spec.tables[t].rows, self.D) < self.spec.data_parallel_below_bytes
 
     def pool_update_bytes(self, bags: int, lookups: float, dim: int, rows: float) -> float:
         """HBM bytes of forward pooling and the sparse backward of one shard of ``rows`` rows (the builder's
@@ -637,7 +644,8 @@ def _partition(ctx: _Ctx, allowed: tuple[str, ...], name: str) -> Plan:
     per_rank = RankUnits(ctx.n)
     tw = {t: enumerate_options(ctx, t, ("table_wise",))[0] for t in range(T)}
     order = sorted(range(T), key=lambda t: (-_option_cost_alone(ctx, tw[t]), t))
-    options = {t: enumerate_options(ctx, t, allowed) for t in range(T)}
+    small = {t for t in range(T) if ctx.replicated(t)}
+    options = {t: enumerate_options(ctx, t, ("data_parallel",) if t in small else allowed) for t in range(T)}
     least = {t: min((_option_total(ctx, o) for o in options[t] if o.storage <= ctx.budget), default=0.0)
              for t in range(T)}
     remaining = sum(least.values())
@@ -645,26 +653,59 @@ def _partition(ctx: _Ctx, allowed: tuple[str, ...], name: str) -> Plan:
     for t in order:
         remaining -= least[t]
         total = float(L.costs().sum())
-        best = None
-        for rank_i, opt in enumerate(options[t]):
-            res = _try(opt, L)
-            if res is None:
-                continue
-            # the critical rank after this table, or the average rank once every remaining table is placed at
-            # its cheapest summed cost, whichever is larger (a lookahead bound)
-            score = max(res[0], (total + res[1] + remaining) / ctx.n)
-            key = (score, res[1], rank_i)
-            if best is None or key < best[0]:
-                best = (key, opt, res[2])
-        if best is None:
+        ranked = _rank_options(ctx, options[t], L, total, remaining)
+        note = ""
+        if not ranked and t in small:  # a replica does not fit every rank: shard it as any other table
+            ranked = _rank_options(ctx, enumerate_options(ctx, t, allowed), L, total, remaining)
+            note = "replica does not fit every GPU; "
+        if not ranked:
             raise _too_big(ctx, t)
-        _, opt, holders = best
+        (score, _inc, _i), opt, holders = ranked[0]
         _apply(opt, holders, L)
         per_rank.add(t, opt, holders)
         tables.append(TablePlan(t, opt.kind, tuple(np.asarray(holders).tolist()), opt.rows, opt.dim, opt.storage,
-                                _option_cost_alone(ctx, opt)))
+                                _option_cost_alone(ctx, opt),
+                                note + _reason(ctx, t, opt, holders, ranked, tw[t], t in small and not note)))
     tables.sort(key=lambda tp: tp.table)
     return Plan(ctx.mode, ctx.n, ctx.g, tables, per_rank, float(L.costs().max()), name)
+
+
+def _rank_options(ctx: _Ctx, options, L: _Loads, total: float, remaining: float) -> list:
+    """The options that fit, best first: ``((score, summed increase, index), option, holders)``.  Score: the
+    critical rank after this table, or the average rank once every remaining table is placed at its cheapest
+    summed cost, whichever is larger (a lookahead bound); ties to the lower summed increase, then the order of
+    :data:`SHARDINGS`."""
+    out = []
+    for i, opt in enumerate(options):
+        res = _try(opt, L)
+        if res is not None:
+            out.append(((max(res[0], (total + res[1] + remaining) / ctx.n), res[1], i), opt, res[2]))
+    return sorted(out, key=lambda x: x[0])
+
+
+def _reason(ctx: _Ctx, t: int, opt: _Option, holders, ranked: list, tw: _Option, replicated: bool) -> str:
+    """Why table ``t`` got ``opt`` (plan.csv's ``reason``)."""
+    tab = ctx.spec.tables[t]
+    mib = ctx.storage(tab.rows, ctx.D) / 2**20
+    if replicated:
+        return (f"replicated: {tab.rows} rows, {mib:.3g} MiB < data_parallel_below_mib "
+                f"{ctx.spec.data_parallel_below_bytes / 2**20:.3g}")
+    where = "every GPU" if len(holders) == ctx.n else f"{len(holders)} GPU{'s' if len(holders) > 1 else ''}"
+    parts = [f"{opt.kind} over {where}"]
+    mean_p = sum(x.pooling for x in ctx.spec.tables) / len(ctx.spec.tables)
+    if tab.pooling >= 2 * mean_p:
+        parts.append(f"hot ({tab.pooling:g} lookups per bag, mean {mean_p:.3g})")
+    if tw.storage > ctx.budget:
+        parts.append(f"{mib / 1024:.3g} GiB does not fit one GPU's {ctx.budget / 2**30:.3g} GiB")
+    score = ranked[0][0][0]
+    nxt = next((r for r in ranked[1:] if r[1].kind != opt.kind or r[1].shards != opt.shards), None)
+    best = f"lowest estimate {score * 1e6:.4g} us"
+    if nxt is not None:
+        best += f" (next {nxt[1].kind} x{nxt[1].shards}: {nxt[0][0] * 1e6:.4g} us)"
+    if ctx.ids == "prefetch" and opt.kind != "data_parallel":
+        ing = ctx.link_s(0.0, 0.0, opt.ids_recv_intra_holder, opt.ids_recv_inter_holder)
+        best += f"; ids ingress {ing * 1e6:.3g} us per holder"
+    return "; ".join(parts + [best])
 
 
 def _context(spec, system_or_topology, n: int, g: int, mode: str) -> _Ctx:

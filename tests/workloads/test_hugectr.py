@@ -213,7 +213,7 @@ def test_bucketed_data_parallel_table_reduces_all_reduces_then_updates(tmp_path,
         b, P, rows = 1024 // N_RANKS, TABLES[4][1], TABLES[4][0]
         for r in range(N_RANKS):
             nodes = graph.programs[r].nodes
-            ar = _named(graph, r, "dp_table_allreduce4")
+            ar = _named(graph, r, "dp_tables_allreduce")  # one bucket of every replicated table
             (red,) = [nodes[i] for i in ar.deps]
             (upd,) = [nd for nd in nodes if ar.id in nd.deps]
             assert isinstance(red, ComputeNode) and red.phase == upd.phase == "embedding_update"

@@ -60,7 +60,8 @@ def expected_distinct(rows: float, draws: float, zipf_s: float = 0.0) -> float:
     probability ``p_i = i^-s / H`` (``H = sum_i i^-s``; ``s = 0``: uniform):
 
     ``E = sum_i (1 - (1 - p_i)^draws)``.  Uniform: the closed form ``rows (1 - (1 - 1/rows)^draws)``.  Zipf: the
-    first 4,096 terms exactly, the rest (and the rest of ``H``) as integrals (midpoint rule, ``p_i`` small there).
+    first 4,096 terms exactly, the rest (and the rest of ``H``) as integrals over ``[4096.5, rows + 0.5]`` (the
+    midpoint rule; the terms vary slowly there).
     At most ``min(rows, draws)``; 0 for no draws."""
     if rows <= 0 or draws <= 0:
         return 0.0
@@ -80,7 +81,7 @@ def expected_distinct(rows: float, draws: float, zipf_s: float = 0.0) -> float:
     head = float(-np.expm1(draws * np.log1p(-np.minimum(p, 1.0 - 1e-300))).sum())
     tail = 0.0
     if R > k:
-        tail = _tail_integral(lambda x: -np.expm1(-draws * x ** -zipf_s / H), lo, hi)
+        tail = _tail_integral(lambda x: -np.expm1(draws * np.log1p(-(x ** -zipf_s) / H)), lo, hi)
     return min(draws, R, head + tail)
 
 

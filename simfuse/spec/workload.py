@@ -22,9 +22,12 @@ INTERACTIONS = ("dot", "dcn")
 #: waits for the forward All-to-All; ``overlap`` issues the model-parallel embedding kernel first and runs the bottom
 #: MLP while its All-to-All is in flight (HugeCTR's ``train_intra_iteration_overlap``)
 SCHEDULES = ("bulk", "overlap")
-#: dense gradient all-reduce: ``bucketed`` (DDP buckets as backward produces them) or ``grouped`` (one all-reduce of
-#: every dense and data-parallel-table gradient after the backward pass: HugeCTR's ``grouped_all_reduce``)
-DENSE_ALLREDUCES = ("bucketed", "grouped")
+#: dense gradient all-reduce: ``bucketed`` (DDP buckets as backward produces them; the replicated tables' gradients,
+#: ready at the backward's end, one more bucket: TorchRec's data-parallel tables are DDP parameters) or ``grouped``
+#: (one all-reduce of every dense and data-parallel-table gradient after the backward pass: HugeCTR's
+#: ``grouped_all_reduce``); ``bucketed_per_table``: as bucketed with one all-reduce per replicated table (simfuse
+#: before 2026-12-06, kept so regression tests can pin older results)
+DENSE_ALLREDUCES = ("bucketed", "grouped", "bucketed_per_table")
 #: dense optimizer step after the gradient all-reduce: ``none`` (not modelled), ``adagrad`` (fp32 master
 #: weights and accumulator; with a non-fp32 dense dtype, the cast of the weights to it) or ``sgd`` (plain SGD on
 #: the dense-dtype weights: read weight and gradient, write the weight; PyTorch's ``foreach`` step)

@@ -744,16 +744,22 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         if has_twrw and not (fuse_bwd and twrw_h):
             tr_x = rg.add(AllToAllVNode(name="a2a_bwd_intra", group="world", send_bytes=st1_bwd, stream="comm",
                                         deps=(tr_x,)))
-        dp_ar = -1  # bucketed: the replicated tables' gradients in one all-reduce (their optimizer steps wait for it)
-        if dp_tables and not grouped:  # local reduces, then one all-reduce on the data-parallel stream: the
-            # tables' weights are DDP parameters like the dense ones (TorchRec's data-parallel sharding), their
-            # gradients ready together at the end of the backward, as one bucket
+        dp_ars = {}  # bucketed: the replicated tables' gradient all-reduce (their optimizer steps wait for it)
+        if dp_tables and spec.dense_allreduce == "bucketed":  # local reduces, then one all-reduce on the
+            # data-parallel stream: the tables' weights are DDP parameters like the dense ones (TorchRec's
+            # data-parallel sharding), their gradients ready together at the end of the backward, as one bucket
             red = -1
             for t in dp_tables:
                 red = comp(dp_reduce[t], "embedding_update", deps=(dgrad,) if red < 0 else ())
-            dp_ar = rg.add(CollectiveNode(name="dp_tables_allreduce", op="all_reduce", group="world",
-                                          size_bytes=float(sum(spec.tables[t].rows for t in dp_tables) * D * grad_eb),
-                                          stream="comm_dp", phase="allreduce_dp_tables", deps=(red,)))
+            ar = rg.add(CollectiveNode(name="dp_tables_allreduce", op="all_reduce", group="world",
+                                       size_bytes=float(sum(spec.tables[t].rows for t in dp_tables) * D * grad_eb),
+                                       stream="comm_dp", phase="allreduce_dp_tables", deps=(red,)))
+            dp_ars = dict.fromkeys(dp_tables, ar)
+        for t in dp_tables if spec.dense_allreduce == "bucketed_per_table" else ():  # each table its own
+            red = comp(dp_reduce[t], "embedding_update", deps=(dgrad,))
+            dp_ars[t] = rg.add(CollectiveNode(name=f"dp_table_allreduce{t}", op="all_reduce", group="world",
+                                              size_bytes=float(spec.tables[t].rows * D * grad_eb), stream="comm_dp",
+                                              phase="allreduce_dp_tables", deps=(red,)))
         for pair in bot_bwd:
             last, wdone = bwd_pair(pair, "bottom_mlp_bwd", last)
             grad_done(li, wdone)
@@ -780,7 +786,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             nbytes = rows * D * (eb * (2.0 + 2.0 * spec.optimizer_state_factor) + grad_eb)
             comp(elementwise_work(f"emb_update_dp{t}", nbytes, 3.0 * rows * D, spec.embedding_dtype,
                                   wgs=max(1, rows * D // 8192)), "embedding_update",
-                 deps=(grad_ars[-1],) if grouped else (bwd_x, dp_ar))
+                 deps=(grad_ars[-1],) if grouped else (bwd_x, dp_ars[t]))
         if spec.dense_optimizer == "adagrad":
             comp(elementwise_work("dense_update", dense_params * dense_update_bytes, 5.0 * dense_params, "fp32",
                                   wgs=max(1, dense_params // 8192)), "dense_update", deps=tuple(grad_ars))

@@ -364,6 +364,8 @@ def test_defaults_reproduce_main(root, key, monkeypatch):
     d["dense_fusion"] = "legacy"  # the dense element-wise kernels of that time (dense_fusion came later)
     d["embedding"]["input_dist"] = "none"  # no ids' exchange then (input_dist came later, stop 24)
     d["embedding"]["sparse_backward"] = "bytes"  # one update kernel priced by its bytes (sorted came 2026-12-05)
+    d["embedding"].pop("data_parallel_below_mib", None)  # no replication cut then (came 2026-12-06)
+    d["dense_allreduce"] = "bucketed_per_table"  # one all-reduce per replicated table then (one bucket: 2026-12-06)
     spec = workload_from_dict(d, model)
     # the topology as it was then: the H100 file took over the H200's small-M GEMM curve and strided-copy rate
     # later (stop 23-24), and its own measured curve, strided-copy rate and flops_efficiency (0.72 then) on

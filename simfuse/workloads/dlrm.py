@@ -538,10 +538,27 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     twrw_bags = TwrwEmbeddingPush.bags_for(b, 4)  # _pool_work's 4 bags per workgroup, whole ones per rank
     # a replicated table's local reduce: the scatter-add of its ``b`` bags' lookup gradients into its dense gradient,
     # parallel over the lookups (before its all-reduce, bucketed, or the grouped one)
-    dp_reduce = {t: elementwise_work(f"emb_dp_local_reduce{t}", b * spec.tables[t].pooling * D * grad_eb,
-                                     b * spec.tables[t].pooling * D, spec.embedding_dtype,
-                                     wgs=max(1, b * int(math.ceil(spec.tables[t].pooling)) // 64))
-                 for t in dp_tables}
+    # The replicated tables run as one group (one pooling, one local reduce, one optimizer kernel over all of
+    # them: FBGEMM's table-batched embedding under TorchRec's data-parallel sharding, HugeCTR's data-parallel
+    # embedding op); ``bucketed_per_table`` keeps one of each per table (simfuse before 2026-12-06)
+    dp_groups = ([[t] for t in dp_tables] if spec.dense_allreduce == "bucketed_per_table" else
+                 [dp_tables] if dp_tables else [])
+
+    def dp_name(prefix, ts):
+        return f"{prefix}{ts[0]}" if len(ts) == 1 else prefix
+
+    dp_pool = [_pool_work(dp_name("embedding_dp", ts), b, sum(spec.tables[t].pooling for t in ts), D, eb,
+                          tables=len(ts), rows=sum(spec.tables[t].rows for t in ts)) for ts in dp_groups]
+    dp_reduce = [elementwise_work(dp_name("emb_dp_local_reduce", ts),
+                                  b * sum(spec.tables[t].pooling for t in ts) * D * grad_eb,
+                                  b * sum(spec.tables[t].pooling for t in ts) * D, spec.embedding_dtype,
+                                  wgs=max(1, sum(b * int(math.ceil(spec.tables[t].pooling)) for t in ts) // 64))
+                 for ts in dp_groups]
+    dp_rows = [sum(spec.tables[t].rows for t in ts) for ts in dp_groups]
+    dp_update = [elementwise_work(dp_name("emb_update_dp", ts),
+                                  rows * D * (eb * (2.0 + 2.0 * spec.optimizer_state_factor) + grad_eb),
+                                  3.0 * rows * D, spec.embedding_dtype, wgs=max(1, rows * D // 8192))
+                 for ts, rows in zip(dp_groups, dp_rows, strict=True)]
 
     for r in ranks:
         units = [u for u in per_rank[r] if u.kind in _A2A_KINDS]
@@ -593,18 +610,15 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             last = -1
             for w in bottom_fwd:
                 last = comp(w, "bottom_mlp_fwd", deps=gate if last < 0 else ())
-            for t in dp_tables:
-                tab = spec.tables[t]
-                last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb, rows=tab.rows), "embedding_dp_fwd")
+            for w in dp_pool:
+                last = comp(w, "embedding_dp_fwd")
             return last
 
         def dp_and_bottom(gate=()):
             """``overlap`` order (HugeCTR's issue order: the data-parallel lookups, then the bottom MLP)."""
             last = -1
-            for t in dp_tables:
-                tab = spec.tables[t]
-                last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb, rows=tab.rows), "embedding_dp_fwd",
-                            deps=gate if last < 0 else ())
+            for w in dp_pool:
+                last = comp(w, "embedding_dp_fwd", deps=gate if last < 0 else ())
             for w in bottom_fwd:
                 last = comp(w, "bottom_mlp_fwd", deps=gate if last < 0 else ())
             return last
@@ -744,22 +758,17 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         if has_twrw and not (fuse_bwd and twrw_h):
             tr_x = rg.add(AllToAllVNode(name="a2a_bwd_intra", group="world", send_bytes=st1_bwd, stream="comm",
                                         deps=(tr_x,)))
-        dp_ars = {}  # bucketed: the replicated tables' gradient all-reduce (their optimizer steps wait for it)
-        if dp_tables and spec.dense_allreduce == "bucketed":  # local reduces, then one all-reduce on the
-            # data-parallel stream: the tables' weights are DDP parameters like the dense ones (TorchRec's
-            # data-parallel sharding), their gradients ready together at the end of the backward, as one bucket
-            red = -1
-            for t in dp_tables:
-                red = comp(dp_reduce[t], "embedding_update", deps=(dgrad,) if red < 0 else ())
-            ar = rg.add(CollectiveNode(name="dp_tables_allreduce", op="all_reduce", group="world",
-                                       size_bytes=float(sum(spec.tables[t].rows for t in dp_tables) * D * grad_eb),
-                                       stream="comm_dp", phase="allreduce_dp_tables", deps=(red,)))
-            dp_ars = dict.fromkeys(dp_tables, ar)
-        for t in dp_tables if spec.dense_allreduce == "bucketed_per_table" else ():  # each table its own
-            red = comp(dp_reduce[t], "embedding_update", deps=(dgrad,))
-            dp_ars[t] = rg.add(CollectiveNode(name=f"dp_table_allreduce{t}", op="all_reduce", group="world",
-                                              size_bytes=float(spec.tables[t].rows * D * grad_eb), stream="comm_dp",
-                                              phase="allreduce_dp_tables", deps=(red,)))
+        # bucketed: the replicated tables' local reduce, then their gradients' all-reduce on the data-parallel
+        # stream (their optimizer step waits for it): the tables' weights are DDP parameters like the dense ones
+        # (TorchRec's data-parallel sharding), their gradients ready together at the backward's end, one bucket
+        dp_ars = []
+        for i, ts in enumerate(dp_groups if not grouped else ()):
+            red = comp(dp_reduce[i], "embedding_update", deps=(dgrad,))
+            per_table = spec.dense_allreduce == "bucketed_per_table"
+            dp_ars.append(rg.add(CollectiveNode(name=f"dp_table_allreduce{ts[0]}" if per_table else
+                                                "dp_tables_allreduce", op="all_reduce",
+                                                group="world", size_bytes=float(dp_rows[i] * D * grad_eb),
+                                                stream="comm_dp", phase="allreduce_dp_tables", deps=(red,))))
         for pair in bot_bwd:
             last, wdone = bwd_pair(pair, "bottom_mlp_bwd", last)
             grad_done(li, wdone)
@@ -767,8 +776,8 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         last = join(last)
         if grouped:  # HugeCTR grouped_all_reduce: the data-parallel tables' local reduce into their dense
             # gradients, then one all-reduce of every dense and data-parallel-table gradient (docs/hugectr_baseline.md)
-            for t in dp_tables:
-                last = comp(dp_reduce[t], "embedding_update")
+            for w in dp_reduce:
+                last = comp(w, "embedding_update")
             grad_ars.append(rg.add(CollectiveNode(name="grouped_allreduce", op="all_reduce", group="world",
                                                   size_bytes=grouped_bytes, stream="comm_dp",
                                                   phase="allreduce_grouped", deps=(last,))))
@@ -781,12 +790,8 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             for w in sparse_update_works("emb_update_twrw", spec, B,
                                          [(u.rows, u.pooling, u.dim or D) for u in tr_units]):
                 dep = comp(w, "embedding_update", deps=(dep,))
-        for t in dp_tables:  # the optimizer step over the table, once its reduced gradient is in
-            rows = spec.tables[t].rows
-            nbytes = rows * D * (eb * (2.0 + 2.0 * spec.optimizer_state_factor) + grad_eb)
-            comp(elementwise_work(f"emb_update_dp{t}", nbytes, 3.0 * rows * D, spec.embedding_dtype,
-                                  wgs=max(1, rows * D // 8192)), "embedding_update",
-                 deps=(grad_ars[-1],) if grouped else (bwd_x, dp_ars[t]))
+        for i, w in enumerate(dp_update):  # the optimizer step over the tables, once their reduced gradient is in
+            comp(w, "embedding_update", deps=(grad_ars[-1],) if grouped else (bwd_x, dp_ars[i]))
         if spec.dense_optimizer == "adagrad":
             comp(elementwise_work("dense_update", dense_params * dense_update_bytes, 5.0 * dense_params, "fp32",
                                   wgs=max(1, dense_params // 8192)), "dense_update", deps=tuple(grad_ars))

@@ -530,6 +530,11 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     # dense element
     dense_update_bytes = 4 + grad_eb + 4 + 4 + 4 + ((4 + DTYPE_BYTES[dt]) if dt != "fp32" else 0)
     buckets, closes = _buckets(top_grads + inter_grads + bot_grads, spec.bucket_bytes)
+    # bucketed: the replicated tables' weights are DDP parameters like the dense ones (TorchRec's data-parallel
+    # sharding); their gradients are ready at the backward's end and join its last bucket
+    dp_in_bucket = spec.dense_allreduce == "bucketed" and bool(dp_tables)
+    if dp_in_bucket:
+        buckets[-1] += float(sum(spec.tables[t].rows for t in dp_tables) * D * grad_eb)
     closing = {last: k for k, last in closes.items()}
     overlap = spec.schedule == "overlap"
     grouped = spec.dense_allreduce == "grouped"
@@ -587,12 +592,15 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
 
         grad_ars: list[int] = []  # the dense gradients' all-reduces (the dense optimizer step waits for them)
 
-        def grad_done(layer_idx: int, dep: int, rg=rg, grad_ars=grad_ars):
+        dp_red: list[int] = []  # the replicated tables' local reduce (bucketed: the last bucket waits for it)
+
+        def grad_done(layer_idx: int, dep: int, rg=rg, grad_ars=grad_ars, dp_red=dp_red):
             k = None if grouped else closing.get(layer_idx)
             if k is not None:
+                extra = tuple(dp_red) if k == len(buckets) - 1 else ()
                 grad_ars.append(rg.add(CollectiveNode(name=f"ddp_allreduce{k}", op="all_reduce", group="world",
                                                       size_bytes=buckets[k], stream="comm_dp",
-                                                      phase=f"allreduce_bucket{k}", deps=(dep,))))
+                                                      phase=f"allreduce_bucket{k}", deps=(dep, *extra))))
 
         # ---------------- forward
         # the sparse ids to the shard holders: prefetch (the next batch's, own stream, from the iteration's start;
@@ -758,17 +766,16 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         if has_twrw and not (fuse_bwd and twrw_h):
             tr_x = rg.add(AllToAllVNode(name="a2a_bwd_intra", group="world", send_bytes=st1_bwd, stream="comm",
                                         deps=(tr_x,)))
-        # bucketed: the replicated tables' local reduce, then their gradients' all-reduce on the data-parallel
-        # stream (their optimizer step waits for it): the tables' weights are DDP parameters like the dense ones
-        # (TorchRec's data-parallel sharding), their gradients ready together at the backward's end, one bucket
+        # the replicated tables' local reduce; bucketed: their gradients ride in the last DDP bucket;
+        # bucketed_per_table: each table's gradient its own all-reduce (their optimizer steps wait for them)
         dp_ars = []
-        for i, ts in enumerate(dp_groups if not grouped else ()):
+        if dp_in_bucket:
+            dp_red.append(comp(dp_reduce[0], "embedding_update", deps=(dgrad,)))
+        for i, ts in enumerate(dp_groups if spec.dense_allreduce == "bucketed_per_table" else ()):
             red = comp(dp_reduce[i], "embedding_update", deps=(dgrad,))
-            per_table = spec.dense_allreduce == "bucketed_per_table"
-            dp_ars.append(rg.add(CollectiveNode(name=f"dp_table_allreduce{ts[0]}" if per_table else
-                                                "dp_tables_allreduce", op="all_reduce",
-                                                group="world", size_bytes=float(dp_rows[i] * D * grad_eb),
-                                                stream="comm_dp", phase="allreduce_dp_tables", deps=(red,))))
+            dp_ars.append(rg.add(CollectiveNode(name=f"dp_table_allreduce{ts[0]}", op="all_reduce", group="world",
+                                                size_bytes=float(dp_rows[i] * D * grad_eb), stream="comm_dp",
+                                                phase="allreduce_dp_tables", deps=(red,))))
         for pair in bot_bwd:
             last, wdone = bwd_pair(pair, "bottom_mlp_bwd", last)
             grad_done(li, wdone)
@@ -791,7 +798,8 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                                          [(u.rows, u.pooling, u.dim or D) for u in tr_units]):
                 dep = comp(w, "embedding_update", deps=(dep,))
         for i, w in enumerate(dp_update):  # the optimizer step over the tables, once their reduced gradient is in
-            comp(w, "embedding_update", deps=(grad_ars[-1],) if grouped else (bwd_x, dp_ars[i]))
+            comp(w, "embedding_update", deps=(grad_ars[-1],) if grouped else
+                 (bwd_x, grad_ars[-1]) if dp_in_bucket else (bwd_x, dp_ars[i]))
         if spec.dense_optimizer == "adagrad":
             comp(elementwise_work("dense_update", dense_params * dense_update_bytes, 5.0 * dense_params, "fp32",
                                   wgs=max(1, dense_params // 8192)), "dense_update", deps=tuple(grad_ars))

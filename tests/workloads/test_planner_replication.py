@@ -118,32 +118,42 @@ def test_plan_csv_has_a_reason_for_every_table(tmp_path):
     assert all(r.startswith("forced: ") for r in forced.to_frame().reason)
 
 
-@pytest.mark.parametrize("allreduce", ["bucketed", "bucketed_per_table"])
-def test_replicated_tables_run_as_one_group(tmp_path, allreduce):
-    """bucketed: the replicated tables share one pooling kernel, one local reduce, one gradient all-reduce (one
-    DDP bucket) and one optimizer kernel, each the sum of the per-table ones (``bucketed_per_table``)."""
+def test_replicated_tables_run_as_one_group(tmp_path):
+    """bucketed: the replicated tables share one pooling kernel, one local reduce and one optimizer kernel, each
+    the sum of the per-table ones (``bucketed_per_table``), and their gradients join the last DDP bucket: its
+    all-reduce carries the per-table all-reduces' bytes and waits for the local reduce."""
     from simfuse.graph import CollectiveNode, ComputeNode
     from simfuse.workloads.dlrm import build_dlrm_graph
 
     tables = [(1000, 3), (50, 1), (20, 2), (4000, 8)]
-    d = {"name": "t", "kind": "dlrm", "global_batch": 1024, "dense_features": 13, "bottom_mlp": [64, 32],
-         "top_mlp": [64, 1], "interaction": {"kind": "dot"}, "dense_allreduce": allreduce,
-         "embedding": {"dim": 32, "placement": "planned", "tables": [{"rows": r, "pooling": p} for r, p in tables]}}
-    spec = workload_from_dict(d, "<test>")
-    system = _system()
     rows = [("t0", "table_wise", "1"), ("t1", "data_parallel", "all"), ("t2", "data_parallel", "all"),
             ("t3", "row_wise", "all")]
-    plan = load_plan(_plan_csv(tmp_path, rows), spec, system, 2, G, "baseline")
-    graph = build_dlrm_graph(spec, system, 2, gpus_per_node=G, mode="baseline", sim_mode="full", plan=plan)
-    nodes = graph.programs[0].nodes
-    pool = [nd for nd in nodes if isinstance(nd, ComputeNode) and nd.phase == "embedding_dp_fwd"]
-    ars = [nd for nd in nodes if isinstance(nd, CollectiveNode) and nd.phase == "allreduce_dp_tables"]
-    upd = [nd for nd in nodes if isinstance(nd, ComputeNode) and any(a.id in nd.deps for a in ars)]
-    k = 1 if allreduce == "bucketed" else 2
-    assert len(pool) == len(ars) == len(upd) == k
-    assert sum(a.size_bytes for a in ars) == (50 + 20) * 32 * 4
-    total = sum(w.work.bytes_per_wg * w.work.num_workgroups for w in upd)
-    assert total == pytest.approx((50 + 20) * 32 * (4 * (2 + 2 * 1.0) + 4))
-    b = 1024 // (2 * G)
-    pooled = sum(w.work.bytes_per_wg * w.work.num_workgroups for w in pool)
-    assert pooled == pytest.approx(b * (1 + 2) * (32 * 4 + 8) + 2 * b * 32 * 4)
+    system = _system()
+    got = {}
+    for allreduce in ("bucketed", "bucketed_per_table"):
+        d = {"name": "t", "kind": "dlrm", "global_batch": 1024, "dense_features": 13, "bottom_mlp": [64, 32],
+             "top_mlp": [64, 1], "interaction": {"kind": "dot"}, "dense_allreduce": allreduce,
+             "embedding": {"dim": 32, "placement": "planned",
+                           "tables": [{"rows": r, "pooling": p} for r, p in tables]}}
+        spec = workload_from_dict(d, "<test>")
+        plan = load_plan(_plan_csv(tmp_path, rows), spec, system, 2, G, "baseline")
+        graph = build_dlrm_graph(spec, system, 2, gpus_per_node=G, mode="baseline", sim_mode="full", plan=plan)
+        nodes = graph.programs[0].nodes
+        colls = [nd for nd in nodes if isinstance(nd, CollectiveNode) and nd.op == "all_reduce"]
+        upd = [nd for nd in nodes if isinstance(nd, ComputeNode) and nd.phase == "embedding_update"
+               and any(c.id in nd.deps for c in colls)]
+        got[allreduce] = (
+            [nd for nd in nodes if isinstance(nd, ComputeNode) and nd.phase == "embedding_dp_fwd"],
+            [nd for nd in colls if nd.name.startswith("ddp_allreduce")],
+            [nd for nd in colls if nd.phase == "allreduce_dp_tables"], upd, nodes)
+    (pool1, ddp1, dp1, upd1, nodes1), (pool2, ddp2, dp2, upd2, _n) = got["bucketed"], got["bucketed_per_table"]
+    assert len(pool1) == len(upd1) == 1 and not dp1 and len(pool2) == len(upd2) == len(dp2) == 2
+
+    def total(ws):
+        return sum(w.work.bytes_per_wg * w.work.num_workgroups for w in ws)
+
+    assert total(pool1) == pytest.approx(total(pool2)) and total(upd1) == pytest.approx(total(upd2))
+    assert sum(a.size_bytes for a in dp2) == (50 + 20) * 32 * 4
+    assert ddp1[-1].size_bytes == pytest.approx(ddp2[-1].size_bytes + (50 + 20) * 32 * 4)
+    (red,) = [nodes1[i] for i in ddp1[-1].deps[1:]]  # the last bucket waits for the replicated tables' reduce
+    assert red.phase == "embedding_update" and upd1[0].deps[-1] == ddp1[-1].id

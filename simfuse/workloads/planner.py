@@ -35,21 +35,29 @@ All-to-All volume counts twice.  ``table_row_wise`` is also offered over ``m = 2
 row shards at ``P / (m g)`` lookups, each node as the one-node option; every rank receives ``m`` partial sums per
 bag), as HugeCTR's hierarchical plans place their hottest table.
 
-**Input distribution** (``embedding.input_dist: inline``; forward only): every rank sends each holder the ids
-of its ``b`` bags the shard serves and one length per bag, ``x = b (P_shard k + 4)`` bytes (``k``: the
-``key_dtype``'s bytes, ``P_shard`` the shard's lookups per bag: ``P / n`` row-wise, ``P / g`` per table-row-wise
-or grid holder, ``P`` for each column shard); a holder receives ``x`` from each other rank, a rank sends
-``shards x``.  A column shard needs all of its table's ids while a row shard needs only its rows', so splitting
-columns (``column_wise``, ``grid``) multiplies this traffic by the column shards.  ``prefetch`` ids are not
-counted, as TorchRec's estimator leaves its pipelined ``input_dist`` out: they overlap the iteration and cost it
-only through contention, which the sum of bytes overstates -- counted in full they made the plans worse in
-simulation at every point tried (stop 24: DLRM-DCNv2 MLPerf, 8 H100 nodes 2.995 ms against 2.874 with the plan
-made without them; 128 H200 nodes at global batch 131,072, baseline 1.910 against 1.836 ms, fused 1.855 against
-1.609 ms).  Nor as a bound (a rank's cost the larger of its iteration cost and its links' time for the iteration's
-and the prefetched bytes together; stop 33, 2026-12-06): at global batch 131,072 it made 16 of 32 simulated
-points (8-1,024 nodes, H100 and H200, both modes) slower by more than 0.5% (up to 17%: H200 baseline at 8 nodes,
-2.69 -> 3.16 ms; 11% at 128 nodes) and 4 faster by at most 3.5%, and it left the weak-scaling hot spot at 128 nodes
-(a grid holder of the 100-lookup table receiving 108 MB of ids) in place.
+**Input distribution** (``embedding.input_dist``; forward only): every rank sends each holder the ids of its ``b``
+bags the shard serves, ``x`` bytes (:func:`simfuse.workloads.ids.ids_bytes`, the builder's formula: ``b (P_shard k
++ 4)`` with ``k`` the ``key_dtype``'s bytes and one length per bag; with ``embedding.ids_dedup`` each distinct bag
+once plus an index per bag; ``P_shard`` the shard's lookups per bag: ``P / n`` row-wise, ``P / g`` per
+table-row-wise or grid holder, ``P`` for each column shard); a holder receives ``x`` from each other rank, a rank
+sends ``shards x``.  A column shard needs all of its table's ids while a row shard needs only its rows', so
+splitting columns (``column_wise``, ``grid``) multiplies this traffic by the column shards.  ``inline`` ids are
+part of a rank's communication (the lookups wait for them).  ``prefetch`` ids (the next batch's, on their own
+stream) are an ingress bound: a rank's cost is the larger of its iteration cost and the time its links take for
+the ids it sends and receives (:meth:`_Ctx.rank_cost`), so an option whose holders' ids ingress would set the
+step (a hot table on few holders) scores by it and the partitioner spreads that table over more holders when
+another option costs less.  Only the ids count in the bound: they overlap the iteration and delay it only once
+they outlast it.
+
+**Replication** (``embedding.data_parallel_below_mib``): a table whose storage (rows x dim x dtype x (1 + optimizer
+state)) is below the cut is replicated on every GPU (``data_parallel``: no All-to-All, no ids; its gradient joins
+the dense all-reduce), as HugeCTR's planner does with its ``DP_SHARDING_THRESHOLD``; without a cut (0, the
+default) data-parallel is one option among the others, priced by cost, as in TorchRec's planner.  A replica that
+does not fit every GPU's memory is sharded as any other table.
+
+**Reasons**: each table's plan carries why it got its sharding (``plan.csv``'s ``reason``): the cut it fell
+under, or the option and its holders, whether the table is hot (at least twice the mean lookups per bag), whether
+it fits one GPU, its estimate against the next-best option's, and its holders' ids ingress time.
 
 **Estimator** (per shard, seconds): compute = HBM bytes of pooling (rows + int64 indices + outputs) and of the
 sparse backward (the builder's formulas, ``simfuse.workloads.sparse_backward``: the sort and run-length encode of
@@ -60,8 +68,9 @@ bytes sent and received per fabric tier (NVLink inside a node, the NICs between 
 bandwidth (``scale_up.effective_bw_bytes_per_s``; ``nics_per_node * effective_nic_bw_bytes_per_s / g``).  A
 rank's cost is ``compute + comm`` in baseline mode (bulk-synchronous) and ``max(compute, comm)`` in fused mode (the
 fused kernel pushes while it pools), plus the data-parallel all-reduce (``2 (n-1)/n * rows * D * grad bytes`` per
-rank, at the NIC rate when there are several nodes); receive volumes of uniform traffic are spread evenly
-(every rank receives ``b * D * e`` per shard; the intra/inter split is the average over ranks).  Dense layers are
+rank, at the NIC rate when there are several nodes) and the prefetched ids' bound; receive volumes of uniform
+traffic are spread evenly (every rank receives ``b * D * e`` per shard; the intra/inter split is the average over
+ranks).  Dense layers are
 data parallel and the same under every plan, so they are left out.
 
 **Partitioner** (greedy, documented heuristic): tables in decreasing order of their table-wise cost (ties: lower
@@ -93,7 +102,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,6 +111,7 @@ from ..errors import SpecError
 from ..fused.knobs import DTYPE_BYTES
 from .ids import spec_ids_bytes
 from .placement import Unit
+from .rank_units import RankUnits  # noqa: F401  (re-exported: the planner's per-rank units)
 from .sparse_backward import index_bytes, sparse_update_bytes
 
 SHARDINGS = ("table_wise", "row_wise", "column_wise", "table_row_wise", "grid", "data_parallel")
@@ -180,132 +189,6 @@ class Plan:
         if isinstance(self.per_rank, RankUnits):
             return self.per_rank.memory_bytes(spec)
         return _memory_per_rank(self.per_rank, spec)
-
-
-class RankUnits(Sequence):
-    """The units every rank holds, stored once per placed table (O(tables), not O(ranks x tables) objects).
-
-    Entry ``i`` is one table's option and its holder ranks (shard ``s`` on ``holders[s]``); ``self[r]`` builds
-    rank ``r``'s list of :class:`~simfuse.workloads.placement.Unit` in placement order, the order the per-rank
-    lists of the straightforward construction have.  The per-rank summaries the DLRM builder needs
-    (:meth:`rank_classes`, :meth:`columns`, :meth:`dims`, :meth:`lookups`, :meth:`count`, :meth:`tables_of`,
-    :meth:`memory_bytes`) are computed per entry with numpy and equal those of the materialised lists
-    (``tests/workloads/test_planner_vectorised.py`` checks it against the per-rank construction)."""
-
-    def __init__(self, n_ranks: int):
-        self.n = n_ranks
-        self.entries: list[tuple[Unit, np.ndarray]] = []  # (unit of shard 0, holders)
-        self._pos: list[dict | None] = []                  # rank -> shard index (None: holders are 0..n-1)
-
-    def add(self, table: int, opt, holders) -> None:
-        h = np.asarray(holders, dtype=np.int64).reshape(-1)
-        self.entries.append((Unit(table, opt.rows, opt.pooling, 0, opt.shards, opt.kind, opt.dim), h))
-        every = len(h) == self.n and bool((h == np.arange(self.n)).all())
-        self._pos.append(None if every else {int(r): i for i, r in enumerate(h.tolist())})
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, r):
-        if isinstance(r, slice):
-            return [self[i] for i in range(*r.indices(self.n))]
-        r = int(r)
-        if r < 0:
-            r += self.n
-        if not 0 <= r < self.n:
-            raise IndexError(r)
-        out = []
-        for (u, _h), pos in zip(self.entries, self._pos, strict=True):
-            i = r if pos is None else pos.get(r)
-            if i is not None:
-                out.append(Unit(u.table, u.rows, u.pooling, i, u.shards, u.kind, u.dim))
-        return out
-
-    def per_rank_sum(self, value) -> np.ndarray:
-        """``sum(value(u) for u in self[r])`` for every rank (``value`` of a unit of shard 0: it must not depend on
-        the shard index)."""
-        return self._per_rank_sum(value)
-
-    def _per_rank_sum(self, value) -> np.ndarray:
-        """``sum(value(u) for u in self[r])`` for every rank, accumulated in placement order (exact)."""
-        acc = np.zeros(self.n)
-        for u, h in self.entries:
-            v = value(u)
-            if v:
-                acc[h] += v
-        return acc
-
-    def columns(self, kinds, dim: int) -> np.ndarray:
-        """Columns each rank holds in units of ``kinds`` (``u.dim or dim`` summed)."""
-        return self._per_rank_sum(lambda u: (u.dim or dim) if u.kind in kinds else 0)
-
-    def dims(self, kinds, dim: int) -> list[int]:
-        """Sorted distinct column counts (``u.dim or dim``) of the units of ``kinds`` some rank holds."""
-        return sorted({u.dim or dim for u, h in self.entries if u.kind in kinds and len(h)})
-
-    def lookups(self, kinds) -> np.ndarray:
-        """Lookups per bag each rank serves in units of ``kinds`` (``u.pooling`` summed)."""
-        return self._per_rank_sum(lambda u: u.pooling if u.kind in kinds else 0)
-
-    def count(self, kind: str) -> np.ndarray:
-        """Units of ``kind`` on each rank."""
-        return self._per_rank_sum(lambda u: 1 if u.kind == kind else 0)
-
-    def tables_of(self, kind: str) -> list[int]:
-        """Sorted tables with a unit of ``kind`` on some rank."""
-        return sorted({u.table for u, h in self.entries if u.kind == kind and len(h)})
-
-    def memory_bytes(self, spec) -> np.ndarray:
-        """Embedding storage per rank (bytes), as :func:`_memory_per_rank` on the lists."""
-        eb = DTYPE_BYTES[spec.embedding_dtype]
-        return self._per_rank_sum(lambda u: u.rows * (u.dim or spec.dim) * eb * (1.0 + spec.optimizer_state_factor))
-
-    def rank_classes(self, gpus_per_node: int | None = None) -> tuple[np.ndarray, list]:
-        """:func:`~simfuse.workloads.placement.rank_classes` of the per-rank lists, without building them.  A
-        rank's signature is the multiset of its units' ``(kind, round(pooling, 9), dim)``; entries held by every
-        rank add the same to all, so two ranks' signatures are equal iff their counts over the other entries'
-        signatures are: only the holders of those entries (a few ranks per table) get a signature of their own,
-        every other rank has the empty one.  A node's composition is likewise the sorted tuple of its ranks'
-        signature ids, computed for the nodes that hold such a rank.  Classes are numbered by first appearance;
-        the key of each class is built from its first rank's lists (and its node's)."""
-        from .placement import rank_classes
-
-        n = self.n
-        atoms: dict = {}
-        special: dict[int, list[int]] = {}  # rank -> atoms of its entries held by a subset of the ranks
-        for (u, h), pos in zip(self.entries, self._pos, strict=True):
-            if pos is None:
-                continue
-            a = atoms.setdefault((u.kind, round(u.pooling, 9), u.dim), len(atoms))
-            for r in h.tolist():
-                special.setdefault(r, []).append(a)
-        sig_id: dict = {(): 0}
-        sig = np.zeros(n, dtype=np.int64)
-        for r, al in special.items():
-            sig[r] = sig_id.setdefault(tuple(sorted(al)), len(sig_id))
-        if gpus_per_node:
-            comp = np.zeros(n // gpus_per_node, dtype=np.int64)
-            comp_id: dict = {(0,) * gpus_per_node: 0}
-            for node in sorted({r // gpus_per_node for r in special}):
-                row = tuple(sorted(sig[node * gpus_per_node:(node + 1) * gpus_per_node].tolist()))
-                comp[node] = comp_id.setdefault(row, len(comp_id))
-            comp = np.repeat(comp, gpus_per_node)
-        else:
-            comp = np.zeros(n, dtype=np.int64)
-        _, first, inv = np.unique(sig * (int(comp.max()) + 1) + comp, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        renum = np.empty(len(order), dtype=np.int64)
-        renum[order] = np.arange(len(order))
-        cls = renum[inv.reshape(-1)]
-        keys = []
-        for r in first[order].tolist():  # the key of each class, from its first rank's lists (and its node's)
-            if gpus_per_node:
-                lo = r // gpus_per_node * gpus_per_node
-                sub, _k = rank_classes([self[i] for i in range(lo, lo + gpus_per_node)], gpus_per_node)
-                keys.append(_k[int(sub[r - lo])])
-            else:
-                keys.append(rank_classes([self[r]])[1][0])
-        return cls, keys
 
 
 def format_ranks(ranks, n_ranks: int) -> str:

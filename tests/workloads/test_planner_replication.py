@@ -157,3 +157,28 @@ def test_replicated_tables_run_as_one_group(tmp_path):
     assert ddp1[-1].size_bytes == pytest.approx(ddp2[-1].size_bytes + (50 + 20) * 32 * 4)
     (red,) = [nodes1[i] for i in ddp1[-1].deps[1:]]  # the last bucket waits for the replicated tables' reduce
     assert red.phase == "embedding_update" and upd1[0].deps[-1] == ddp1[-1].id
+
+
+def test_hot_table_is_spread_by_its_ids_ingress():
+    """A hot table's ids (prefetched, the ingress bound) make the planner spread it over more holders than the
+    plan that ignores them, each holder then receiving fewer ids; plan.csv says it is hot."""
+    from simfuse.workloads.planner import _context, _option_for
+
+    tables = [(200_000, 50), (100_000, 2), (50_000, 3), (80_000, 1)]
+    system = _system()
+    got = {}
+    for dist in ("none", "prefetch"):
+        spec = workload_from_dict({"name": "t", "kind": "dlrm", "global_batch": 4096, "dense_features": 13,
+                                   "bottom_mlp": [64, 16], "top_mlp": [64, 1], "interaction": {"kind": "dot"},
+                                   "embedding": {"dim": 16, "placement": "planned", "input_dist": dist,
+                                                 "tables": [{"rows": r, "pooling": p} for r, p in tables]}},
+                                  "<test>")
+        plan = plan_tables(spec, system, 2, G, "baseline")
+        got[dist] = (spec, plan, plan.tables[0])
+    (_s0, plan0, off), (spec1, plan1, on) = got["none"], got["prefetch"]
+    assert len(on.ranks) > len(off.ranks)
+    assert on.reason.startswith(f"{on.sharding} over ") and "hot (50 lookups per bag" in on.reason
+    ctx = _context(spec1, system, 2 * G, G, "baseline")
+    ingress = {k: _option_for(ctx, p.per_rank[t.ranks[0]], 0).ids_recv_inter_holder
+               for k, p, t in (("off", plan0, off), ("on", plan1, on))}
+    assert ingress["on"] < ingress["off"]

@@ -24,9 +24,12 @@ INTERACTIONS = ("dot", "dcn")
 #: waits for the forward All-to-All; ``overlap`` issues the model-parallel embedding kernel first and runs the bottom
 #: MLP while its All-to-All is in flight (HugeCTR's ``train_intra_iteration_overlap``)
 SCHEDULES = ("bulk", "overlap")
-#: dense gradient all-reduce: ``bucketed`` (DDP buckets as backward produces them) or ``grouped`` (one all-reduce of
-#: every dense and data-parallel-table gradient after the backward pass: HugeCTR's ``grouped_all_reduce``)
-DENSE_ALLREDUCES = ("bucketed", "grouped")
+#: dense gradient all-reduce: ``bucketed`` (DDP buckets as backward produces them; the replicated tables' gradients,
+#: ready at the backward's end, one more bucket: TorchRec's data-parallel tables are DDP parameters) or ``grouped``
+#: (one all-reduce of every dense and data-parallel-table gradient after the backward pass: HugeCTR's
+#: ``grouped_all_reduce``); ``bucketed_per_table``: as bucketed with one all-reduce per replicated table (simfuse
+#: before 2026-12-06, kept so regression tests can pin older results)
+DENSE_ALLREDUCES = ("bucketed", "grouped", "bucketed_per_table")
 #: dense optimizer step after the gradient all-reduce: ``none`` (not modelled), ``adagrad`` (fp32 master
 #: weights and accumulator; with a non-fp32 dense dtype, the cast of the weights to it) or ``sgd`` (plain SGD on
 #: the dense-dtype weights: read weight and gradient, write the weight; PyTorch's ``foreach`` step)
@@ -63,6 +66,17 @@ KEY_DTYPE_BYTES = {"int32": 4, "int64": 8}
 #: bytes of one length (bag size) per (sample, shard) on the wire: int32 (TorchRec KJT lengths; HugeCTR's
 #: per-bucket counts, uint32)
 LENGTH_BYTES = 4
+#: Zipf exponent of the sparse ids' popularity (``embedding.ids_zipf_s``), used only by ``ids_dedup``: Criteo's
+#: categorical values are heavy-tailed (a power law); the exponent is not measured here.  Default 1.05, honest
+#: range 0.8-1.2 (an exponent near 1 is the usual power-law fit of click-log feature frequencies); measuring it
+#: needs the value counts of a Criteo 1TB day file (``np.unique(..., return_counts=True)`` per feature, then a
+#: log-log fit of frequency against rank)
+IDS_ZIPF_S = 1.05
+#: HugeCTR's MLPerf DLRM-DCNv2 planner replicates (data-parallel) every table smaller than ``DP_SHARDING_THRESHOLD``
+#: = 0.0125 GB counted with its Adagrad state (``config_DGXH100_{8x8x2112,16x8x1056}.sh``, ``sharding/
+#: generate_plan.py``; docs/hugectr_baseline.md e: 12,207 rows of 128 fp32 + 128 fp32 state); the MLPerf model
+#: files set ``embedding.data_parallel_below_mib`` to it (11.92 MiB)
+HUGECTR_DP_THRESHOLD_BYTES = 0.0125e9
 
 # Bounds checked at load time (far beyond any real model; they keep sizes, memory and loops finite).
 MAX_GLOBAL_BATCH = 2**24       # samples per iteration
@@ -113,6 +127,11 @@ class DLRMSpec:
     input_dist: str = "prefetch"             # INPUT_DISTS: the sparse ids' All-to-All to the shard holders
     key_dtype: str = "int64"                 # KEY_DTYPE_BYTES: one sparse id on the wire
     sparse_backward: str = "sorted"          # SPARSE_BACKWARDS: the model-parallel embedding backward's kernels
+    ids_dedup: bool = False                  # the ids' exchange sends each distinct bag once (simfuse.workloads.ids)
+    ids_zipf_s: float = IDS_ZIPF_S           # Zipf exponent of the ids' popularity (only with ids_dedup)
+    #: tables whose storage (rows x dim x dtype x (1 + optimizer state)) is below this are replicated by the planner
+    #: (0: none forced, data-parallel chosen by cost only, as TorchRec's planner does)
+    data_parallel_below_bytes: float = 0.0
     launch: str = "eager"                    # LAUNCHES
     kind: str = "dlrm"
     source: str = "<memory>"
@@ -262,6 +281,9 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
     input_dist = emb.string("input_dist", "prefetch", choices=INPUT_DISTS)
     key_dtype = emb.string("key_dtype", "int64", choices=tuple(KEY_DTYPE_BYTES))
     sparse_backward = emb.string("sparse_backward", "sorted", choices=SPARSE_BACKWARDS)
+    ids_dedup = emb.boolean("ids_dedup", False)
+    ids_zipf_s = emb.number("ids_zipf_s", IDS_ZIPF_S, min_value=0.0, max_value=4.0)
+    dp_below = emb.number("data_parallel_below_mib", 0.0, min_value=0.0, max_value=2**30) * 2**20
     emb.reject_unknown()
     inter = root.sub("interaction")
     kind = inter.string("kind", choices=INTERACTIONS)
@@ -297,6 +319,9 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
         input_dist=input_dist,
         key_dtype=key_dtype,
         sparse_backward=sparse_backward,
+        ids_dedup=ids_dedup,
+        ids_zipf_s=ids_zipf_s,
+        data_parallel_below_bytes=dp_below,
         launch=root.string("launch", "eager", choices=LAUNCHES),
         source=source,
     )

@@ -14,7 +14,8 @@ Input distribution (``embedding.input_dist``, both modes): before a shard can po
 ``b`` bags for that shard must reach it: an All-to-All-v (``a2a_input``) in which each rank sends each holder
 ``b x (ids per bag the holder serves x key bytes + shards it holds x 4)`` (ids of its rows for a row shard, all
 of the table's for a column shard; one int32 length per bag and shard: TorchRec's KJT input_dist, HugeCTR's data
-distributor).  ``prefetch`` (default) runs the next batch's on its own stream (``comm_input``) from the
+distributor); with ``embedding.ids_dedup`` each distinct bag once plus an index per bag
+(:func:`simfuse.workloads.ids.ids_bytes`).  ``prefetch`` (default) runs the next batch's on its own stream (``comm_input``) from the
 iteration's start -- it shares the links with everything else and the step ends no sooner than it; ``inline``
 runs this batch's first on the communication stream and the model-parallel lookups wait for it; ``none`` leaves
 it out (the model before 2026-12-04).  Data-parallel tables need no ids from other ranks.
@@ -57,8 +58,8 @@ from ..fused.knobs import DTYPE_BYTES, FusedKnobs
 from ..fused.ops import EmbeddingAllToAll, PushKernel, RelayWait, TwrwEmbeddingPush
 from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, DelayNode, FusedNode, Graph
 from ..spec import DLRMSpec
-from ..spec.workload import KEY_DTYPE_BYTES, LENGTH_BYTES
 from .dense import elementwise_work, gemm_work
+from .ids import spec_ids_bytes
 from .placement import place_tables, rank_classes
 from .planner import HIER_SHARDINGS, RankUnits, check_batch_split
 from .sparse_backward import (  # noqa: F401  (re-exported: the sparse backward's formulas)
@@ -434,14 +435,15 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     # the input distribution (``embedding.input_dist``): every rank sends each shard holder its ``b`` bags' ids
     # of the tables that holder serves (a row shard gets the ids in its rows: ``u.pooling`` per bag, uniform ids;
     # a column shard all of its table's) and one length per bag and shard; the same vector from every rank
+    # (simfuse.workloads.ids.ids_bytes: key width, optional deduplication of repeated bags)
     if spec.input_dist != "none":
+        def unit_ids(u):
+            return spec_ids_bytes(spec, b, u.pooling, u.table) if u.kind in _SHARDED_KINDS else 0.0
+
         if vec:
-            key_lk = per_rank.lookups(_SHARDED_KINDS)
-            key_units = sum(per_rank.count(k) for k in _SHARDED_KINDS)
+            key_sizes = per_rank.per_rank_sum(unit_ids)
         else:
-            key_lk = np.array([sum(u.pooling for u in us if u.kind in _SHARDED_KINDS) for us in per_rank])
-            key_units = np.array([sum(1 for u in us if u.kind in _SHARDED_KINDS) for us in per_rank], dtype=float)
-        key_sizes = b * (key_lk * KEY_DTYPE_BYTES[spec.key_dtype] + key_units * LENGTH_BYTES)
+            key_sizes = np.array([sum(unit_ids(u) for u in us) for us in per_rank], dtype=float)
     else:
         key_sizes = np.zeros(n)
     has_keys = bool(key_sizes.any())
@@ -528,6 +530,11 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     # dense element
     dense_update_bytes = 4 + grad_eb + 4 + 4 + 4 + ((4 + DTYPE_BYTES[dt]) if dt != "fp32" else 0)
     buckets, closes = _buckets(top_grads + inter_grads + bot_grads, spec.bucket_bytes)
+    # bucketed: the replicated tables' weights are DDP parameters like the dense ones (TorchRec's data-parallel
+    # sharding); their gradients are ready at the backward's end and join its last bucket
+    dp_in_bucket = spec.dense_allreduce == "bucketed" and bool(dp_tables)
+    if dp_in_bucket:
+        buckets[-1] += float(sum(spec.tables[t].rows for t in dp_tables) * D * grad_eb)
     closing = {last: k for k, last in closes.items()}
     overlap = spec.schedule == "overlap"
     grouped = spec.dense_allreduce == "grouped"
@@ -536,10 +543,27 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     twrw_bags = TwrwEmbeddingPush.bags_for(b, 4)  # _pool_work's 4 bags per workgroup, whole ones per rank
     # a replicated table's local reduce: the scatter-add of its ``b`` bags' lookup gradients into its dense gradient,
     # parallel over the lookups (before its all-reduce, bucketed, or the grouped one)
-    dp_reduce = {t: elementwise_work(f"emb_dp_local_reduce{t}", b * spec.tables[t].pooling * D * grad_eb,
-                                     b * spec.tables[t].pooling * D, spec.embedding_dtype,
-                                     wgs=max(1, b * int(math.ceil(spec.tables[t].pooling)) // 64))
-                 for t in dp_tables}
+    # The replicated tables run as one group (one pooling, one local reduce, one optimizer kernel over all of
+    # them: FBGEMM's table-batched embedding under TorchRec's data-parallel sharding, HugeCTR's data-parallel
+    # embedding op); ``bucketed_per_table`` keeps one of each per table (simfuse before 2026-12-06)
+    dp_groups = ([[t] for t in dp_tables] if spec.dense_allreduce == "bucketed_per_table" else
+                 [dp_tables] if dp_tables else [])
+
+    def dp_name(prefix, ts):
+        return f"{prefix}{ts[0]}" if len(ts) == 1 else prefix
+
+    dp_pool = [_pool_work(dp_name("embedding_dp", ts), b, sum(spec.tables[t].pooling for t in ts), D, eb,
+                          tables=len(ts), rows=sum(spec.tables[t].rows for t in ts)) for ts in dp_groups]
+    dp_reduce = [elementwise_work(dp_name("emb_dp_local_reduce", ts),
+                                  b * sum(spec.tables[t].pooling for t in ts) * D * grad_eb,
+                                  b * sum(spec.tables[t].pooling for t in ts) * D, spec.embedding_dtype,
+                                  wgs=max(1, sum(b * int(math.ceil(spec.tables[t].pooling)) for t in ts) // 64))
+                 for ts in dp_groups]
+    dp_rows = [sum(spec.tables[t].rows for t in ts) for ts in dp_groups]
+    dp_update = [elementwise_work(dp_name("emb_update_dp", ts),
+                                  rows * D * (eb * (2.0 + 2.0 * spec.optimizer_state_factor) + grad_eb),
+                                  3.0 * rows * D, spec.embedding_dtype, wgs=max(1, rows * D // 8192))
+                 for ts, rows in zip(dp_groups, dp_rows, strict=True)]
 
     for r in ranks:
         units = [u for u in per_rank[r] if u.kind in _A2A_KINDS]
@@ -568,12 +592,15 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
 
         grad_ars: list[int] = []  # the dense gradients' all-reduces (the dense optimizer step waits for them)
 
-        def grad_done(layer_idx: int, dep: int, rg=rg, grad_ars=grad_ars):
+        dp_red: list[int] = []  # the replicated tables' local reduce (bucketed: the last bucket waits for it)
+
+        def grad_done(layer_idx: int, dep: int, rg=rg, grad_ars=grad_ars, dp_red=dp_red):
             k = None if grouped else closing.get(layer_idx)
             if k is not None:
+                extra = tuple(dp_red) if k == len(buckets) - 1 else ()
                 grad_ars.append(rg.add(CollectiveNode(name=f"ddp_allreduce{k}", op="all_reduce", group="world",
                                                       size_bytes=buckets[k], stream="comm_dp",
-                                                      phase=f"allreduce_bucket{k}", deps=(dep,))))
+                                                      phase=f"allreduce_bucket{k}", deps=(dep, *extra))))
 
         # ---------------- forward
         # the sparse ids to the shard holders: prefetch (the next batch's, own stream, from the iteration's start;
@@ -591,18 +618,15 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             last = -1
             for w in bottom_fwd:
                 last = comp(w, "bottom_mlp_fwd", deps=gate if last < 0 else ())
-            for t in dp_tables:
-                tab = spec.tables[t]
-                last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb, rows=tab.rows), "embedding_dp_fwd")
+            for w in dp_pool:
+                last = comp(w, "embedding_dp_fwd")
             return last
 
         def dp_and_bottom(gate=()):
             """``overlap`` order (HugeCTR's issue order: the data-parallel lookups, then the bottom MLP)."""
             last = -1
-            for t in dp_tables:
-                tab = spec.tables[t]
-                last = comp(_pool_work(f"embedding_dp{t}", b, tab.pooling, D, eb, rows=tab.rows), "embedding_dp_fwd",
-                            deps=gate if last < 0 else ())
+            for w in dp_pool:
+                last = comp(w, "embedding_dp_fwd", deps=gate if last < 0 else ())
             for w in bottom_fwd:
                 last = comp(w, "bottom_mlp_fwd", deps=gate if last < 0 else ())
             return last
@@ -742,13 +766,16 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         if has_twrw and not (fuse_bwd and twrw_h):
             tr_x = rg.add(AllToAllVNode(name="a2a_bwd_intra", group="world", send_bytes=st1_bwd, stream="comm",
                                         deps=(tr_x,)))
-        dp_ars = {}  # bucketed: each replicated table's gradient all-reduce (its optimizer step waits for it)
-        for t in dp_tables if not grouped else ():  # replicated tables: local reduce, then the table's all-reduce
-            # on the data-parallel stream
-            red = comp(dp_reduce[t], "embedding_update", deps=(dgrad,))
-            dp_ars[t] = rg.add(CollectiveNode(name=f"dp_table_allreduce{t}", op="all_reduce", group="world",
-                                              size_bytes=float(spec.tables[t].rows * D * grad_eb), stream="comm_dp",
-                                              phase="allreduce_dp_tables", deps=(red,)))
+        # the replicated tables' local reduce; bucketed: their gradients ride in the last DDP bucket;
+        # bucketed_per_table: each table's gradient its own all-reduce (their optimizer steps wait for them)
+        dp_ars = []
+        if dp_in_bucket:
+            dp_red.append(comp(dp_reduce[0], "embedding_update", deps=(dgrad,)))
+        for i, ts in enumerate(dp_groups if spec.dense_allreduce == "bucketed_per_table" else ()):
+            red = comp(dp_reduce[i], "embedding_update", deps=(dgrad,))
+            dp_ars.append(rg.add(CollectiveNode(name=f"dp_table_allreduce{ts[0]}", op="all_reduce", group="world",
+                                                size_bytes=float(dp_rows[i] * D * grad_eb), stream="comm_dp",
+                                                phase="allreduce_dp_tables", deps=(red,))))
         for pair in bot_bwd:
             last, wdone = bwd_pair(pair, "bottom_mlp_bwd", last)
             grad_done(li, wdone)
@@ -756,8 +783,8 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         last = join(last)
         if grouped:  # HugeCTR grouped_all_reduce: the data-parallel tables' local reduce into their dense
             # gradients, then one all-reduce of every dense and data-parallel-table gradient (docs/hugectr_baseline.md)
-            for t in dp_tables:
-                last = comp(dp_reduce[t], "embedding_update")
+            for w in dp_reduce:
+                last = comp(w, "embedding_update")
             grad_ars.append(rg.add(CollectiveNode(name="grouped_allreduce", op="all_reduce", group="world",
                                                   size_bytes=grouped_bytes, stream="comm_dp",
                                                   phase="allreduce_grouped", deps=(last,))))
@@ -770,12 +797,9 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
             for w in sparse_update_works("emb_update_twrw", spec, B,
                                          [(u.rows, u.pooling, u.dim or D) for u in tr_units]):
                 dep = comp(w, "embedding_update", deps=(dep,))
-        for t in dp_tables:  # the optimizer step over the table, once its reduced gradient is in
-            rows = spec.tables[t].rows
-            nbytes = rows * D * (eb * (2.0 + 2.0 * spec.optimizer_state_factor) + grad_eb)
-            comp(elementwise_work(f"emb_update_dp{t}", nbytes, 3.0 * rows * D, spec.embedding_dtype,
-                                  wgs=max(1, rows * D // 8192)), "embedding_update",
-                 deps=(grad_ars[-1],) if grouped else (bwd_x, dp_ars[t]))
+        for i, w in enumerate(dp_update):  # the optimizer step over the tables, once their reduced gradient is in
+            comp(w, "embedding_update", deps=(grad_ars[-1],) if grouped else
+                 (bwd_x, grad_ars[-1]) if dp_in_bucket else (bwd_x, dp_ars[i]))
         if spec.dense_optimizer == "adagrad":
             comp(elementwise_work("dense_update", dense_params * dense_update_bytes, 5.0 * dense_params, "fp32",
                                   wgs=max(1, dense_params // 8192)), "dense_update", deps=tuple(grad_ars))

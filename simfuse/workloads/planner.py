@@ -35,21 +35,29 @@ All-to-All volume counts twice.  ``table_row_wise`` is also offered over ``m = 2
 row shards at ``P / (m g)`` lookups, each node as the one-node option; every rank receives ``m`` partial sums per
 bag), as HugeCTR's hierarchical plans place their hottest table.
 
-**Input distribution** (``embedding.input_dist: inline``; forward only): every rank sends each holder the ids
-of its ``b`` bags the shard serves and one length per bag, ``x = b (P_shard k + 4)`` bytes (``k``: the
-``key_dtype``'s bytes, ``P_shard`` the shard's lookups per bag: ``P / n`` row-wise, ``P / g`` per table-row-wise
-or grid holder, ``P`` for each column shard); a holder receives ``x`` from each other rank, a rank sends
-``shards x``.  A column shard needs all of its table's ids while a row shard needs only its rows', so splitting
-columns (``column_wise``, ``grid``) multiplies this traffic by the column shards.  ``prefetch`` ids are not
-counted, as TorchRec's estimator leaves its pipelined ``input_dist`` out: they overlap the iteration and cost it
-only through contention, which the sum of bytes overstates -- counted in full they made the plans worse in
-simulation at every point tried (stop 24: DLRM-DCNv2 MLPerf, 8 H100 nodes 2.995 ms against 2.874 with the plan
-made without them; 128 H200 nodes at global batch 131,072, baseline 1.910 against 1.836 ms, fused 1.855 against
-1.609 ms).  Nor as a bound (a rank's cost the larger of its iteration cost and its links' time for the iteration's
-and the prefetched bytes together; stop 33, 2026-12-06): at global batch 131,072 it made 16 of 32 simulated
-points (8-1,024 nodes, H100 and H200, both modes) slower by more than 0.5% (up to 17%: H200 baseline at 8 nodes,
-2.69 -> 3.16 ms; 11% at 128 nodes) and 4 faster by at most 3.5%, and it left the weak-scaling hot spot at 128 nodes
-(a grid holder of the 100-lookup table receiving 108 MB of ids) in place.
+**Input distribution** (``embedding.input_dist``; forward only): every rank sends each holder the ids of its ``b``
+bags the shard serves, ``x`` bytes (:func:`simfuse.workloads.ids.ids_bytes`, the builder's formula: ``b (P_shard k
++ 4)`` with ``k`` the ``key_dtype``'s bytes and one length per bag; with ``embedding.ids_dedup`` each distinct bag
+once plus an index per bag; ``P_shard`` the shard's lookups per bag: ``P / n`` row-wise, ``P / g`` per
+table-row-wise or grid holder, ``P`` for each column shard); a holder receives ``x`` from each other rank, a rank
+sends ``shards x``.  A column shard needs all of its table's ids while a row shard needs only its rows', so
+splitting columns (``column_wise``, ``grid``) multiplies this traffic by the column shards.  ``inline`` ids are
+part of a rank's communication (the lookups wait for them).  ``prefetch`` ids (the next batch's, on their own
+stream) are an ingress bound: a rank's cost is the larger of its iteration cost and the time its links take for
+the ids it sends and receives (:meth:`_Ctx.rank_cost`), so an option whose holders' ids ingress would set the
+step (a hot table on few holders) scores by it and the partitioner spreads that table over more holders when
+another option costs less.  Only the ids count in the bound: they overlap the iteration and delay it only once
+they outlast it.
+
+**Replication** (``embedding.data_parallel_below_mib``): a table whose storage (rows x dim x dtype x (1 + optimizer
+state)) is below the cut is replicated on every GPU (``data_parallel``: no All-to-All, no ids; its gradient joins
+the dense all-reduce), as HugeCTR's planner does with its ``DP_SHARDING_THRESHOLD``; without a cut (0, the
+default) data-parallel is one option among the others, priced by cost, as in TorchRec's planner.  A replica that
+does not fit every GPU's memory is sharded as any other table.
+
+**Reasons**: each table's plan carries why it got its sharding (``plan.csv``'s ``reason``): the cut it fell
+under, or the option and its holders, whether the table is hot (at least twice the mean lookups per bag), whether
+it fits one GPU, its estimate against the next-best option's, and its holders' ids ingress time.
 
 **Estimator** (per shard, seconds): compute = HBM bytes of pooling (rows + int64 indices + outputs) and of the
 sparse backward (the builder's formulas, ``simfuse.workloads.sparse_backward``: the sort and run-length encode of
@@ -60,8 +68,9 @@ bytes sent and received per fabric tier (NVLink inside a node, the NICs between 
 bandwidth (``scale_up.effective_bw_bytes_per_s``; ``nics_per_node * effective_nic_bw_bytes_per_s / g``).  A
 rank's cost is ``compute + comm`` in baseline mode (bulk-synchronous) and ``max(compute, comm)`` in fused mode (the
 fused kernel pushes while it pools), plus the data-parallel all-reduce (``2 (n-1)/n * rows * D * grad bytes`` per
-rank, at the NIC rate when there are several nodes); receive volumes of uniform traffic are spread evenly
-(every rank receives ``b * D * e`` per shard; the intra/inter split is the average over ranks).  Dense layers are
+rank, at the NIC rate when there are several nodes) and the prefetched ids' bound; receive volumes of uniform
+traffic are spread evenly (every rank receives ``b * D * e`` per shard; the intra/inter split is the average over
+ranks).  Dense layers are
 data parallel and the same under every plan, so they are left out.
 
 **Partitioner** (greedy, documented heuristic): tables in decreasing order of their table-wise cost (ties: lower
@@ -93,7 +102,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,8 +109,9 @@ import numpy as np
 
 from ..errors import SpecError
 from ..fused.knobs import DTYPE_BYTES
-from ..spec.workload import KEY_DTYPE_BYTES, LENGTH_BYTES
+from .ids import spec_ids_bytes
 from .placement import Unit
+from .rank_units import RankUnits  # noqa: F401  (re-exported: the planner's per-rank units)
 from .sparse_backward import index_bytes, sparse_update_bytes
 
 SHARDINGS = ("table_wise", "row_wise", "column_wise", "table_row_wise", "grid", "data_parallel")
@@ -146,6 +155,7 @@ class TablePlan:
     dim_per_shard: int
     storage_bytes_per_rank: float
     estimated_cost_s: float
+    reason: str = ""
 
 
 @dataclass
@@ -170,7 +180,8 @@ class Plan:
                               "ranks": format_ranks(t.ranks, self.n_ranks), "shards": len(t.ranks),
                               "rows_per_shard": t.rows_per_shard, "dim_per_shard": t.dim_per_shard,
                               "bytes": t.storage_bytes_per_rank, "estimated_cost_s": t.estimated_cost_s,
-                              "candidate": self.candidate, "plan_estimated_critical_s": self.estimated_critical_s}
+                              "candidate": self.candidate, "plan_estimated_critical_s": self.estimated_critical_s,
+                              "reason": t.reason or (f"forced: {self.source}" if self.source != "planner" else "")}
                              for t in self.tables])
 
     def memory_bytes(self, spec) -> np.ndarray:
@@ -178,127 +189,6 @@ class Plan:
         if isinstance(self.per_rank, RankUnits):
             return self.per_rank.memory_bytes(spec)
         return _memory_per_rank(self.per_rank, spec)
-
-
-class RankUnits(Sequence):
-    """The units every rank holds, stored once per placed table (O(tables), not O(ranks x tables) objects).
-
-    Entry ``i`` is one table's option and its holder ranks (shard ``s`` on ``holders[s]``); ``self[r]`` builds
-    rank ``r``'s list of :class:`~simfuse.workloads.placement.Unit` in placement order, the order the per-rank
-    lists of the straightforward construction have.  The per-rank summaries the DLRM builder needs
-    (:meth:`rank_classes`, :meth:`columns`, :meth:`dims`, :meth:`lookups`, :meth:`count`, :meth:`tables_of`,
-    :meth:`memory_bytes`) are computed per entry with numpy and equal those of the materialised lists
-    (``tests/workloads/test_planner_vectorised.py`` checks it against the per-rank construction)."""
-
-    def __init__(self, n_ranks: int):
-        self.n = n_ranks
-        self.entries: list[tuple[Unit, np.ndarray]] = []  # (unit of shard 0, holders)
-        self._pos: list[dict | None] = []                  # rank -> shard index (None: holders are 0..n-1)
-
-    def add(self, table: int, opt, holders) -> None:
-        h = np.asarray(holders, dtype=np.int64).reshape(-1)
-        self.entries.append((Unit(table, opt.rows, opt.pooling, 0, opt.shards, opt.kind, opt.dim), h))
-        every = len(h) == self.n and bool((h == np.arange(self.n)).all())
-        self._pos.append(None if every else {int(r): i for i, r in enumerate(h.tolist())})
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, r):
-        if isinstance(r, slice):
-            return [self[i] for i in range(*r.indices(self.n))]
-        r = int(r)
-        if r < 0:
-            r += self.n
-        if not 0 <= r < self.n:
-            raise IndexError(r)
-        out = []
-        for (u, _h), pos in zip(self.entries, self._pos, strict=True):
-            i = r if pos is None else pos.get(r)
-            if i is not None:
-                out.append(Unit(u.table, u.rows, u.pooling, i, u.shards, u.kind, u.dim))
-        return out
-
-    def _per_rank_sum(self, value) -> np.ndarray:
-        """``sum(value(u) for u in self[r])`` for every rank, accumulated in placement order (exact)."""
-        acc = np.zeros(self.n)
-        for u, h in self.entries:
-            v = value(u)
-            if v:
-                acc[h] += v
-        return acc
-
-    def columns(self, kinds, dim: int) -> np.ndarray:
-        """Columns each rank holds in units of ``kinds`` (``u.dim or dim`` summed)."""
-        return self._per_rank_sum(lambda u: (u.dim or dim) if u.kind in kinds else 0)
-
-    def dims(self, kinds, dim: int) -> list[int]:
-        """Sorted distinct column counts (``u.dim or dim``) of the units of ``kinds`` some rank holds."""
-        return sorted({u.dim or dim for u, h in self.entries if u.kind in kinds and len(h)})
-
-    def lookups(self, kinds) -> np.ndarray:
-        """Lookups per bag each rank serves in units of ``kinds`` (``u.pooling`` summed)."""
-        return self._per_rank_sum(lambda u: u.pooling if u.kind in kinds else 0)
-
-    def count(self, kind: str) -> np.ndarray:
-        """Units of ``kind`` on each rank."""
-        return self._per_rank_sum(lambda u: 1 if u.kind == kind else 0)
-
-    def tables_of(self, kind: str) -> list[int]:
-        """Sorted tables with a unit of ``kind`` on some rank."""
-        return sorted({u.table for u, h in self.entries if u.kind == kind and len(h)})
-
-    def memory_bytes(self, spec) -> np.ndarray:
-        """Embedding storage per rank (bytes), as :func:`_memory_per_rank` on the lists."""
-        eb = DTYPE_BYTES[spec.embedding_dtype]
-        return self._per_rank_sum(lambda u: u.rows * (u.dim or spec.dim) * eb * (1.0 + spec.optimizer_state_factor))
-
-    def rank_classes(self, gpus_per_node: int | None = None) -> tuple[np.ndarray, list]:
-        """:func:`~simfuse.workloads.placement.rank_classes` of the per-rank lists, without building them.  A
-        rank's signature is the multiset of its units' ``(kind, round(pooling, 9), dim)``; entries held by every
-        rank add the same to all, so two ranks' signatures are equal iff their counts over the other entries'
-        signatures are: only the holders of those entries (a few ranks per table) get a signature of their own,
-        every other rank has the empty one.  A node's composition is likewise the sorted tuple of its ranks'
-        signature ids, computed for the nodes that hold such a rank.  Classes are numbered by first appearance;
-        the key of each class is built from its first rank's lists (and its node's)."""
-        from .placement import rank_classes
-
-        n = self.n
-        atoms: dict = {}
-        special: dict[int, list[int]] = {}  # rank -> atoms of its entries held by a subset of the ranks
-        for (u, h), pos in zip(self.entries, self._pos, strict=True):
-            if pos is None:
-                continue
-            a = atoms.setdefault((u.kind, round(u.pooling, 9), u.dim), len(atoms))
-            for r in h.tolist():
-                special.setdefault(r, []).append(a)
-        sig_id: dict = {(): 0}
-        sig = np.zeros(n, dtype=np.int64)
-        for r, al in special.items():
-            sig[r] = sig_id.setdefault(tuple(sorted(al)), len(sig_id))
-        if gpus_per_node:
-            comp = np.zeros(n // gpus_per_node, dtype=np.int64)
-            comp_id: dict = {(0,) * gpus_per_node: 0}
-            for node in sorted({r // gpus_per_node for r in special}):
-                row = tuple(sorted(sig[node * gpus_per_node:(node + 1) * gpus_per_node].tolist()))
-                comp[node] = comp_id.setdefault(row, len(comp_id))
-            comp = np.repeat(comp, gpus_per_node)
-        else:
-            comp = np.zeros(n, dtype=np.int64)
-        _, first, inv = np.unique(sig * (int(comp.max()) + 1) + comp, return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")
-        renum = np.empty(len(order), dtype=np.int64)
-        renum[order] = np.arange(len(order))
-        cls = renum[inv.reshape(-1)]
-        keys = []
-        for r in first[order].tolist():  # the key of each class, from its first rank's lists (and its node's)
-            if gpus_per_node:
-                lo = r // gpus_per_node * gpus_per_node
-                sub, _k = rank_classes([self[i] for i in range(lo, lo + gpus_per_node)], gpus_per_node)
-                keys.append(_k[int(sub[r - lo])])
-            else:
-                keys.append(rank_classes([self[r]])[1][0])
-        return cls, keys
 
 
 def format_ranks(ranks, n_ranks: int) -> str:
@@ -351,14 +241,22 @@ class _Ctx:
         self.opt = spec.optimizer_state_factor
         self.sparse_backward = spec.sparse_backward
         self.rates, self.budget, self.mode = rates, budget_bytes, mode
-        # the input distribution's bytes per id and per (bag, shard) length (embedding.input_dist, key_dtype):
-        # counted when the lookups wait for them (inline); prefetched ids overlap the iteration (module docstring)
-        keys = spec.input_dist == "inline"
-        self.kb = KEY_DTYPE_BYTES[spec.key_dtype] if keys else 0
-        self.lb = LENGTH_BYTES if keys else 0
+        # the input distribution (embedding.input_dist): inline ids are part of a rank's communication (the
+        # lookups wait for them); prefetched ids are an ingress bound beside the iteration (module docstring)
+        self.ids = spec.input_dist
+
+    def ids_bytes(self, t: int, lookups: float) -> float:
+        """Bytes one rank sends one holder of table ``t``'s shard serving ``lookups`` ids per bag
+        (:func:`simfuse.workloads.ids.spec_ids_bytes`; 0 when the ids are not modelled)."""
+        return 0.0 if self.ids == "none" else spec_ids_bytes(self.spec, self.b, lookups, t)
 
     def storage(self, rows: int, dim: int) -> float:
         return rows * dim * self.eb * (1.0 + self.opt)
+
+    def replicated(self, t: int) -> bool:
+        """Table ``t`` is below ``embedding.data_parallel_below_mib`` (its rows, dim, dtype and optimizer
+        state): the planner replicates it (data-parallel), as HugeCTR's planner does (module docstring)."""
+        return self.n > 1 and self.storage(self.spec.tables[t].rows, self.D) < self.spec.data_parallel_below_bytes
 
     def pool_update_bytes(self, bags: int, lookups: float, dim: int, rows: float) -> float:
         """HBM bytes of forward pooling and the sparse backward of one shard of ``rows`` rows (the builder's
@@ -371,10 +269,17 @@ class _Ctx:
         return (pool + sparse_update_bytes(eb, ceb, self.opt, bags, rows, lookups, dim)
                 + index_bytes(bags, rows, lookups))
 
-    def rank_cost(self, comp, si, se, ri, re):
+    def link_s(self, si, se, ri, re):
         r = self.rates
-        comm = np.maximum(si, ri) / r.nvlink_bytes_per_s + np.maximum(se, re) / r.nic_bytes_per_s
-        return comp + comm if self.mode == "baseline" else np.maximum(comp, comm)
+        return np.maximum(si, ri) / r.nvlink_bytes_per_s + np.maximum(se, re) / r.nic_bytes_per_s
+
+    def rank_cost(self, comp, si, se, ri, re, dp=0.0, ids=None):
+        """A rank's cost: compute and communication (summed in baseline mode, overlapped in fused mode) plus the
+        data-parallel all-reduce ``dp``; ``ids``: the prefetched ids a rank sends and receives per tier
+        ``(si, se, ri, re)``, a bound: the iteration ends no sooner than they have arrived."""
+        comm = self.link_s(si, se, ri, re)
+        cost = (comp + comm if self.mode == "baseline" else np.maximum(comp, comm)) + dp
+        return cost if ids is None else np.maximum(cost, self.link_s(*ids))
 
     def dp_allreduce_s(self, rows: int) -> float:
         if self.n == 1:
@@ -405,22 +310,32 @@ class _Option:
     recv_inter_holder: float = 0.0  # bytes each holder receives from other nodes (the ids of the input distribution)
     u_send_intra: float = 0.0       # bytes every rank sends (its bags' ids to the holders), average per tier
     u_send_inter: float = 0.0
+    # prefetched ids (input_dist: prefetch), priced as an ingress bound apart from the iteration's traffic
+    ids_recv_intra_holder: float = 0.0
+    ids_recv_inter_holder: float = 0.0
+    u_ids_send_intra: float = 0.0
+    u_ids_send_inter: float = 0.0
 
 
-def _with_keys(ctx: _Ctx, opt: _Option) -> _Option:
-    """``opt`` with its input distribution (forward only): every rank sends each of the ``shards`` holders the ids
-    of its ``b`` bags that the shard serves (``pooling`` per bag, ``kb`` bytes each) and one ``lb``-byte length
-    per bag: ``x = b (pooling kb + lb)``.  A holder receives ``x`` from each other rank (``g - 1`` of them over
-    NVLink); a rank sends ``shards x``, the tiers split as the uniform receive volumes (``(g - 1) / n`` intra).
-    Only ``inline`` ids count (``ctx.kb`` / ``ctx.lb`` are 0 otherwise: see the module docstring)."""
-    if opt.kind == "data_parallel" or not (ctx.kb or ctx.lb):
+def _with_keys(ctx: _Ctx, opt: _Option, t: int) -> _Option:
+    """``opt`` (of table ``t``) with its input distribution (forward only): every rank sends each of the
+    ``shards`` holders the ids of its ``b`` bags that the shard serves, ``x`` bytes (:meth:`_Ctx.ids_bytes`:
+    ``b (pooling k + 4)`` without deduplication).  A holder receives ``x`` from each other rank (``g - 1`` of them
+    over NVLink); a rank sends ``shards x``, the tiers split as the uniform receive volumes (``(g - 1) / n``
+    intra).  ``inline`` ids join the option's communication; ``prefetch`` ids are kept apart (the ingress bound
+    of :meth:`_Ctx.rank_cost`)."""
+    x = 0.0 if opt.kind == "data_parallel" else ctx.ids_bytes(t, opt.pooling)
+    if not x:
         return opt
     n, g = ctx.n, ctx.g
-    x = ctx.b * (opt.pooling * ctx.kb + ctx.lb)
-    return dataclasses.replace(opt, recv_intra_holder=opt.recv_intra_holder + (g - 1) * x,
-                               recv_inter_holder=opt.recv_inter_holder + (n - g) * x,
-                               u_send_intra=opt.u_send_intra + opt.shards * x * (g - 1) / n,
-                               u_send_inter=opt.u_send_inter + opt.shards * x * (n - g) / n)
+    if ctx.ids == "inline":
+        return dataclasses.replace(opt, recv_intra_holder=opt.recv_intra_holder + (g - 1) * x,
+                                   recv_inter_holder=opt.recv_inter_holder + (n - g) * x,
+                                   u_send_intra=opt.u_send_intra + opt.shards * x * (g - 1) / n,
+                                   u_send_inter=opt.u_send_inter + opt.shards * x * (n - g) / n)
+    return dataclasses.replace(opt, ids_recv_intra_holder=(g - 1) * x, ids_recv_inter_holder=(n - g) * x,
+                               u_ids_send_intra=opt.shards * x * (g - 1) / n,
+                               u_ids_send_inter=opt.shards * x * (n - g) / n)
 
 
 def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Option]:
@@ -466,7 +381,7 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
         out.append(_Option("data_parallel", n, tab.rows, D, tab.pooling, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
                            u_comp_s=(local + grad + upd) / hbm, u_dp_s=ctx.dp_allreduce_s(tab.rows),
                            storage=ctx.storage(tab.rows, D)))
-    return [_with_keys(ctx, o) for o in out]
+    return [_with_keys(ctx, o, t) for o in out]
 
 
 def _hier_option(ctx: _Ctx, t: int, kind: str, k: int) -> _Option:
@@ -491,10 +406,16 @@ class _Loads:
         n = ctx.n
         self.ctx = ctx
         self.comp, self.si, self.se, self.ri, self.re, self.mem = (np.zeros(n) for _ in range(6))
+        self.ki, self.ke, self.ksi, self.kse = (np.zeros(n) for _ in range(4))  # prefetched ids per tier
         self.dp_s = 0.0
 
+    def ids(self, ksi, kse, kri, kre):
+        """The ids' bound's argument to :meth:`_Ctx.rank_cost` (None unless the ids are prefetched)."""
+        return (ksi, kse, kri, kre) if self.ctx.ids == "prefetch" else None
+
     def costs(self) -> np.ndarray:
-        return self.ctx.rank_cost(self.comp, self.si, self.se, self.ri, self.re) + self.dp_s
+        return self.ctx.rank_cost(self.comp, self.si, self.se, self.ri, self.re, self.dp_s,
+                                  self.ids(self.ksi, self.kse, self.ki, self.ke))
 
 
 def _try(opt: _Option, L: _Loads):
@@ -506,18 +427,20 @@ def _try(opt: _Option, L: _Loads):
     ri, re = L.ri + opt.u_recv_intra, L.re + opt.u_recv_inter
     dp = L.dp_s + opt.u_dp_s
     si, se = L.si + opt.u_send_intra, L.se + opt.u_send_inter
+    ksi, kse = L.ksi + opt.u_ids_send_intra, L.kse + opt.u_ids_send_inter
     before = L.costs().sum()
-    base = ctx.rank_cost(comp, si, se, ri, re) + dp
+    base = ctx.rank_cost(comp, si, se, ri, re, dp, L.ids(ksi, kse, L.ki, L.ke))
     hri, hre = ri + opt.recv_intra_holder, re + opt.recv_inter_holder  # on a holder
+    hids = L.ids(ksi, kse, L.ki + opt.ids_recv_intra_holder, L.ke + opt.ids_recv_inter_holder)
     if opt.kind in ("row_wise", "data_parallel"):
         if not ok.all():
             return None
         holders = np.arange(n)
-        after = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre) + dp
+        after = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre, dp, hids)
         return float(after.max()), float(after.sum() - before), holders
+    cand = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre, dp, hids)
     if opt.kind in HIER_SHARDINGS:  # whole nodes: the k nodes whose most-loaded rank ends lowest
         N, k = ctx.N, opt.shards // g
-        cand = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre) + dp
         node_ok = ok.reshape(N, g).all(axis=1)
         if int(node_ok.sum()) < k:
             return None
@@ -531,7 +454,6 @@ def _try(opt: _Option, L: _Loads):
         inc = float(base.sum() - before + (cand[holders] - base[holders]).sum())
         return crit, inc, holders
     # table_wise / column_wise: shards one by one on the rank where the cost ends lowest
-    cand = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre) + dp
     if int(ok.sum()) < opt.shards:
         return None
     masked = np.where(ok, cand, np.inf)
@@ -557,24 +479,40 @@ def _apply(opt: _Option, holders: np.ndarray, L: _Loads) -> None:
     L.se[holders] += opt.send_inter
     L.ri[holders] += opt.recv_intra_holder
     L.mem[holders] += opt.storage
+    L.ksi += opt.u_ids_send_intra
+    L.kse += opt.u_ids_send_inter
+    L.ki[holders] += opt.ids_recv_intra_holder
+    L.ke[holders] += opt.ids_recv_inter_holder
 
 
 def _option_cost_alone(ctx: _Ctx, opt: _Option) -> float:
-    return float(ctx.rank_cost(np.array([opt.comp_s + opt.u_comp_s]), np.array([opt.send_intra + opt.u_send_intra]),
-                               np.array([opt.send_inter + opt.u_send_inter]),
-                               np.array([opt.recv_intra_holder + opt.u_recv_intra]),
-                               np.array([opt.recv_inter_holder + opt.u_recv_inter]))[0] + opt.u_dp_s)
+    ids = None
+    if ctx.ids == "prefetch":
+        ids = (opt.u_ids_send_intra, opt.u_ids_send_inter, opt.ids_recv_intra_holder, opt.ids_recv_inter_holder)
+    return float(ctx.rank_cost(opt.comp_s + opt.u_comp_s, opt.send_intra + opt.u_send_intra,
+                               opt.send_inter + opt.u_send_inter, opt.recv_intra_holder + opt.u_recv_intra,
+                               opt.recv_inter_holder + opt.u_recv_inter, opt.u_dp_s, ids))
 
 
 def _option_total(ctx: _Ctx, opt: _Option) -> float:
     """An option's cost summed over ranks, each part alone (holders x holder cost + ranks x uniform cost)."""
-    hold = _option_cost_alone(ctx, _Option(opt.kind, 1, 0, 0, 0, opt.comp_s, opt.send_intra, opt.send_inter,
-                                           opt.recv_intra_holder, 0.0, 0.0,
-                                           recv_inter_holder=opt.recv_inter_holder))
-    uni = _option_cost_alone(ctx, _Option(opt.kind, 1, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, opt.u_recv_intra,
-                                          opt.u_recv_inter, opt.u_comp_s, opt.u_dp_s,
-                                          u_send_intra=opt.u_send_intra, u_send_inter=opt.u_send_inter))
+    hold = _option_cost_alone(ctx, _holder_part(opt))
+    uni = _option_cost_alone(ctx, _uniform_part(opt))
     return (opt.shards if opt.kind not in ("data_parallel",) else 0) * hold + ctx.n * uni
+
+
+def _holder_part(o: _Option) -> _Option:
+    """The part of ``o`` one holder carries (its shard), without the load every rank carries."""
+    return _Option(o.kind, 1, o.rows, o.dim, o.pooling, o.comp_s, o.send_intra, o.send_inter, o.recv_intra_holder,
+                   0.0, 0.0, storage=o.storage, recv_inter_holder=o.recv_inter_holder,
+                   ids_recv_intra_holder=o.ids_recv_intra_holder, ids_recv_inter_holder=o.ids_recv_inter_holder)
+
+
+def _uniform_part(o: _Option) -> _Option:
+    """The part of ``o`` every rank carries (received volumes, sent ids, data-parallel work)."""
+    return _Option(o.kind, o.shards, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, o.u_recv_intra, o.u_recv_inter, o.u_comp_s,
+                   o.u_dp_s, u_send_intra=o.u_send_intra, u_send_inter=o.u_send_inter,
+                   u_ids_send_intra=o.u_ids_send_intra, u_ids_send_inter=o.u_ids_send_inter)
 
 
 def _too_big(ctx: _Ctx, t: int):
@@ -589,7 +527,8 @@ def _partition(ctx: _Ctx, allowed: tuple[str, ...], name: str) -> Plan:
     per_rank = RankUnits(ctx.n)
     tw = {t: enumerate_options(ctx, t, ("table_wise",))[0] for t in range(T)}
     order = sorted(range(T), key=lambda t: (-_option_cost_alone(ctx, tw[t]), t))
-    options = {t: enumerate_options(ctx, t, allowed) for t in range(T)}
+    small = {t for t in range(T) if ctx.replicated(t)}
+    options = {t: enumerate_options(ctx, t, ("data_parallel",) if t in small else allowed) for t in range(T)}
     least = {t: min((_option_total(ctx, o) for o in options[t] if o.storage <= ctx.budget), default=0.0)
              for t in range(T)}
     remaining = sum(least.values())
@@ -597,26 +536,59 @@ def _partition(ctx: _Ctx, allowed: tuple[str, ...], name: str) -> Plan:
     for t in order:
         remaining -= least[t]
         total = float(L.costs().sum())
-        best = None
-        for rank_i, opt in enumerate(options[t]):
-            res = _try(opt, L)
-            if res is None:
-                continue
-            # the critical rank after this table, or the average rank once every remaining table is placed at
-            # its cheapest summed cost, whichever is larger (a lookahead bound)
-            score = max(res[0], (total + res[1] + remaining) / ctx.n)
-            key = (score, res[1], rank_i)
-            if best is None or key < best[0]:
-                best = (key, opt, res[2])
-        if best is None:
+        ranked = _rank_options(ctx, options[t], L, total, remaining)
+        note = ""
+        if not ranked and t in small:  # a replica does not fit every rank: shard it as any other table
+            ranked = _rank_options(ctx, enumerate_options(ctx, t, allowed), L, total, remaining)
+            note = "replica does not fit every GPU; "
+        if not ranked:
             raise _too_big(ctx, t)
-        _, opt, holders = best
+        (score, _inc, _i), opt, holders = ranked[0]
         _apply(opt, holders, L)
         per_rank.add(t, opt, holders)
         tables.append(TablePlan(t, opt.kind, tuple(np.asarray(holders).tolist()), opt.rows, opt.dim, opt.storage,
-                                _option_cost_alone(ctx, opt)))
+                                _option_cost_alone(ctx, opt),
+                                note + _reason(ctx, t, opt, holders, ranked, tw[t], t in small and not note)))
     tables.sort(key=lambda tp: tp.table)
     return Plan(ctx.mode, ctx.n, ctx.g, tables, per_rank, float(L.costs().max()), name)
+
+
+def _rank_options(ctx: _Ctx, options, L: _Loads, total: float, remaining: float) -> list:
+    """The options that fit, best first: ``((score, summed increase, index), option, holders)``.  Score: the
+    critical rank after this table, or the average rank once every remaining table is placed at its cheapest
+    summed cost, whichever is larger (a lookahead bound); ties to the lower summed increase, then the order of
+    :data:`SHARDINGS`."""
+    out = []
+    for i, opt in enumerate(options):
+        res = _try(opt, L)
+        if res is not None:
+            out.append(((max(res[0], (total + res[1] + remaining) / ctx.n), res[1], i), opt, res[2]))
+    return sorted(out, key=lambda x: x[0])
+
+
+def _reason(ctx: _Ctx, t: int, opt: _Option, holders, ranked: list, tw: _Option, replicated: bool) -> str:
+    """Why table ``t`` got ``opt`` (plan.csv's ``reason``)."""
+    tab = ctx.spec.tables[t]
+    mib = ctx.storage(tab.rows, ctx.D) / 2**20
+    if replicated:
+        return (f"replicated: {tab.rows} rows, {mib:.3g} MiB < data_parallel_below_mib "
+                f"{ctx.spec.data_parallel_below_bytes / 2**20:.3g}")
+    where = "every GPU" if len(holders) == ctx.n else f"{len(holders)} GPU{'s' if len(holders) > 1 else ''}"
+    parts = [f"{opt.kind} over {where}"]
+    mean_p = sum(x.pooling for x in ctx.spec.tables) / len(ctx.spec.tables)
+    if tab.pooling >= 2 * mean_p:
+        parts.append(f"hot ({tab.pooling:g} lookups per bag, mean {mean_p:.3g})")
+    if tw.storage > ctx.budget:
+        parts.append(f"{mib / 1024:.3g} GiB does not fit one GPU's {ctx.budget / 2**30:.3g} GiB")
+    score = ranked[0][0][0]
+    nxt = next((r for r in ranked[1:] if r[1].kind != opt.kind or r[1].shards != opt.shards), None)
+    best = f"lowest estimate {score * 1e6:.4g} us"
+    if nxt is not None:
+        best += f" (next {nxt[1].kind} x{nxt[1].shards}: {nxt[0][0] * 1e6:.4g} us)"
+    if ctx.ids == "prefetch" and opt.kind != "data_parallel":
+        ing = ctx.link_s(0.0, 0.0, opt.ids_recv_intra_holder, opt.ids_recv_inter_holder)
+        best += f"; ids ingress {ing * 1e6:.3g} us per holder"
+    return "; ".join(parts + [best])
 
 
 def _context(spec, system_or_topology, n: int, g: int, mode: str) -> _Ctx:
@@ -675,18 +647,14 @@ def estimate_plan(spec, system, plan_per_rank: list[list[Unit]], nodes: int, gpu
             # uniform parts once per table; per-holder parts on this rank
             if key not in seen:
                 seen.add(key)
-                _apply(_Option(o.kind, o.shards, 0, 0, 0, 0, 0, 0, 0, o.u_recv_intra, o.u_recv_inter, o.u_comp_s,
-                               o.u_dp_s, u_send_intra=o.u_send_intra, u_send_inter=o.u_send_inter),
-                       np.array([], dtype=np.int64), L)
-            _apply(_Option(o.kind, 1, o.rows, o.dim, o.pooling, o.comp_s, o.send_intra, o.send_inter,
-                           o.recv_intra_holder, 0, 0, storage=o.storage, recv_inter_holder=o.recv_inter_holder),
-                   holders, L)
+                _apply(_uniform_part(o), np.array([], dtype=np.int64), L)
+            _apply(_holder_part(o), holders, L)
     return float(L.costs().max())
 
 
 def _custom_option(ctx: _Ctx, u: Unit) -> _Option:
     """The estimate of a shard count the enumerator does not produce (forced plans), ids included."""
-    return _with_keys(ctx, _custom_option_comm(ctx, u))
+    return _with_keys(ctx, _custom_option_comm(ctx, u), u.table)
 
 
 def _custom_option_comm(ctx: _Ctx, u: Unit) -> _Option:
@@ -826,7 +794,7 @@ def _check_grid_ranks(ranks, g: int, D: int, src: str, fld: str) -> None:
 def _option_for(ctx: _Ctx, units: list[Unit], t: int) -> _Option:
     u = next(x for x in units if x.table == t)
     if u.kind == "grid" or (u.kind == "table_row_wise" and u.shards == ctx.g):
-        return _with_keys(ctx, _hier_option(ctx, t, u.kind, u.shards // ctx.g))
+        return _with_keys(ctx, _hier_option(ctx, t, u.kind, u.shards // ctx.g), t)
     opts = {(o.kind, o.shards): o for o in enumerate_options(ctx, t, SHARDINGS)}
     return opts.get((u.kind, u.shards)) or _custom_option(ctx, u)
 

@@ -1,5 +1,6 @@
 """The sharding planner (simfuse/workloads/planner.py) and planned placements in the DLRM builder."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -65,6 +66,8 @@ def test_each_sharding_type_sends_its_formula_volumes(tmp_path, small):
     b = B // n
     plan = load_plan(_plan_csv(tmp_path, FORCED), spec, small, NODES, G, "baseline")
     graph = build_dlrm_graph(spec, small, NODES, gpus_per_node=G, mode="baseline", sim_mode="full", plan=plan)
+    legacy = build_dlrm_graph(dataclasses.replace(spec, dense_allreduce="bucketed_per_table"), small, NODES,
+                              gpus_per_node=G, mode="baseline", sim_mode="full", plan=plan)
     units = plan.per_rank
     # per-rank loads: row-wise shards serve P/n lookups, table-row-wise P/g, column-wise P over D/k columns
     assert [u.pooling for u in units[0] if u.table == 1] == [pytest.approx(8 / n)]
@@ -85,8 +88,11 @@ def test_each_sharding_type_sends_its_formula_volumes(tmp_path, small):
         # backward is the transpose of the forward
         bwd = _a2a(graph, r, "a2a_bwd").send_bytes
         np.testing.assert_allclose(bwd, [_a2a(graph, o, "a2a_fwd").send_bytes[r] for o in range(n)])
-        dp = [nd for nd in graph.programs[r].nodes if isinstance(nd, CollectiveNode) and nd.name.startswith("dp_")]
-        assert [nd.size_bytes for nd in dp] == [50 * D * 4]  # the replicated table's fp32 gradient
+        # the replicated table's fp32 gradient: in the last DDP bucket (bucketed_per_table: its own all-reduce)
+        ddp = [nd.size_bytes for nd in graph.programs[r].nodes if isinstance(nd, CollectiveNode)]
+        old = [nd.size_bytes for nd in legacy.programs[r].nodes if isinstance(nd, CollectiveNode)
+               and nd.name.startswith("ddp_")]
+        assert len(ddp) == len(old) and ddp[-1] == pytest.approx(old[-1] + 50 * D * 4)
     # the world's received bytes equal the sent ones (nothing lost)
     sent = sum(_a2a(graph, r, "a2a_fwd").send_bytes.sum() for r in range(n))
     assert sent == pytest.approx(n * b * eb * (D + n * D + 2 * D // 2) + g * N * b * D * eb)

@@ -241,7 +241,7 @@ def _validate(args: argparse.Namespace) -> int:
         return _fail(ValueError("--topology is required (unless --campaign is given)"))
     try:
         check_out_dir(args.out)
-        _, summary = run_validation(args.topology, args.measurements, args.out)
+        table, summary = run_validation(args.topology, args.measurements, args.out)
     except (SimfuseError, OSError) as exc:
         return _fail(exc)
     except ImportError as exc:  # the engine's compute model is missing from this install
@@ -249,18 +249,46 @@ def _validate(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(summary))
     else:
-        def pct(x):
-            return "n/a" if x is None else f"{x:.2f}%"
-        print(f"{summary['basis']} points: {summary['points']}, median |error| "
-              f"{pct(summary['median_abs_pct_error'])}, max |error| {pct(summary['max_abs_pct_error'])}")
-        for name in ("calibration_kernels", "calibration_collectives", "held_out"):
-            s = summary[name]
-            if s["points"]:
-                print(f"  {name}: {s['points']} points, median {pct(s['median_abs_pct_error'])}, "
-                      f"max {pct(s['max_abs_pct_error'])}")
+        cal = table[(table["set"] == "calibration") & (table["kind"] == "kernel")]
+        for line in validation_lines(summary, makespan=bool((cal["quantity"] == "makespan").any())):
+            print(line)
         if args.out:
             print(f"  wrote {args.out}/validation.csv, residuals.png, summary.json")
     return 0
+
+
+def validation_lines(summary: dict, makespan: bool = False) -> list[str]:
+    """The text report of ``simfuse validate``: held-out errors (measurements the profile was not fitted on: the
+    accuracy to expect on new shapes) apart from in-sample errors (the profile's own calibration points: how well
+    the fit reproduces what it was fitted to), each labelled as such.  ``makespan``: the in-sample kernel points
+    compare traced launches' makespans (every wave of the grid), not kernel times as the held-out rows do."""
+    def pct(x):
+        return "n/a" if x is None else f"{x:.2f}%"
+
+    def stats(s):
+        return f"{s['points']} points, median |error| {pct(s['median_abs_pct_error'])}, max {pct(s['max_abs_pct_error'])}"
+
+    lines = []
+    held = summary["held_out"]
+    if held["points"]:
+        lines.append(f"held-out (measurements the profile was NOT fitted on; the accuracy to expect on new shapes): "
+                     f"{stats(held)}")
+        inr = summary.get("held_out_in_calibration_range") or {}
+        if inr.get("points") and inr["points"] != held["points"]:
+            lines.append(f"  of which inside the calibrated range: {stats(inr)}")
+    else:
+        lines.append("held-out: none given (--measurements CSV); the errors below are in-sample only and do not "
+                     "show the accuracy on new shapes")
+    lines.append("in-sample (the profile's own calibration points, which the fit was made on; how closely the "
+                 "fitted model reproduces them):")
+    for name, label in (("calibration_kernels", "kernels"), ("calibration_collectives", "collectives")):
+        s = summary[name]
+        if s["points"]:
+            lines.append(f"  {label}: {stats(s)}")
+    if makespan and summary["calibration_kernels"]["points"] and held["points"]:
+        lines.append("  (in-sample kernel points compare each traced launch's makespan (its whole grid); held-out rows "
+                     "compare kernel times, so the two figures measure different things)")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

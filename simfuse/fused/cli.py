@@ -128,10 +128,10 @@ def op_help() -> str:
 
 
 def add_op_parser(sub) -> None:
+    import argparse
+
     from ..spec.workload import LAUNCHES
     from .ops import OPS
-
-    import argparse
 
     p = sub.add_parser("op", help="simulate a fused operator against its bulk-synchronous baseline",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=op_help())

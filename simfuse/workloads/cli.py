@@ -49,7 +49,9 @@ def cmd_run(args) -> int:
         for flag, value in workload_only:
             if value:
                 raise SpecError("<argument>", flag, "applies to a --model workload; a Chakra trace runs as recorded")
-        res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra")
+        with _progress(args, "simfuse run") as progress:
+            res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra",
+                                 progress=progress)
     else:
         if not args.model:
             raise SpecError("<argument>", "--model", "give a workload (--model FILE) or a Chakra ET (--chakra DIR)")
@@ -66,8 +68,9 @@ def cmd_run(args) -> int:
         note = cost_note(est)
         if note:
             print(f"simfuse: note: {note}", file=sys.stderr)
-        res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
-                                workers=_workers(args.workers))
+        with _progress(args, "simfuse run") as progress:
+            res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
+                                    workers=_workers(args.workers), progress=progress)
         if args.export_chakra:  # the baseline graph as the run simulated it (its chosen DLRM plan)
             base = res.get("baseline")
             _export_chakra(spec, system, nodes, g, ex, args.export_chakra, plan=getattr(base, "plan", None))
@@ -100,6 +103,22 @@ def cmd_run(args) -> int:
     if written:
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+class _progress:
+    """``with _progress(args, "simfuse run") as progress``: the command's progress reporter on stderr
+    (:class:`~simfuse.progress.StderrProgress`; a no-op with ``--quiet``), its line cleared at the end."""
+
+    def __init__(self, args, prefix: str):
+        from ..progress import Progress, StderrProgress
+
+        self.progress = Progress() if getattr(args, "quiet", False) else StderrProgress(prefix)
+
+    def __enter__(self):
+        return self.progress
+
+    def __exit__(self, *exc) -> None:
+        self.progress.close()
 
 
 def _json(obj) -> str:
@@ -160,11 +179,14 @@ def cmd_sweep(args) -> int:
     for n in nodes:  # the guard looks at every point, at its scaled batch, before the first one starts
         check_cost(estimate_workload(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode, ex), args.force)
     workers = _workers(args.workers)
-    df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
-                   sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
-                   progress=not args.quiet, settings=settings)
+    with _progress(args, "simfuse sweep") as progress:
+        df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
+                       sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
+                       progress=progress, settings=settings)
+    reused = int(df.attrs.get("reused_points", 0))
     if getattr(args, "format", "text") == "json":
-        print(_json({"rows": df.to_dict(orient="records"), "written": [str(Path(args.out) / "results.csv")]}))
+        print(_json({"rows": df.to_dict(orient="records"), "written": [str(Path(args.out) / "results.csv")],
+                     "reused_points": reused}))
         return 0
     fused = df[df["mode"] == "fused"]
     if len(fused):
@@ -172,7 +194,8 @@ def cmd_sweep(args) -> int:
             c for c in ("iteration_time_p10_s", "iteration_time_p50_s", "iteration_time_p90_s", "speedup_p10",
                         "speedup_p50", "speedup_p90") if c in fused and fused[c].notna().any()]
         print(fused[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"wrote {Path(args.out) / 'results.csv'}")
+    done = f"; {reused} of {len(nodes)} points reused from an earlier run" if reused else ""
+    print(f"wrote {Path(args.out) / 'results.csv'}{done}")
     return 0
 
 
@@ -266,6 +289,9 @@ def add_run_parser(sub) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="processes for the run's independent simulations: fused candidates, interval runs "
                         "(default: CPU count; results do not depend on it)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (by default a live line on a terminal; elsewhere a line every 30 s "
+                        "once the run has taken 10 s)")
     p.set_defaults(func=cmd_run)
 
 
@@ -276,5 +302,7 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--workers", type=int, default=None, help="local processes (default: CPU count)")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address (tcp://host:8786)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (by default a live line on a terminal; elsewhere a line every 30 s "
+                        "once the sweep has taken 10 s)")
     p.set_defaults(func=cmd_sweep)

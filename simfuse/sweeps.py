@@ -468,5 +468,4 @@ def _run_points(todo, finish, model, topology, g, mode, sim_mode, workers, sched
     else:  # one point (or one worker): the point's own simulations get the workers
         for n, p in todo:
             progress.doing(f"{n} nodes")
-            finish(n, p, run_point(model, topology, n, g, mode, sim_mode, settings, workers or 1,
-                                   progress=progress.nested()))
+            finish(n, p, run_point(model, topology, n, g, mode, sim_mode, settings, workers or 1, progress.nested()))

@@ -96,10 +96,8 @@ def cmd_run(args) -> int:
         return 0
     print(f"{name} on {topo.name}: {nodes} nodes x {g} GPUs ({res[next(iter(res))].sim_mode} simulation)")
     print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    unc = df["uncertainty"].iloc[0] if "uncertainty" in df else "none"
-    if unc != "none":
-        print(f"p10/p50/p90: prediction interval from the calibration's cross-validated residuals ({unc}; "
-              f"--set uncertainty=none to skip)")
+    if "uncertainty_note" in df:
+        print(("p10/p50/p90: " if df["uncertainty"].iloc[0] != "none" else "") + df["uncertainty_note"].iloc[0])
     if written:
         print("wrote " + ", ".join(str(p) for p in written))
     return 0

@@ -419,13 +419,31 @@ def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict
         iv = getattr(r, "interval", None)
         if iv is not None:
             row["uncertainty"] = r.uncertainty
+            row["uncertainty_note"] = interval_note(r.uncertainty, ex)
+            none = r.uncertainty == "none"  # no interval: empty (NaN) quantiles, never a collapsed "exact" one
             for k in ("p10", "p50", "p90"):
-                row[f"iteration_time_{k}_s"] = iv[k]
+                row[f"iteration_time_{k}_s"] = float("nan") if none else iv[k]
             siv = getattr(r, "speedup_interval", None)
             if siv is not None:
-                row["speedup_p10"], row["speedup_p50"], row["speedup_p90"] = siv["p10"], siv["p50"], siv["p90"]
+                row["speedup_p10"], row["speedup_p50"], row["speedup_p90"] = (
+                    (float("nan"),) * 3 if none else (siv["p10"], siv["p50"], siv["p90"]))
         rows.append(row)
     return rows
+
+
+def interval_note(method: str, execution: ExecutionSpec | None = None) -> str:
+    """Why a run's row has the interval it has (``uncertainty_note``): what a ``bound`` / ``mc`` interval covers,
+    or why there is none."""
+    asked = (execution or ExecutionSpec()).uncertainty
+    if method in ("bound", "mc"):
+        return (f"prediction interval from the kernel cost model's cross-validated residuals ({method}; "
+                "--set uncertainty=none to skip); the other inputs (fabric, model settings) are taken as exact")
+    if method != "none":
+        return f"prediction interval ({method})"
+    if asked == "none":
+        return "no interval: not asked (uncertainty=none)"
+    return ("no interval: it would cover only the kernel cost model's cross-validated residuals, and this "
+            "topology has none (no calibration profile with residuals); the figures are a point estimate")
 
 
 def breakdown_rows(results: dict) -> list[dict]:

@@ -65,6 +65,46 @@ def as_progress(progress) -> Progress:
     return progress
 
 
+class command_progress:
+    """``with command_progress(args, "simfuse run") as progress``: a command's reporter, a
+    :class:`StderrProgress` (a no-op :class:`Progress` with ``args.quiet``), its terminal line cleared at the
+    end, also on errors."""
+
+    def __init__(self, args, prefix: str):
+        self.progress = Progress() if getattr(args, "quiet", False) else StderrProgress(prefix)
+
+    def __enter__(self) -> Progress:
+        return self.progress
+
+    def __exit__(self, *exc) -> None:
+        self.progress.close()
+
+
+class ticking:
+    """``with ticking(progress, "fitting the wave models"):`` for one long call that reports nothing itself: a
+    daemon thread refreshes ``progress`` (its elapsed time) every ``every_s`` until the body ends."""
+
+    def __init__(self, progress: Progress, what: str, every_s: float = 1.0):
+        import threading
+
+        self.progress, self.what, self.every_s = progress, what, every_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="simfuse-progress", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            self.progress.tick()
+
+    def __enter__(self) -> Progress:
+        self.progress.begin(self.what)
+        self.thread.start()
+        return self.progress
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 def _clock(seconds: float) -> str:
     s = max(0, int(round(seconds)))
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
@@ -86,7 +126,7 @@ class _Level:
 
     def text(self, now: float) -> str:
         if self.total is None:
-            s = f"{self.what} {self.done + 1}"
+            s = self.what if not self.done else f"{self.what} {self.done + 1}"
         else:
             s = f"{self.what} {min(self.done + 1, self.total)}/{'<=' if self.up_to else ''}{self.total}"
             if self.done >= self.total:

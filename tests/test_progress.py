@@ -223,3 +223,30 @@ def test_resumed_sweep_says_how_many_points_it_reused(tmp_path):
     notes = [c[1] for c in again.log if c[0] == "note"]
     assert df2.attrs["reused_points"] == 2
     assert len(notes) == 1 and "reused 2 of 3 points" in notes[0] and "computing 1" in notes[0]
+
+
+def test_op_reports_its_simulations():
+    """simfuse op: baseline and fused, and with residuals the three quantile runs of each (8 in all)."""
+    from simfuse.fused.ops import make_op
+    from simfuse.system import System
+    from simfuse.workloads.op import run_op
+
+    for topo, n in ((H100, 2), ("topologies/h200_nvl8_ib_ndr.yaml", 8)):
+        rec = Recorder()
+        run_op(make_op("gemv_all_reduce", {}, 1, 8), System.load(topo), 1, progress=rec)
+        assert [c for c in rec.log if c[0] == "begin"] == [("begin", 0, "simulation", n)]
+        assert sum(1 for c in rec.log if c[0] == "advance") == n
+
+
+def test_ticking_refreshes_while_a_long_call_runs():
+    import threading
+
+    from simfuse.progress import ticking
+
+    out = io.StringIO()
+    p = StderrProgress("simfuse validate", stream=out, tty=False, first_s=0.0, every_s=0.0)
+    with ticking(p, "fitting", every_s=0.01):
+        threading.Event().wait(0.2)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3 and all(line.startswith("simfuse validate [") and line.endswith(": fitting")
+                                   for line in lines)

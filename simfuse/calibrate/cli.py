@@ -53,6 +53,8 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                                         "PyTorch profiler traces -> the dense-compute section (GEMM, embedding, "
                                         "element-wise rates by shape)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (shown once the command has taken "
+                                                        "1 s on a terminal, 10 s elsewhere)")
     p.set_defaults(func=_calibrate)
     return p
 
@@ -76,6 +78,8 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="write validation.csv, residuals.png and summary.json here")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (shown once the command has taken "
+                                                        "1 s on a terminal, 10 s elsewhere)")
     p.set_defaults(func=_validate)
     return p
 
@@ -102,11 +106,14 @@ def _calibrate(args: argparse.Namespace) -> int:
         return _fail(exc)
     skipped: list[str] = []
     warnings: list[str] = []
+    from ..progress import command_progress, ticking
+
     try:
-        profile = calibrate(args.inputs, args.out, compute_units=args.compute_units, collective=args.collective,
-                            skipped=skipped, ranks=getattr(args, "ranks", None), nodes=getattr(args, "nodes", None),
-                            topology=getattr(args, "topology", None), force=getattr(args, "force", False),
-                            warnings=warnings, kind=getattr(args, "kind", None))
+        with command_progress(args, "simfuse calibrate") as progress, ticking(progress, "reading and fitting"):
+            profile = calibrate(args.inputs, args.out, compute_units=args.compute_units, collective=args.collective,
+                                skipped=skipped, ranks=getattr(args, "ranks", None),
+                                nodes=getattr(args, "nodes", None), topology=getattr(args, "topology", None),
+                                force=getattr(args, "force", False), warnings=warnings, kind=getattr(args, "kind", None))
     except (SimfuseError, OSError) as exc:
         return _fail(exc)
     for line in skipped:
@@ -164,10 +171,13 @@ def _calibrate_summary(out, profile: dict, skipped: list[str], warnings: list[st
 
 
 def _validate_campaign(args: argparse.Namespace) -> int:
+    from ..progress import command_progress, ticking
     from .validate import campaign_validation
 
     try:
-        summary = campaign_validation(args.campaign, args.out, heldout=getattr(args, "heldout_campaign", None))
+        with command_progress(args, "simfuse validate") as progress, \
+                ticking(progress, "refitting and cross-validating the wave models"):
+            summary = campaign_validation(args.campaign, args.out, heldout=getattr(args, "heldout_campaign", None))
     except (SimfuseError, OSError, KeyError, ValueError) as exc:
         return _fail(exc)
     if args.format == "json":

@@ -81,7 +81,11 @@ def cmd_op(args) -> int:
     op = make_op(args.op, params, args.nodes, g)
     check_cost(estimate_op(args.op, params, topo, args.nodes, g, args.mode, knobs.slice_wgs, knobs.tile_order),
                args.force, command="op")
-    res = run_op(op, system, args.nodes, knobs=knobs, mode=args.mode, seed=args.seed, launch=args.launch)
+    from ..progress import command_progress
+
+    with command_progress(args, "simfuse op") as progress:
+        res = run_op(op, system, args.nodes, knobs=knobs, mode=args.mode, seed=args.seed, launch=args.launch,
+                     progress=progress)
     d = res.as_dict()
     d["params"].pop("wall_s", None)
     if args.format == "json":
@@ -148,4 +152,7 @@ def add_op_parser(sub) -> None:
     p.add_argument("--seed", type=seed_arg, default=0)
     p.add_argument("--format", default="text", choices=("text", "json"))
     p.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (by default a live line on a terminal; elsewhere a line every 30 s "
+                        "once the run has taken 10 s)")
     p.set_defaults(func=cmd_op)

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ..errors import SpecError, short_repr
+from ..progress import command_progress
 
 
 def cmd_run(args) -> int:
@@ -49,7 +50,7 @@ def cmd_run(args) -> int:
         for flag, value in workload_only:
             if value:
                 raise SpecError("<argument>", flag, "applies to a --model workload; a Chakra trace runs as recorded")
-        with _progress(args, "simfuse run") as progress:
+        with command_progress(args, "simfuse run") as progress:
             res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra",
                                  progress=progress)
     else:
@@ -68,7 +69,7 @@ def cmd_run(args) -> int:
         note = cost_note(est)
         if note:
             print(f"simfuse: note: {note}", file=sys.stderr)
-        with _progress(args, "simfuse run") as progress:
+        with command_progress(args, "simfuse run") as progress:
             res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
                                     workers=_workers(args.workers), progress=progress)
         if args.export_chakra:  # the baseline graph as the run simulated it (its chosen DLRM plan)
@@ -101,22 +102,6 @@ def cmd_run(args) -> int:
     if written:
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
-
-
-class _progress:
-    """``with _progress(args, "simfuse run") as progress``: the command's progress reporter on stderr
-    (:class:`~simfuse.progress.StderrProgress`; a no-op with ``--quiet``), its line cleared at the end."""
-
-    def __init__(self, args, prefix: str):
-        from ..progress import Progress, StderrProgress
-
-        self.progress = Progress() if getattr(args, "quiet", False) else StderrProgress(prefix)
-
-    def __enter__(self):
-        return self.progress
-
-    def __exit__(self, *exc) -> None:
-        self.progress.close()
 
 
 def _json(obj) -> str:
@@ -177,7 +162,7 @@ def cmd_sweep(args) -> int:
     for n in nodes:  # the guard looks at every point, at its scaled batch, before the first one starts
         check_cost(estimate_workload(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode, ex), args.force)
     workers = _workers(args.workers)
-    with _progress(args, "simfuse sweep") as progress:
+    with command_progress(args, "simfuse sweep") as progress:
         df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
                        sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
                        progress=progress, settings=settings)

@@ -302,7 +302,7 @@ class _SweepProgress:
         self.done_cost += c
         self.todo_cost -= c
         eta = eta_by_cost(self.clock() - self.t0, self.done_cost, self.todo_cost)
-        self.progress.advance(f"{n} nodes done", eta_s=eta)
+        self.progress.advance(f"last done: {n} nodes", eta_s=eta)
 
 
 def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, gpus_per_node: int | None = None,

@@ -2,34 +2,47 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.simfuse-installed
+CORE := $(VENV)/.simfuse-core
+FULL := $(VENV)/.simfuse-full
 
 .PHONY: demo test test-all bench lint venv clean gpu-check
 
-$(STAMP): pyproject.toml
+# Two installs in one venv.  The simulator (`make demo`) needs only the core dependencies: no torch, triton, pyarrow
+# or dask (the demo writes CSV and PNG files and runs its points in a local process pool).  `make test` adds the
+# test tools, the kernels extra (torch CPU + triton: the kernel tests run under TRITON_INTERPRET=1) and the optional
+# Parquet / Dask outputs, so every test runs; without them those tests skip.
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+
+$(CORE): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $(CORE)
+
+$(FULL): pyproject.toml $(CORE)
 	# CPU build of torch first (a bare `torch` would pull a multi-GB CUDA build), then triton for the interpreter.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[test,kernels,sweep,parquet]"
-	touch $(STAMP)
+	touch $(FULL)
 
-venv: $(STAMP)
+venv: $(FULL)
 
-demo: $(STAMP)
-	$(VENV)/bin/simfuse sweep --model models/dlrm_dcnv2.yaml --topology topologies/h200_nvl8_ib_ndr.yaml \
-		--nodes 8,16,32,64,128,256,512,1024 --out runs/demo
+# The DLRM projection: MLPerf DLRM-DCNv2 with planned sharding on H100 and H200 nodes, 8..1,024 nodes, strong
+# scaling, bands from the files' input ranges, the tornado at 128 nodes (experiments/dlrm_projection.py --demo).
+# The README's headline is the same script without --demo (weak scaling too, more draws).
+demo: $(CORE)
+	$(PY) experiments/dlrm_projection.py --demo --out runs/demo
 
-test: $(STAMP)
+test: $(FULL)
 	TRITON_INTERPRET=1 $(PY) -m pytest
 
-test-all: $(STAMP)
+test-all: $(FULL)
 	TRITON_INTERPRET=1 $(PY) -m pytest -m "slow or not slow"
 
-bench: $(STAMP)
+bench: $(CORE)
 	$(PY) experiments/bench_engine.py
 
-lint: $(STAMP)
+lint: $(FULL)
 	$(VENV)/bin/ruff check simfuse tests experiments
 
 clean:

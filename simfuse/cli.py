@@ -49,13 +49,19 @@ def cmd_collective(args) -> int:
     from .guard import check_cost, estimate_collective
 
     check_cost(estimate_collective(args.op, args.nodes, g, args.mode, len(sizes)), args.force, command="collective")
+    from .progress import command_progress
+
     rows = []
-    for size in sizes:
-        row = run_collective(topo, args.nodes, args.op, size, algorithm=args.algorithm,
-                             gpus_per_node=g, mode=args.mode, seed=args.seed,
-                             protocol=args.protocol).as_dict()
-        row.pop("wall_s")  # keep the output deterministic
-        rows.append(output_units(row))
+    with command_progress(args, "simfuse collective") as progress:
+        progress.begin("size", len(sizes))
+        for size in sizes:
+            progress.doing(f"{size:,} bytes")
+            row = run_collective(topo, args.nodes, args.op, size, algorithm=args.algorithm,
+                                 gpus_per_node=g, mode=args.mode, seed=args.seed,
+                                 protocol=args.protocol).as_dict()
+            progress.advance()
+            row.pop("wall_s")  # keep the output deterministic
+            rows.append(output_units(row))
     if len(rows) > 1 or args.out:
         import pandas as pd
 
@@ -147,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=seed_arg, default=0)
     c.add_argument("--format", default="text", choices=("text", "json"))
     c.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
+    c.add_argument("--quiet", action="store_true", help="no progress on stderr (shown once the command has taken "
+                                                        "1 s on a terminal, 10 s elsewhere)")
     c.set_defaults(func=cmd_collective)
 
     for mod, fn in (("simfuse.fused.cli", "add_op_parser"), ("simfuse.workloads.cli", "add_run_parser"),

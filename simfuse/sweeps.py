@@ -26,8 +26,7 @@ import json
 import math
 import os
 import shutil
-import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from .checks import MAX_NODES, MAX_SWEEP_POINTS, check_out_dir, inside, resolve_
 from .errors import SimfuseError, SpecError, short_repr
 from .results.io import atomic_write_df, atomic_write_text
 from .spec import load_topology, load_workload
+from .workloads.parallel import WAIT_TICK_S
 from .workloads.parallel import die_with_parent as _die_with_parent
 from .workloads.run import run_point
 
@@ -259,37 +259,60 @@ class SweepLock:
 
 # ------------------------------------------------------------------------------------------ worker lifetime
 
-class _Progress:
-    def __init__(self, total: int, enabled: bool):
-        self.bar = None
-        self.total, self.done = total, 0
-        self.enabled = enabled
-        if enabled:
-            try:
-                from tqdm import tqdm
+def eta_by_cost(elapsed_s: float, done_cost: float, todo_cost: float) -> float | None:
+    """Seconds left in a sweep whose finished points, of estimated cost ``done_cost`` (the cost guard's seconds,
+    :func:`point_cost`), took ``elapsed_s``: the measured seconds per estimated second times the estimated cost of
+    the points left (``todo_cost``).  Counting points instead would promise one point's time for the last point of
+    a sweep over node counts, which often costs more than all the others together.  None before any point ends."""
+    if done_cost <= 0:
+        return None
+    return elapsed_s * todo_cost / done_cost
 
-                self.bar = tqdm(total=total, desc="sweep", unit="point", file=sys.stderr)
-            except ImportError:
-                self.bar = None
 
-    def update(self, label: str) -> None:
-        self.done += 1
-        if self.bar is not None:
-            self.bar.set_postfix_str(label)
-            self.bar.update(1)
-        elif self.enabled:
-            print(f"[{self.done}/{self.total}] {label}", file=sys.stderr, flush=True)
+def point_cost(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str, execution) -> float:
+    """The cost guard's estimate of one point's wall time (s; :func:`~simfuse.guard.estimate_workload`), at
+    least 1 ms: the weight of the point in the sweep's time left."""
+    from .guard import estimate_workload
+    from .workloads.run import scaled_spec
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    try:
+        est = estimate_workload(scaled_spec(spec, nodes, gpus_per_node, execution), topology, nodes, gpus_per_node,
+                                sim_mode, execution)
+    except SimfuseError:
+        return 1e-3
+    return max(float(est.seconds), 1e-3)
+
+
+class _SweepProgress:
+    """The sweep's points on a :class:`~simfuse.progress.Progress`, the time left weighted by each point's
+    estimated cost (:func:`eta_by_cost`)."""
+
+    def __init__(self, progress, costs: dict[int, float], clock=None):
+        import time
+
+        self.progress, self.costs = progress, costs
+        self.clock = clock or time.monotonic
+        self.t0 = self.clock()
+        self.done_cost = 0.0
+        self.todo_cost = sum(costs.values())
+        progress.begin("point", len(costs))
+
+    def update(self, n: int) -> None:
+        c = self.costs.get(n, 0.0)
+        self.done_cost += c
+        self.todo_cost -= c
+        eta = eta_by_cost(self.clock() - self.t0, self.done_cost, self.todo_cost)
+        self.progress.advance(f"last done: {n} nodes", eta_s=eta)
 
 
 def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, gpus_per_node: int | None = None,
               mode: str = "both", sim_mode: str = "auto", workers: int | None = None, scheduler: str | None = None,
-              progress: bool = True, plots: bool = True, settings: dict | None = None) -> pd.DataFrame:
+              progress=None, plots: bool = True, settings: dict | None = None) -> pd.DataFrame:
     """Run every node count, write ``results.csv`` (and figures), return the table.  ``settings``: ``--set``
-    pairs (execution settings and fused knobs), validated before anything starts.
+    pairs (execution settings and fused knobs), validated before anything starts.  ``progress``: a
+    :class:`~simfuse.progress.Progress` (True: on stderr; None or False: none) told the points, the time left
+    (weighted by each point's estimated cost) and how many points a resumed sweep reused; the table's
+    ``attrs["reused_points"]`` says the last.
 
     Workers (processes or Dask) receive the loaded, validated workload spec and the resolved System, not file
     paths, so a Dask worker needs no access to the files and relative paths work anywhere."""
@@ -349,7 +372,13 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
                 rows.extend(cached)
             else:
                 todo.append((n, path))
-        bar = _Progress(len(todo), progress)
+        from .progress import as_progress
+
+        reporter = as_progress(progress)
+        if len(todo) < len(nodes):
+            reporter.note(f"reused {len(nodes) - len(todo)} of {len(nodes)} points already computed in "
+                          f"{points_dir} (same inputs, settings and code); computing {len(todo)}")
+        bar = _SweepProgress(reporter, {n: point_cost(spec, topo, n, g, sim_mode, ex) for n, _ in todo})
 
         def finish(n, path, result_rows):
             nonlocal finished
@@ -357,16 +386,17 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
             atomic_write_text(path, encode_point(keys[n], result_rows))
             finished += 1
             rows.extend(result_rows)
-            bar.update(f"{n} nodes")
+            bar.update(n)
 
         try:
-            _run_points(todo, finish, spec, system, g, mode, sim_mode, workers, scheduler, settings)
+            _run_points(todo, finish, spec, system, g, mode, sim_mode, workers, scheduler, settings, reporter)
         finally:
-            bar.close()
+            reporter.close()
         df = pd.DataFrame(rows).sort_values(["nodes", "mode"], kind="stable").reset_index(drop=True)
         df = df.drop(columns=[c for c in ("wall_s",) if c in df.columns])
         sens = _sensitivity_table(df)
         df = df.drop(columns=[c for c in ("sensitivity_json",) if c in df.columns])
+        df.attrs["reused_points"] = len(nodes) - len(todo)
         atomic_write_df(df, inside(out, "results.csv"))
         if sens is not None:
             from .results.tornado import plot_tornado
@@ -422,8 +452,13 @@ def _remove_if_empty(d: Path) -> None:
         d.rmdir()
 
 
-def _run_points(todo, finish, model, topology, g, mode, sim_mode, workers, scheduler, settings=None) -> None:
-    """Compute the points of ``todo`` (``[(nodes, path)]``), calling ``finish(nodes, path, rows)`` for each."""
+def _run_points(todo, finish, model, topology, g, mode, sim_mode, workers, scheduler, settings=None,
+                progress=None) -> None:
+    """Compute the points of ``todo`` (``[(nodes, path)]``), calling ``finish(nodes, path, rows)`` for each;
+    ``progress``: refreshed while waiting on workers, and given to the simulations of a point run here."""
+    from .progress import Progress
+
+    progress = progress or Progress()
     if not todo:
         return
     if scheduler:
@@ -447,16 +482,21 @@ def _run_points(todo, finish, model, topology, g, mode, sim_mode, workers, sched
                                    initargs=(os.getpid(),))
         try:
             futs = {pool.submit(run_point, model, topology, n, g, mode, sim_mode, settings): (n, p) for n, p in todo}
-            for fut in as_completed(futs):
-                n, p = futs[fut]
-                try:
-                    result = fut.result()
-                except BrokenProcessPool:
-                    raise SimfuseError(f"a sweep worker died while computing {n} nodes (out of memory?); "
-                                       "rerun to resume from the finished points") from None
-                finish(n, p, result)
+            pending = set(futs)
+            while pending:
+                done, pending = wait(pending, timeout=WAIT_TICK_S, return_when=FIRST_COMPLETED)
+                for fut in sorted(done, key=lambda f: futs[f][0]):
+                    n, p = futs[fut]
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:
+                        raise SimfuseError(f"a sweep worker died while computing {n} nodes (out of memory?); "
+                                           "rerun to resume from the finished points") from None
+                    finish(n, p, result)
+                progress.tick()
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     else:  # one point (or one worker): the point's own simulations get the workers
         for n, p in todo:
-            finish(n, p, run_point(model, topology, n, g, mode, sim_mode, settings, workers or 1))
+            progress.doing(f"{n} nodes")
+            finish(n, p, run_point(model, topology, n, g, mode, sim_mode, settings, workers or 1, progress.nested()))

@@ -105,7 +105,8 @@ def test_validate_text_without_measurements(calibrated, capsys):
     capsys.readouterr()
     assert run_cli(["validate", "--topology", str(topo)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("calibration points:")
+    # no held-out measurements: said first, then the in-sample errors, labelled as such
+    assert out.startswith("held-out: none given") and "\nin-sample (" in out
 
 
 def test_calibrate_bad_input_exit_2_no_output(tmp_path, capsys):

@@ -53,6 +53,8 @@ def add_calibrate_parser(subparsers) -> argparse.ArgumentParser:
                                         "PyTorch profiler traces -> the dense-compute section (GEMM, embedding, "
                                         "element-wise rates by shape)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (shown once the command has taken "
+                                                        "1 s on a terminal, 10 s elsewhere)")
     p.set_defaults(func=_calibrate)
     return p
 
@@ -76,6 +78,8 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="write validation.csv, residuals.png and summary.json here")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (shown once the command has taken "
+                                                        "1 s on a terminal, 10 s elsewhere)")
     p.set_defaults(func=_validate)
     return p
 
@@ -102,11 +106,14 @@ def _calibrate(args: argparse.Namespace) -> int:
         return _fail(exc)
     skipped: list[str] = []
     warnings: list[str] = []
+    from ..progress import command_progress, ticking
+
     try:
-        profile = calibrate(args.inputs, args.out, compute_units=args.compute_units, collective=args.collective,
-                            skipped=skipped, ranks=getattr(args, "ranks", None), nodes=getattr(args, "nodes", None),
-                            topology=getattr(args, "topology", None), force=getattr(args, "force", False),
-                            warnings=warnings, kind=getattr(args, "kind", None))
+        with command_progress(args, "simfuse calibrate") as progress, ticking(progress, "reading and fitting"):
+            profile = calibrate(args.inputs, args.out, compute_units=args.compute_units, collective=args.collective,
+                                skipped=skipped, ranks=getattr(args, "ranks", None),
+                                nodes=getattr(args, "nodes", None), topology=getattr(args, "topology", None),
+                                force=getattr(args, "force", False), warnings=warnings, kind=getattr(args, "kind", None))
     except (SimfuseError, OSError) as exc:
         return _fail(exc)
     for line in skipped:
@@ -164,10 +171,13 @@ def _calibrate_summary(out, profile: dict, skipped: list[str], warnings: list[st
 
 
 def _validate_campaign(args: argparse.Namespace) -> int:
+    from ..progress import command_progress, ticking
     from .validate import campaign_validation
 
     try:
-        summary = campaign_validation(args.campaign, args.out, heldout=getattr(args, "heldout_campaign", None))
+        with command_progress(args, "simfuse validate") as progress, \
+                ticking(progress, "refitting and cross-validating the wave models"):
+            summary = campaign_validation(args.campaign, args.out, heldout=getattr(args, "heldout_campaign", None))
     except (SimfuseError, OSError, KeyError, ValueError) as exc:
         return _fail(exc)
     if args.format == "json":
@@ -241,7 +251,7 @@ def _validate(args: argparse.Namespace) -> int:
         return _fail(ValueError("--topology is required (unless --campaign is given)"))
     try:
         check_out_dir(args.out)
-        _, summary = run_validation(args.topology, args.measurements, args.out)
+        table, summary = run_validation(args.topology, args.measurements, args.out)
     except (SimfuseError, OSError) as exc:
         return _fail(exc)
     except ImportError as exc:  # the engine's compute model is missing from this install
@@ -249,18 +259,46 @@ def _validate(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(summary))
     else:
-        def pct(x):
-            return "n/a" if x is None else f"{x:.2f}%"
-        print(f"{summary['basis']} points: {summary['points']}, median |error| "
-              f"{pct(summary['median_abs_pct_error'])}, max |error| {pct(summary['max_abs_pct_error'])}")
-        for name in ("calibration_kernels", "calibration_collectives", "held_out"):
-            s = summary[name]
-            if s["points"]:
-                print(f"  {name}: {s['points']} points, median {pct(s['median_abs_pct_error'])}, "
-                      f"max {pct(s['max_abs_pct_error'])}")
+        cal = table[(table["set"] == "calibration") & (table["kind"] == "kernel")]
+        for line in validation_lines(summary, makespan=bool((cal["quantity"] == "makespan").any())):
+            print(line)
         if args.out:
             print(f"  wrote {args.out}/validation.csv, residuals.png, summary.json")
     return 0
+
+
+def validation_lines(summary: dict, makespan: bool = False) -> list[str]:
+    """The text report of ``simfuse validate``: held-out errors (measurements the profile was not fitted on: the
+    accuracy to expect on new shapes) apart from in-sample errors (the profile's own calibration points: how well
+    the fit reproduces what it was fitted to), each labelled as such.  ``makespan``: the in-sample kernel points
+    compare traced launches' makespans (every wave of the grid), not kernel times as the held-out rows do."""
+    def pct(x):
+        return "n/a" if x is None else f"{x:.2f}%"
+
+    def stats(s):
+        return f"{s['points']} points, median |error| {pct(s['median_abs_pct_error'])}, max {pct(s['max_abs_pct_error'])}"
+
+    lines = []
+    held = summary["held_out"]
+    if held["points"]:
+        lines.append(f"held-out (measurements the profile was NOT fitted on; the accuracy to expect on new shapes): "
+                     f"{stats(held)}")
+        inr = summary.get("held_out_in_calibration_range") or {}
+        if inr.get("points") and inr["points"] != held["points"]:
+            lines.append(f"  of which inside the calibrated range: {stats(inr)}")
+    else:
+        lines.append("held-out: none given (--measurements CSV); the errors below are in-sample only and do not "
+                     "show the accuracy on new shapes")
+    lines.append("in-sample (the profile's own calibration points, which the fit was made on; how closely the "
+                 "fitted model reproduces them):")
+    for name, label in (("calibration_kernels", "kernels"), ("calibration_collectives", "collectives")):
+        s = summary[name]
+        if s["points"]:
+            lines.append(f"  {label}: {stats(s)}")
+    if makespan and summary["calibration_kernels"]["points"] and held["points"]:
+        lines.append("  (in-sample kernel points compare each traced launch's makespan (its whole grid); held-out rows "
+                     "compare kernel times, so the two figures measure different things)")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

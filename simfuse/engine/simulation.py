@@ -59,8 +59,11 @@ class Simulation:
     simpy events processed by :meth:`run` (for performance reporting).
     """
 
-    def __init__(self, seed: int = 0, record: bool = True):
+    def __init__(self, seed: int = 0, record: bool = True, progress=None):
         self.env = simpy.Environment()
+        #: a :class:`~simfuse.progress.Progress` told the events and simulated time every
+        #: :data:`~simfuse.progress.SIMULATION_EVERY_EVENTS` events of :meth:`run` (None: nobody is told)
+        self.progress = progress
         self.rng = np.random.default_rng(seed)
         self.recorder = Recorder(enabled=record)
         self.events = 0
@@ -96,6 +99,10 @@ class Simulation:
         limit = float("inf") if until is None or stop is not None else float(until)
         step = env.step
         n = 0
+        hook = self.progress
+        if hook is not None:
+            from ..progress import SIMULATION_EVERY_EVENTS as every
+        next_report = every if hook is not None else -1  # (-1: never equal to n)
         try:
             while True:
                 if stop is not None and stop.processed:
@@ -105,6 +112,9 @@ class Simulation:
                     break
                 step()
                 n += 1
+                if n == next_report:
+                    hook.simulation(self.events + n, float(env.now))
+                    next_report += every
         except simpy.core.EmptySchedule:
             pass
         self.events += n

@@ -81,7 +81,11 @@ def cmd_op(args) -> int:
     op = make_op(args.op, params, args.nodes, g)
     check_cost(estimate_op(args.op, params, topo, args.nodes, g, args.mode, knobs.slice_wgs, knobs.tile_order),
                args.force, command="op")
-    res = run_op(op, system, args.nodes, knobs=knobs, mode=args.mode, seed=args.seed, launch=args.launch)
+    from ..progress import command_progress
+
+    with command_progress(args, "simfuse op") as progress:
+        res = run_op(op, system, args.nodes, knobs=knobs, mode=args.mode, seed=args.seed, launch=args.launch,
+                     progress=progress)
     d = res.as_dict()
     d["params"].pop("wall_s", None)
     if args.format == "json":
@@ -103,18 +107,44 @@ def cmd_op(args) -> int:
     return 0
 
 
+def op_help() -> str:
+    """``op --help``'s epilog: every operator of :data:`~simfuse.fused.ops.OPS` with the first line of its
+    docstring and its parameters with their defaults, then the fused-operator knobs (all from the code)."""
+    import textwrap
+
+    from .knobs import FusedKnobs, _scalar_fields
+    from .ops import OPS
+
+    lines = ["operators and their parameters (--set NAME=VALUE; default in parentheses):"]
+    for name in sorted(OPS):
+        cls = OPS[name]
+        doc = (cls.__doc__ or "").strip().split("\n")[0].rstrip(".:").replace("``", "")
+        lines.extend(textwrap.wrap(f"{name}: {doc}" if doc else name, 104, initial_indent="  ",
+                                   subsequent_indent="      "))
+        params = "parameters: " + ", ".join(f"{k} ({v})" for k, v in cls.defaults.items())
+        lines.extend(textwrap.wrap(params, 104, initial_indent="    ", subsequent_indent="        "))
+    lines.append("fused-operator knobs (--set NAME=VALUE):")
+    for name, f in _scalar_fields(FusedKnobs).items():
+        ch = f.metadata.get("choices")
+        text = f"{name}: {f.metadata.get('help', '')}" + (f" [{'|'.join(ch)}]" if ch else "")
+        lines.extend(textwrap.wrap(text, 104, initial_indent="  ", subsequent_indent="      "))
+    return "\n".join(lines)
+
+
 def add_op_parser(sub) -> None:
+    import argparse
+
     from ..spec.workload import LAUNCHES
     from .ops import OPS
 
-    p = sub.add_parser("op", help="simulate a fused operator against its bulk-synchronous baseline")
+    p = sub.add_parser("op", help="simulate a fused operator against its bulk-synchronous baseline",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=op_help())
     p.add_argument("--op", required=True, choices=sorted(OPS))
     p.add_argument("--topology", required=True)
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--gpus-per-node", type=int, default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="operator parameter or knob (slice_wgs, tile_order, persistent_grid, occupancy_loss, "
-                        "hbm_comm_factor, baseline_algorithm, baseline_kernel=library|same)")
+                   help="operator parameter (listed below per operator) or fused-operator knob")
     p.add_argument("--mode", default="auto", choices=("auto", "symmetric", "full"))
     p.add_argument("--launch", default="eager", choices=LAUNCHES,
                    help="kernels launched eagerly (device.kernel_launch_latency_us) or replayed from a CUDA graph "
@@ -122,4 +152,7 @@ def add_op_parser(sub) -> None:
     p.add_argument("--seed", type=seed_arg, default=0)
     p.add_argument("--format", default="text", choices=("text", "json"))
     p.add_argument("--force", action="store_true", help="run even when the cost guard estimates it too expensive")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (by default a live line on a terminal; elsewhere a line every 30 s "
+                        "once the run has taken 10 s)")
     p.set_defaults(func=cmd_op)

@@ -110,8 +110,9 @@ class Executor:
     node count to keep its memo); ``forced_algorithms``: ``{op: algorithm}`` for collectives that name none."""
 
     def __init__(self, system, graph: Graph, *, seed: int = 0, record: bool = False, record_usage: bool = False,
-                 tuner: Tuner | None = None, forced_algorithms: dict | None = None):
+                 tuner: Tuner | None = None, forced_algorithms: dict | None = None, progress=None):
         graph.validate()
+        self.progress = progress  # told the events and simulated time while running (simfuse.progress)
         self.system = system
         self.graph = graph
         self.topology = system.topology
@@ -150,7 +151,7 @@ class Executor:
     # -- run ------------------------------------------------------------------------------------------------
     def run(self) -> GraphResult:
         wall0 = time.perf_counter()
-        sim = Simulation(seed=self.seed, record=self.record)
+        sim = Simulation(seed=self.seed, record=self.record, progress=self.progress)
         net = FlowNetwork(sim, self.fabric.capacities, self.fabric.names, record_usage=self.record_usage)
         self.sim, self.net, self.env = sim, net, sim.env
         self.ctx = _Ctx(sim, self.fabric, net, self.cost, self.topology)

@@ -251,7 +251,9 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
     ``df`` columns: ``nodes``, ``gpus``, ``mode`` (``baseline``/``fused``), ``iteration_time_s``; ``speedup`` on
     fused rows (computed from the matching baseline row when missing); optional ``model`` and/or ``topology``
     columns draw one line per value; optional ``speedup_p10``/``speedup_p90`` and
-    ``iteration_time_p10_s``/``iteration_time_p90_s`` draw prediction-interval bands.
+    ``iteration_time_p10_s``/``iteration_time_p90_s`` draw prediction-interval bands (only where the interval has
+    a width; a band is stretched to hold the point estimate drawn as the line, see :func:`_band`).  Markers:
+    speedup diamonds, baseline squares, fused circles.
     """
     cols = _group_cols(df)
     fused = _with_speedup(df)
@@ -262,10 +264,11 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
     for color, (key, g) in zip(colors, groups, strict=False):
         g = g.sort_values("nodes")
         lab = _group_label(key, cols) or "fused"
-        ax1.plot(g["nodes"], g["speedup"], "-o", ms=4, color=color, label=f"{lab}: speedup" if cols else "speedup")
-        if {"speedup_p10", "speedup_p90"} <= set(g.columns) and g["speedup_p10"].notna().any():
-            ax1.fill_between(g["nodes"], g["speedup_p10"], g["speedup_p90"], color=color, alpha=0.18, lw=0,
-                             label=f"{lab}: p10-p90" if cols else "p10-p90 (calibration residuals)")
+        ax1.plot(g["nodes"], g["speedup"], "-D", ms=4, color=color, label=f"{lab}: speedup" if cols else "speedup")
+        band = _band(g, "speedup_p10", "speedup_p90", "speedup")
+        if band is not None:
+            ax1.fill_between(g["nodes"], *band, color=color, alpha=0.18, lw=0,
+                             label=f"{lab}: p10-p90" if cols else f"speedup p10-p90 {_interval_kind(df)}")
         sel = df[df["mode"] == "baseline"]
         fsel = df[df["mode"] == "fused"]
         if cols:
@@ -278,11 +281,17 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
         ax2.plot(sel["nodes"], sel["iteration_time_s"] * 1e3, "--s", ms=4, color=color,
                  label=f"{prefix}baseline")
         ax2.plot(fsel["nodes"], fsel["iteration_time_s"] * 1e3, "-o", ms=4, color=color, label=f"{prefix}fused")
-        for part in (sel, fsel):
-            if {"iteration_time_p10_s", "iteration_time_p90_s"} <= set(part.columns) and \
-                    part["iteration_time_p10_s"].notna().any():
-                ax2.fill_between(part["nodes"], part["iteration_time_p10_s"] * 1e3,
-                                 part["iteration_time_p90_s"] * 1e3, color=color, alpha=0.15, lw=0)
+        for part, name in ((sel, "baseline"), (fsel, "fused")):
+            band = _band(part, "iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
+            if band is None:
+                continue
+            label = None if cols else f"{name} p10-p90"
+            if name == "baseline":  # hatched, so that it reads apart from the fused band where they overlap
+                ax2.fill_between(part["nodes"], band[0] * 1e3, band[1] * 1e3, facecolor="none", edgecolor=color,
+                                 hatch="///", alpha=0.35, lw=0, label=label)
+            else:
+                ax2.fill_between(part["nodes"], band[0] * 1e3, band[1] * 1e3, color=color, alpha=0.15, lw=0,
+                                 label=label)
     ax1.axhline(1.0, color="0.5", lw=0.8, ls="--")
     nodes = sorted(set(int(v) for v in df["nodes"]))
     gpus = {int(n): int(gv) for n, gv in zip(df["nodes"], df["gpus"], strict=False)}
@@ -307,9 +316,34 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
     ctx = _context(df)
     if title is None and ctx:
         title = f"{ctx}: speedup and iteration time against node count"
-    fig.suptitle(title or "speedup and iteration time against node count")
+    _title(fig, title or "speedup and iteration time against node count")
     _legend_below(fig, [ax1, ax2])
     return save_figure(fig, path)
+
+
+def _band(df, lo_col: str, hi_col: str, point_col: str):
+    """``(lower, upper)`` arrays of a prediction-interval band, or None where there is nothing to draw (no
+    columns, no interval: NaN, or an interval of zero width everywhere).  The band is ``[min(p10, point),
+    max(p90, point)]``: it always holds the point estimate drawn as the line (a ``bound`` interval has the point at
+    one edge when every residual moves the time one way; a Monte Carlo one can miss it: docs/calibration.md)."""
+    if not {lo_col, hi_col, point_col} <= set(df.columns):
+        return None
+    lo, hi = df[lo_col].to_numpy(dtype=float), df[hi_col].to_numpy(dtype=float)
+    point = df[point_col].to_numpy(dtype=float)
+    lo, hi = np.minimum(lo, point), np.maximum(hi, point)  # (NaN stays NaN: no band at that point)
+    width = hi - lo
+    if not np.isfinite(width).any() or not (width[np.isfinite(width)] > 0).any():
+        return None
+    return lo, hi
+
+
+def _interval_kind(df) -> str:
+    """What the bands cover, for the legend: the kernel cost model's residuals (``bound`` / ``mc``), else the
+    method named in the ``uncertainty`` column."""
+    methods = sorted(set(df["uncertainty"].dropna()) - {"none"}) if "uncertainty" in df.columns else []
+    if not methods or set(methods) <= {"bound", "mc"}:
+        return "(kernel-model residuals)"
+    return f"({', '.join(methods)})"
 
 
 def node_ticks(ax, nodes: Sequence[int], gpus: dict[int, int] | None = None, max_labels: int = 8) -> None:
@@ -344,6 +378,14 @@ def node_ticks(ax, nodes: Sequence[int], gpus: dict[int, int] | None = None, max
     labels = [text(n) if n in keep else "" for n in nodes]
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_xlabel("nodes (GPUs)" if gpus else "nodes")
+
+
+def _title(fig, text: str, fontsize: float = 11.0) -> None:
+    """A figure title wrapped to the figure's width (about 0.6 em per character), so it is never clipped."""
+    import textwrap
+
+    per_line = max(20, int(fig.get_figwidth() * 72 / (fontsize * 0.6)) - 4)
+    fig.suptitle("\n".join(textwrap.wrap(text, per_line)) or text, fontsize=fontsize)
 
 
 def _legend_below(fig, axes, ncol: int | None = None) -> None:
@@ -396,6 +438,6 @@ def plot_breakdown(df, path: Path | str, *, title: str | None = None) -> Path:
         if lab:
             ax.set_title(lab, fontsize=9)
     ctx = _context(df)
-    fig.suptitle(title or (f"{ctx}: " if ctx else "") + "compute and exposed communication per iteration")
+    _title(fig, title or (f"{ctx}: " if ctx else "") + "compute and exposed communication per iteration")
     _legend_below(fig, list(axes))
     return save_figure(fig, path)

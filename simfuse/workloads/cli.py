@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ..errors import SpecError, short_repr
+from ..progress import command_progress
 
 
 def cmd_run(args) -> int:
@@ -49,7 +50,9 @@ def cmd_run(args) -> int:
         for flag, value in workload_only:
             if value:
                 raise SpecError("<argument>", flag, "applies to a --model workload; a Chakra trace runs as recorded")
-        res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra")
+        with command_progress(args, "simfuse run") as progress:
+            res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra",
+                                 progress=progress)
     else:
         if not args.model:
             raise SpecError("<argument>", "--model", "give a workload (--model FILE) or a Chakra ET (--chakra DIR)")
@@ -66,8 +69,9 @@ def cmd_run(args) -> int:
         note = cost_note(est)
         if note:
             print(f"simfuse: note: {note}", file=sys.stderr)
-        res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
-                                workers=_workers(args.workers))
+        with command_progress(args, "simfuse run") as progress:
+            res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
+                                    workers=_workers(args.workers), progress=progress)
         if args.export_chakra:  # the baseline graph as the run simulated it (its chosen DLRM plan)
             base = res.get("baseline")
             _export_chakra(spec, system, nodes, g, ex, args.export_chakra, plan=getattr(base, "plan", None))
@@ -94,7 +98,6 @@ def cmd_run(args) -> int:
     print(f"{name} on {topo.name}: {nodes} nodes x {g} GPUs ({res[next(iter(res))].sim_mode} simulation)")
     print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     unc = df["uncertainty"].iloc[0] if "uncertainty" in df else "none"
-    note = next((getattr(r, "uncertainty_note", "") for r in res.values()), "")
     if unc == "inputs":
         an = next(r.input_analysis for r in res.values() if getattr(r, "input_analysis", None))
         print(f"p10/p50/p90: {len(an.draws)} Latin hypercube draws of {len(an.inputs)} input ranges "
@@ -103,11 +106,8 @@ def cmd_run(args) -> int:
         if top:
             print(f"top drivers of the {an.metric_name} (one at a time, min..max): " + "; ".join(
                 f"{r['input']} {r['metric_min']:.3f}..{r['metric_max']:.3f}" for r in top))
-    elif unc != "none":
-        print(f"p10/p50/p90: prediction interval from the calibration's cross-validated kernel residuals only "
-              f"({unc}); --set uncertainty=inputs adds the files' input ranges")
-    elif note:
-        print(f"no prediction interval: {note}")
+    elif "uncertainty_note" in df:
+        print(("p10/p50/p90: " if unc != "none" else "") + df["uncertainty_note"].iloc[0])
     if written:
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
@@ -171,11 +171,14 @@ def cmd_sweep(args) -> int:
     for n in nodes:  # the guard looks at every point, at its scaled batch, before the first one starts
         check_cost(estimate_workload(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode, ex), args.force)
     workers = _workers(args.workers)
-    df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
-                   sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
-                   progress=not args.quiet, settings=settings)
+    with command_progress(args, "simfuse sweep") as progress:
+        df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
+                       sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,
+                       progress=progress, settings=settings)
+    reused = int(df.attrs.get("reused_points", 0))
     if getattr(args, "format", "text") == "json":
-        print(_json({"rows": df.to_dict(orient="records"), "written": [str(Path(args.out) / "results.csv")]}))
+        print(_json({"rows": df.to_dict(orient="records"), "written": [str(Path(args.out) / "results.csv")],
+                     "reused_points": reused}))
         return 0
     fused = df[df["mode"] == "fused"]
     if len(fused):
@@ -183,7 +186,8 @@ def cmd_sweep(args) -> int:
             c for c in ("iteration_time_p10_s", "iteration_time_p50_s", "iteration_time_p90_s", "speedup_p10",
                         "speedup_p50", "speedup_p90") if c in fused and fused[c].notna().any()]
         print(fused[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"wrote {Path(args.out) / 'results.csv'}")
+    done = f"; {reused} of {len(nodes)} points reused from an earlier run" if reused else ""
+    print(f"wrote {Path(args.out) / 'results.csv'}{done}")
     return 0
 
 
@@ -277,6 +281,9 @@ def add_run_parser(sub) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="processes for the run's independent simulations: fused candidates, interval runs "
                         "(default: CPU count; results do not depend on it)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (by default a live line on a terminal; elsewhere a line every 30 s "
+                        "once the run has taken 10 s)")
     p.set_defaults(func=cmd_run)
 
 
@@ -287,5 +294,7 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--workers", type=int, default=None, help="local processes (default: CPU count)")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address (tcp://host:8786)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (by default a live line on a terminal; elsewhere a line every 30 s "
+                        "once the sweep has taken 10 s)")
     p.set_defaults(func=cmd_sweep)

@@ -813,9 +813,10 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
 def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | None = None,
                   mode: str = "fused", sim_mode: str = "auto", cost=None, seed: int = 0,
                   record: bool = False, record_usage: bool = False, allreduce_algorithm: str | None = None,
-                  knobs: FusedKnobs | None = None, tuner=None, plan=None) -> IterationResult:
+                  knobs: FusedKnobs | None = None, tuner=None, plan=None, progress=None) -> IterationResult:
     """Simulate one training iteration; ``mode`` is ``fused`` or ``baseline``.  ``topology``: a
-    :class:`~simfuse.system.System` (or a topology spec, resolved here)."""
+    :class:`~simfuse.system.System` (or a topology spec, resolved here).  ``progress``: a
+    :class:`~simfuse.progress.Progress` told the events and simulated time while it runs."""
     from ..graph.executor import Executor
     from ..system import System, as_system
 
@@ -827,7 +828,7 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
                              knobs=knobs, plan=plan)
     forced = {"all_reduce": allreduce_algorithm} if allreduce_algorithm else None
     res = Executor(system, graph, seed=seed, record=record, record_usage=record_usage, tuner=tuner,
-                   forced_algorithms=forced).run()
+                   forced_algorithms=forced, progress=progress).run()
     return IterationResult(mode=mode, iteration_time_s=res.time_s, compute_time_s=res.compute_time_s,
                            exposed_comm_time_s=res.exposed_comm_time_s,
                            sim_mode="full" if res.sim_mode == "full" else "classes",

@@ -65,12 +65,16 @@ def op_graph(op: FusedOp, mode: str, knobs: FusedKnobs, symmetric: bool) -> Grap
 
 def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None, cost=None, mode: str = "auto",
            seed: int = 0, record: bool = False, record_usage: bool = False, return_sims: bool = False,
-           uncertainty: str = "bound", launch: str = "eager"):
+           uncertainty: str = "bound", launch: str = "eager", progress=None):
     """Simulate baseline and fused execution of ``op``; returns an :class:`~simfuse.fused.OpResult` (and
     ``{mode: (sim, fabric, net)}`` with ``return_sims``).  ``topology``: a System or a topology spec.
     ``uncertainty="bound"``: ``OpResult.intervals`` from runs with every kernel family at the p10/p50/p90 of its
     cross-validated residuals (empty when the cost model has none).  ``launch``: ``eager`` or ``graph`` (both
-    modes' kernels replayed from a CUDA graph, as decode servers run them: :meth:`System.with_launch`)."""
+    modes' kernels replayed from a CUDA graph, as decode servers run them: :meth:`System.with_launch`).
+    ``progress``: a :class:`~simfuse.progress.Progress` told each simulation and the events inside it."""
+    from ..progress import Progress
+
+    progress = progress or Progress()
     knobs = knobs or FusedKnobs()
     knobs.validate()
     system = as_system(topology)
@@ -82,9 +86,13 @@ def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None
     tuner = Tuner(system.topology, L.nodes, L.gpus_per_node)
     t_wall = time.perf_counter()
     out, sims, events = {}, {}, 0
+    bound = uncertainty == "bound" and system.has_residuals
+    progress.begin("simulation", 8 if bound else 2)
     for m in ("baseline", "fused"):
+        progress.doing(m)
         res = Executor(system, op_graph(op, m, knobs, symmetric), seed=seed, record=record,
-                       record_usage=record_usage, tuner=tuner).run()
+                       record_usage=record_usage, tuner=tuner, progress=progress).run()
+        progress.advance()
         out[m] = res
         sims[m] = (res.sim, res.fabric, res.net)
         events += res.events
@@ -99,12 +107,17 @@ def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None
                    mode="symmetric" if symmetric else "full", events=events,
                    params={**op.params, "baseline_algorithm": alg, "baseline_kernel": knobs.baseline_kernel,
                            "launch": launch, "wall_s": time.perf_counter() - t_wall})
-    if uncertainty == "bound" and system.has_residuals:
+    if bound:
         runs = []
         for q in (0.1, 0.5, 0.9):
             sq = system.at_quantile(q)
-            runs.append(tuple(Executor(sq, op_graph(op, m, knobs, symmetric), seed=seed, tuner=tuner).run().time_s
-                              for m in ("baseline", "fused")))
+            pair = []
+            for m in ("baseline", "fused"):
+                progress.doing(f"{m}, kernels at their residuals' p{round(q * 100)}")
+                pair.append(Executor(sq, op_graph(op, m, knobs, symmetric), seed=seed, tuner=tuner,
+                                     progress=progress).run().time_s)
+                progress.advance()
+            runs.append(tuple(pair))
         res.intervals = {
             "baseline_time_s": bound_envelope([r[0] for r in runs], res.baseline_time_s),
             "fused_time_s": bound_envelope([r[1] for r in runs], res.fused_time_s),

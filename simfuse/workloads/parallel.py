@@ -19,7 +19,7 @@ import multiprocessing
 import os
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from ..errors import SimfuseError
@@ -28,6 +28,8 @@ from ..errors import SimfuseError
 #: starting workers and shipping the model, the system and the plans to them costs more than it saves (forking
 #: and one round trip take ~20-50 ms on the 2-core VM; a 1,024-node DLRM simulation takes 0.3-1.3 s)
 MIN_PARALLEL_SIM_S = 0.2
+#: while waiting on worker processes, the progress line is refreshed this often (s)
+WAIT_TICK_S = 1.0
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -79,10 +81,20 @@ class Pool:
         """Whether ``n_tasks`` simulations, each about as long as one of ``first_sim_s`` seconds, go to workers."""
         return self.workers > 1 and n_tasks > 1 and first_sim_s >= MIN_PARALLEL_SIM_S
 
-    def map(self, fn, tasks: list[tuple], parallel: bool = True) -> list:
-        """``[fn(*t) for t in tasks]``, in worker processes when ``parallel`` (and there are workers)."""
+    def map(self, fn, tasks: list[tuple], parallel: bool = True, progress=None) -> list:
+        """``[fn(*t) for t in tasks]``, in worker processes when ``parallel`` (and there are workers).
+        ``progress``: a :class:`~simfuse.progress.Progress` advanced as each task ends; the tasks run here get it
+        as ``fn(*t, progress=progress)`` (a reporter does not cross processes; while waiting on the workers this
+        process refreshes it every :data:`WAIT_TICK_S`)."""
         if not parallel or self.workers <= 1 or len(tasks) <= 1 or multiprocessing.current_process().daemon:
-            return [fn(*t) for t in tasks]  # (a daemonic process, e.g. a multiprocessing.Pool worker, has no children)
+            # (a daemonic process, e.g. a multiprocessing.Pool worker, has no children)
+            if progress is None:
+                return [fn(*t) for t in tasks]
+            out = []
+            for t in tasks:
+                out.append(fn(*t, progress=progress))
+                progress.advance()
+            return out
         try:
             if self._pool is None:
                 method = "fork" if sys.platform.startswith("linux") else "spawn"
@@ -95,6 +107,13 @@ class Pool:
             self.workers = 1
             return [fn(*t) for t in tasks]
         try:
+            if progress is not None:
+                pending = set(futs)
+                while pending:
+                    done, pending = wait(pending, timeout=WAIT_TICK_S, return_when=FIRST_COMPLETED)
+                    for _ in done:
+                        progress.advance()
+                    progress.tick()
             return [f.result() for f in futs]
         except BrokenProcessPool:
             raise SimfuseError("a worker process died during the run (out of memory?); rerun with --workers 1") \

@@ -604,7 +604,26 @@ def check_batch_split(spec, nodes: int, gpus_per_node: int) -> None:
     n = nodes * gpus_per_node
     if spec.global_batch % n:
         raise SpecError(spec.source, "global_batch", f"{spec.global_batch} is not divisible by the {n} GPUs of "
-                                                     f"{nodes} nodes")
+                                                     f"{nodes} nodes; {batch_split_hint(spec.global_batch, nodes, gpus_per_node)}")
+
+
+def batch_split_hint(global_batch: int, nodes: int, gpus_per_node: int) -> str:
+    """What would split: the nearest node counts below and above ``nodes`` whose GPUs divide ``global_batch``,
+    weak scaling at the batch per GPU nearest to ``global_batch / GPUs``, and the nearest global batches that
+    split over these GPUs."""
+    from ..checks import MAX_NODES
+
+    g, n, B = gpus_per_node, nodes * gpus_per_node, int(global_batch)
+    below = next((k for k in range(nodes - 1, 0, -1) if B % (k * g) == 0), None)
+    above = next((k for k in range(nodes + 1, min(MAX_NODES, B // g) + 1) if B % (k * g) == 0), None)
+    near = [k for k in (below, above) if k is not None]
+    per_gpu = max(1, round(B / n))
+    lo, hi = (B // n) * n, (B // n + 1) * n
+    batches = " or ".join(f"{b:,}" for b in (lo, hi) if b > 0)
+    parts = [f"node counts that split it: {' or '.join(f'{k:,}' for k in near)}"] if near else []
+    parts.append(f"weak scaling: --batch-per-gpu {per_gpu:,} (global batch {per_gpu * n:,})")
+    parts.append(f"strong scaling over these GPUs: --global-batch {batches}")
+    return "try " + "; ".join(parts)
 
 
 def plan_tables(spec, system, nodes: int, gpus_per_node: int, mode: str) -> Plan:

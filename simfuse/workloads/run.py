@@ -80,11 +80,11 @@ def check_point(spec, system, nodes: int, gpus_per_node: int, execution: Executi
     workload_graph(spec, system, nodes, "baseline", gpus_per_node=gpus_per_node, execution=execution)
 
 
-def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan):
+def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan, progress=None):
     """One DLRM simulation in a worker process (:mod:`~simfuse.workloads.parallel`): the result without its
     simulator objects, which do not cross processes (a run that records a trace does not use workers)."""
     r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=mode, sim_mode=sim_mode, seed=seed, knobs=knobs,
-                      tuner=tuner, plan=plan)
+                      tuner=tuner, plan=plan, progress=progress)
     r.sim = r.net = None
     return r
 
@@ -95,14 +95,17 @@ def _plan_key(plan) -> tuple:
 
 
 def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen=None,
-                         pool=None) -> dict:
+                         pool=None, progress=None) -> dict:
     """Each mode with the faster of two plans (forced from ``plan_file``, else the planner's plan for that mode and
     the one for the other mode) and, in fused mode with ``tune_knobs=auto`` and a planned placement, the fastest
     knobs of :data:`TUNE_GRID`.  ``chosen``: results of
     an earlier run whose plan and knobs each mode reuses as they are (no planning, no tuning).  ``pool``: a
-    :class:`~simfuse.workloads.parallel.Pool` for the fused candidates (the same choice as the serial loop)."""
+    :class:`~simfuse.workloads.parallel.Pool` for the fused candidates (the same choice as the serial loop).
+    ``progress``: a :class:`~simfuse.progress.Progress` told each simulation (and, within one, its events)."""
+    from ..progress import Progress
     from .planner import load_plan, plan_tables
 
+    progress = progress or Progress()
     out = {}
     own_plans: dict = {}  # mode -> the planner's plan for it (planned once, shared by both modes' candidates)
 
@@ -115,7 +118,8 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
         for m in modes:
             c = chosen[m]
             out[m] = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
-                                   record=record, record_usage=record, knobs=c.knobs, tuner=tuner, plan=c.plan)
+                                   record=record, record_usage=record, knobs=c.knobs, tuner=tuner, plan=c.plan,
+                                   progress=progress)
             out[m].tuned = getattr(c, "tuned", False)
         return out
 
@@ -139,10 +143,22 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
                 plans.append(dataclasses.replace(other, mode=m, candidate=f"{other_mode}:{other.candidate}"))
         cands[m] = (plans, grid, [dataclasses.replace(ex.knobs, **pt) for pt in grid])
 
+    def what(m, i, j):
+        plans, grid, _knobs = cands[m]
+        return m + (f", plan {i + 1}/{len(plans)}" if len(plans) > 1 else "") + "".join(
+            f", {k} {v}" for k, v in grid[j].items())
+
     def one(m, i, j):
         plans, _grid, knobs = cands[m]
-        return simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
-                             record=record, record_usage=record, knobs=knobs[j], tuner=tuner, plan=plans[i])
+        progress.doing(what(m, i, j))
+        r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
+                          record=record, record_usage=record, knobs=knobs[j], tuner=tuner, plan=plans[i],
+                          progress=progress)
+        progress.advance()
+        return r
+
+    # an upper bound: the knob grid stops early where tuning cannot matter (_tuning_matters)
+    progress.begin("simulation", sum(len(c[0]) * len(c[1]) for c in cands.values()), up_to=True)
 
     done: dict = {}  # (mode, plan index, grid index) -> result, computed ahead in workers
     first_s = 0.0  # wall time of this run's first simulation: whether the rest is worth shipping to workers
@@ -163,7 +179,8 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
                 break
             tasks = [(spec, system, nodes, g, m, sim_mode, seed, cands[m][2][j], tuner, cands[m][0][i])
                      for m, i, j in keys]
-            done.update(zip(keys, pool.map(_dlrm_one, tasks), strict=True))
+            progress.doing(f"{len(keys)} in {min(pool.workers, len(keys))} worker processes")
+            done.update(zip(keys, pool.map(_dlrm_one, tasks, progress=progress), strict=True))
     for m in modes:
         plans, grid, _knobs = cands[m]
         best = None
@@ -188,7 +205,7 @@ def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, reco
 
 def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus_per_node=None,
                       sim_mode: str | None = None, record: bool = False, seed: int | None = None,
-                      execution: ExecutionSpec | None = None, workers: int = 1) -> dict:
+                      execution: ExecutionSpec | None = None, workers: int = 1, progress=None) -> dict:
     """``{"baseline": IterationResult, "fused": IterationResult}`` (the modes asked for).
 
     ``system``: a :class:`~simfuse.system.System` (a topology spec is resolved here once).  ``execution`` carries
@@ -206,21 +223,26 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
 
     ``workers``: processes for the simulations that do not depend on each other (the fused candidates of a DLRM
     point estimate, the runs of an interval; :mod:`~simfuse.workloads.parallel`); the results are the same for
-    any number."""
+    any number.  ``progress``: a :class:`~simfuse.progress.Progress` told each simulation (default: nobody)."""
+    from ..progress import Progress
     from .parallel import Pool
 
+    progress = progress or Progress()
     system = as_system(system)
     ex = execution or ExecutionSpec()
     with Pool(workers) as pool:
         res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
-                             record=record, seed=seed, execution=ex, pool=pool)
+                             record=record, seed=seed, execution=ex, pool=pool, progress=progress)
         method, why = _interval_method(ex, spec, system)
         chosen = {m: _Chosen(getattr(r, "plan", None), getattr(r, "knobs", None), getattr(r, "tuned", False))
                   for m, r in res.items()}
         runs_in = _interval_runs(method, spec, system, ex.uncertainty_draws, ex.seed if seed is None else seed,
                                  oat=ex.sensitivity == "oat")
         tasks = [(sp, s, nodes, mode, gpus_per_node, sim_mode, seed, ex, chosen) for sp, s in runs_in]
-        runs = pool.map(_interval_times, tasks, pool.parallel(len(tasks), max(r.wall_s for r in res.values())))
+        if tasks:
+            progress.begin("interval run", len(tasks))
+        runs = pool.map(_interval_times, tasks, pool.parallel(len(tasks), max(r.wall_s for r in res.values())),
+                        progress=progress)
     if method == "inputs":
         _attach_input_analysis(res, spec, system, runs, ex.uncertainty_draws, ex.seed if seed is None else seed,
                                oat=ex.sensitivity == "oat")
@@ -238,7 +260,7 @@ def _interval_method(ex: ExecutionSpec, spec, system) -> tuple[str, str]:
 
     method = ex.uncertainty
     if method == "none":
-        return "none", "intervals off (uncertainty=none)"
+        return "none", "not asked (uncertainty=none)"
     if method == "inputs":
         if run_inputs(spec, system):
             return "inputs", ""
@@ -247,7 +269,8 @@ def _interval_method(ex: ExecutionSpec, spec, system) -> tuple[str, str]:
         return "none", "no input ranges declared in the model or topology file, and no calibrated kernel residuals"
     if not system.has_residuals:
         return "none", (f"uncertainty={method} covers only kernel-model residuals, and this topology has no "
-                        "calibration profile with residuals; --set uncertainty=inputs samples the files' input ranges")
+                        "calibration profile with residuals (the figures are a point estimate); --set "
+                        "uncertainty=inputs samples the files' input ranges")
     return method, ""
 
 
@@ -308,10 +331,11 @@ class _Chosen:
     tuned: bool
 
 
-def _interval_times(spec, system, nodes, mode, gpus_per_node, sim_mode, seed, ex, chosen) -> dict[str, float]:
+def _interval_times(spec, system, nodes, mode, gpus_per_node, sim_mode, seed, ex, chosen,
+                    progress=None) -> dict[str, float]:
     """The iteration time of every mode on the cost model ``system``, with the choices of ``chosen``."""
     res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
-                         seed=seed, execution=ex, chosen=chosen)
+                         seed=seed, execution=ex, chosen=chosen, progress=progress)
     return {m: r.iteration_time_s for m, r in res.items()}
 
 
@@ -345,7 +369,8 @@ def _attach_intervals(res: dict, runs: list[dict], method: str) -> None:
 
 def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_per_node=None,
                    sim_mode: str | None = None, record: bool = False, seed: int | None = None,
-                   execution: ExecutionSpec | None = None, chosen: dict | None = None, pool=None) -> dict:
+                   execution: ExecutionSpec | None = None, chosen: dict | None = None, pool=None,
+                   progress=None) -> dict:
     """One simulation of every mode asked for, on ``system``'s cost model as it is (DLRM: with the plans and
     knobs of ``chosen``'s results when given)."""
     ex = execution or ExecutionSpec()
@@ -364,7 +389,8 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
         from ..collectives.groups import Tuner
 
         tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())  # shared by both modes
-        res = _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen, pool)
+        res = _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen, pool,
+                                   progress)
     elif isinstance(spec, TransformerDecodeSpec):
         res = simulate_decode(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
     elif isinstance(spec, MoESpec):
@@ -406,7 +432,7 @@ def workload_graph(spec, system, nodes: int, mode: str, *, gpus_per_node=None,
 
 
 def simulate_graph(graph, system, *, execution: ExecutionSpec | None = None, record: bool = False,
-                   label: str = "graph") -> dict:
+                   label: str = "graph", progress=None) -> dict:
     """Run an operator graph (e.g. imported from Chakra ET) on ``system``: ``{label: IterationResult}``.  A
     graph with a program per rank whose programs are relabellings of rank 0's runs on the exact fast path."""
     from ..graph.executor import Executor
@@ -419,7 +445,7 @@ def simulate_graph(graph, system, *, execution: ExecutionSpec | None = None, rec
         graph = fold(graph)
     t0 = time.perf_counter()
     res = Executor(system, graph, seed=ex.seed, record=record, record_usage=record,
-                   forced_algorithms=ex.forced_algorithms()).run()
+                   forced_algorithms=ex.forced_algorithms(), progress=progress).run()
     ir = IterationResult(label, res.time_s, res.compute_time_s, res.exposed_comm_time_s, res.sim_mode,
                          len(res.entities), res.events, time.perf_counter() - t0, phases=list(res.critical.phases))
     if record:
@@ -462,11 +488,15 @@ def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict
         iv = getattr(r, "interval", None)
         if iv is not None:
             row["uncertainty"] = r.uncertainty
+            row["uncertainty_note"] = interval_note(r.uncertainty, ex) if r.uncertainty != "none" or not \
+                getattr(r, "uncertainty_note", "") else f"no interval: {r.uncertainty_note}"
+            none = r.uncertainty == "none"  # no interval: empty (NaN) quantiles, never a collapsed "exact" one
             for k in ("p10", "p50", "p90"):
-                row[f"iteration_time_{k}_s"] = iv[k]
+                row[f"iteration_time_{k}_s"] = float("nan") if none else iv[k]
             siv = getattr(r, "speedup_interval", None)
             if siv is not None:
-                row["speedup_p10"], row["speedup_p50"], row["speedup_p90"] = siv["p10"], siv["p50"], siv["p90"]
+                row["speedup_p10"], row["speedup_p50"], row["speedup_p90"] = (
+                    (float("nan"),) * 3 if none else (siv["p10"], siv["p50"], siv["p90"]))
         an = getattr(r, "input_analysis", None)
         if an is not None and (m == "fused" or len(results) == 1):
             _driver_columns(row, an)
@@ -489,6 +519,24 @@ def _driver_columns(row: dict, analysis) -> None:
                                            for k, v in r.items()} for r in sens], default=str)
 
 
+def interval_note(method: str, execution: ExecutionSpec | None = None) -> str:
+    """Why a run's row has the interval it has (``uncertainty_note``): what a ``bound`` / ``mc`` interval covers,
+    or why there is none."""
+    asked = (execution or ExecutionSpec()).uncertainty
+    if method in ("bound", "mc"):
+        return (f"prediction interval from the kernel cost model's cross-validated residuals ({method}; "
+                "--set uncertainty=none to skip); the other inputs (fabric, model settings) are taken as exact")
+    if method == "inputs":
+        return ("prediction interval: Latin hypercube draws of the input ranges the model and topology files "
+                "declare, joint with the kernel residuals where the profile has them (docs/uncertainty.md)")
+    if method != "none":
+        return f"prediction interval ({method})"
+    if asked == "none":
+        return "no interval: not asked (uncertainty=none)"
+    return ("no interval: it would cover only the kernel cost model's cross-validated residuals, and this "
+            "topology has none (no calibration profile with residuals); the figures are a point estimate")
+
+
 def breakdown_rows(results: dict) -> list[dict]:
     """Per mode and phase of the critical rank: total time, number of intervals, start of the first one.
     All-reduce buckets are summed into one ``allreduce`` phase."""
@@ -505,10 +553,12 @@ def breakdown_rows(results: dict) -> list[dict]:
 
 
 def run_point(model, topology, nodes: int, gpus_per_node: int | None = None,
-              mode: str = "both", sim_mode: str = "auto", settings: dict | None = None, workers: int = 1) -> list[dict]:
+              mode: str = "both", sim_mode: str = "auto", settings: dict | None = None, workers: int = 1,
+              progress=None) -> list[dict]:
     """One sweep point (picklable entry point for process pools and Dask).  ``model``: a workload spec or a
     path; ``topology``: a :class:`~simfuse.system.System` or a path; ``settings``: ``--set`` pairs; ``workers``:
-    processes for the point's own simulations (a sweep whose points run in parallel gives each 1)."""
+    processes for the point's own simulations (a sweep whose points run in parallel gives each 1); ``progress``: a
+    :class:`~simfuse.progress.Progress` for the point's simulations (in this process only)."""
     from ..fused.knobs import parse_execution
 
     spec = load_workload(model) if isinstance(model, (str, Path)) else model
@@ -516,7 +566,7 @@ def run_point(model, topology, nodes: int, gpus_per_node: int | None = None,
     g = gpus_per_node or system.gpus_per_node
     ex = parse_execution({**(settings or {}), "mode": mode, "sim_mode": sim_mode})
     t0 = time.perf_counter()
-    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers)
+    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers, progress=progress)
     rows = summary_rows(spec.name, system.name, nodes, nodes * g, res, ex)
     for r in rows:
         r["wall_s"] = time.perf_counter() - t0

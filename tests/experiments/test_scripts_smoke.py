@@ -273,7 +273,7 @@ def test_embedding_backward_kernel_and_predict(root, tmp_path):
     spec_ = importlib.util.spec_from_file_location("eb", root / "experiments/embedding_backward.py")
     mod = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(mod)
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("torch") is not None:
         import torch
 
         assert mod._check(torch, mod._kernel(), "cpu")

@@ -73,9 +73,15 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                         "fitted on the --campaign files (median/max error per family, worst points)")
     p.add_argument("--measurements", metavar="CSV", default=None,
                    help="held-out kernel measurements (kernel,variant,backend,world_size,dtype,shape,grid,...)")
+    p.add_argument("--corpus", metavar="DIR", default=None,
+                   help="a network corpus folder (data/network_corpus): simulate its multi-node runs on --topology "
+                        "with each run's hardware and compare with the published times (sizes >= 1 MiB)")
+    p.add_argument("--runs", metavar="ID", nargs="+", default=None,
+                   help="with --corpus: only the runs whose id starts with one of these")
     p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
     p.add_argument("--out", metavar="DIR", default=None,
-                   help="write validation.csv, residuals.png and summary.json here")
+                   help="write validation.csv, residuals.png and summary.json here (with --corpus: "
+                        "corpus_validation.csv and corpus_summary.json)")
     p.set_defaults(func=_validate)
     return p
 
@@ -239,6 +245,8 @@ def _validate(args: argparse.Namespace) -> int:
         return _validate_campaign(args)
     if not args.topology:
         return _fail(ValueError("--topology is required (unless --campaign is given)"))
+    if getattr(args, "corpus", None):
+        return _validate_corpus(args)
     try:
         check_out_dir(args.out)
         _, summary = run_validation(args.topology, args.measurements, args.out)
@@ -260,6 +268,36 @@ def _validate(args: argparse.Namespace) -> int:
                       f"max {pct(s['max_abs_pct_error'])}")
         if args.out:
             print(f"  wrote {args.out}/validation.csv, residuals.png, summary.json")
+    return 0
+
+
+def _validate_corpus(args: argparse.Namespace) -> int:
+    from ..checks import check_out_dir
+    from .validate import corpus_validation
+
+    try:
+        check_out_dir(args.out)
+        _, summary = corpus_validation(args.corpus, args.topology, args.out, runs=args.runs)
+    except (SimfuseError, OSError) as exc:
+        return _fail(exc)
+    if args.format == "json":
+        print(json.dumps(summary))
+        return 0
+
+    def line(name: str, s: dict) -> str:
+        if not s["points"]:
+            return f"  {name}: no points"
+        return (f"  {name}: {s['points']} points, median |error| {s['median_abs_pct_error']:.1f}%, max "
+                f"{s['max_abs_pct_error']:.1f}%")
+    print(f"network corpus {summary['corpus']} on {summary['topology']}: {summary['runs']} runs simulated")
+    print(line("all sizes >= 1 MiB", summary["all"]))
+    print(line(">= 64 MiB", summary["ge_64MiB"]))
+    for key, s in summary["by_collective_nodes"].items():
+        print(line(key.replace("/", " on ") + " nodes", s))
+    for sk in summary["skipped"]:
+        print(f"  not simulated: {sk['run_id']}: {sk['reason']}")
+    if args.out:
+        print(f"  wrote {args.out}/corpus_validation.csv, corpus_summary.json")
     return 0
 
 

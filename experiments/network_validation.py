@@ -44,9 +44,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simfuse.calibrate.corpus import CorpusRun, load_corpus, topology_for_run  # noqa: E402
+from simfuse.calibrate.corpus import CorpusRun, load_corpus, simulation_problem, topology_for_run  # noqa: E402
 from simfuse.collectives import run_collective  # noqa: E402
-from simfuse.errors import SpecError  # noqa: E402
 from simfuse.spec import load_topology  # noqa: E402
 
 MiB = 2**20
@@ -163,13 +162,7 @@ def main(argv=None) -> int:
     for r in corpus.runs:
         if args.smoke and r.source_id not in SMOKE_SOURCES:
             continue
-        why = ("quality anomalous" if r.quality != "ok" else "single node" if r.nodes < 2 else
-               "no sizes >= 1 MiB" if not _sizes(r, args.smoke) else None)
-        if why is None:
-            try:
-                topology_for_run(r, base)
-            except SpecError as exc:
-                why = exc.message
+        why = simulation_problem(r, base) or ("no sizes >= 1 MiB" if not _sizes(r, args.smoke) else None)
         (skipped.append({"run_id": r.run_id, "source_id": r.source_id, "reason": why}) if why else runs.append(r))
     sim = simulate_grid(runs, args.topology, grid, args.smoke, args.jobs)
     meas = {(r.run_id, s): t for r in runs for s, t in _sizes(r, args.smoke)}

@@ -256,3 +256,22 @@ def topology_for_run(run: CorpusRun, base):
     if run.collnet_sharp.lower().startswith("yes"):
         over["scale_out.sharp"] = True
     return base.with_overrides(over), assumptions
+
+
+def simulation_problem(run: CorpusRun, base) -> str | None:
+    """Why a run is not simulated on ``base`` (None: it is): the source reports a broken setup, one node (no
+    network), a GPU without a known NVLink rate, or a forced algorithm simfuse does not model for the collective."""
+    from ..collectives import REGISTRY
+
+    if run.quality != "ok":
+        return f"quality {run.quality} (the source reports a broken setup)"
+    if run.nodes < 2:
+        return "single node"
+    if run.algorithm is not None and run.algorithm not in REGISTRY.get(run.collective, {}):
+        return (f"forced algorithm {run.nccl_algo} is not modelled for {run.collective} (simfuse: "
+                f"{', '.join(REGISTRY.get(run.collective, {}))})")
+    try:
+        topology_for_run(run, base)
+    except SpecError as exc:
+        return exc.message
+    return None

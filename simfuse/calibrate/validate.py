@@ -494,7 +494,7 @@ def corpus_validation(corpus_path: str | Path, topology_path: str | Path, out_di
     prefixes).  Runs not simulated (anomalous, single node, GPU without a known NVLink rate) are listed in the
     summary with the reason.  With ``out_dir`` write ``corpus_validation.csv`` and ``corpus_summary.json``."""
     from ..collectives import run_collective
-    from .corpus import load_corpus, topology_for_run
+    from .corpus import load_corpus, simulation_problem, topology_for_run
 
     corpus = load_corpus(corpus_path)
     base = load_topology(topology_path)
@@ -503,16 +503,11 @@ def corpus_validation(corpus_path: str | Path, topology_path: str | Path, out_di
         raise SpecError(str(corpus_path), "--runs", f"no run id starts with {', '.join(runs)}")
     rows, skipped = [], []
     for run in selected:
-        why = "quality anomalous" if run.quality != "ok" else "single node" if run.nodes < 2 else None
-        topo = None
-        if why is None:
-            try:
-                topo, assumptions = topology_for_run(run, base)
-            except SpecError as exc:
-                why = exc.message
+        why = simulation_problem(run, base)
         if why is not None:
             skipped.append({"run_id": run.run_id, "reason": why})
             continue
+        topo, assumptions = topology_for_run(run, base)
         for r, ts in zip(run.rows, run.time_sources, strict=True):
             if r.size_bytes < min_bytes:
                 continue

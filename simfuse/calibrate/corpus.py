@@ -267,6 +267,9 @@ def simulation_problem(run: CorpusRun, base) -> str | None:
         return f"quality {run.quality} (the source reports a broken setup)"
     if run.nodes < 2:
         return "single node"
+    if "NVL72" in run.gpu.upper():
+        return "a multi-node NVLink domain (NVL72): GPUs of several trays share NVLink, which the topology files " \
+               "do not model across nodes"
     if run.algorithm is not None and run.algorithm not in REGISTRY.get(run.collective, {}):
         return (f"forced algorithm {run.nccl_algo} is not modelled for {run.collective} (simfuse: "
                 f"{', '.join(REGISTRY.get(run.collective, {}))})")

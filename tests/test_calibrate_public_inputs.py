@@ -22,21 +22,21 @@ def _calibrate(tmp_path, *args):
 
 def test_rows_only_paste_needs_kind_nccl_tests(tmp_path, capsys):
     with pytest.raises(TraceError, match="no '#  size  count  type ...' column header"):
-        read_nccl_tests(NT / "rows_only_paste_all_reduce.log", ranks=16, nodes=2)
-    log = read_nccl_tests(NT / "rows_only_paste_all_reduce.log", ranks=16, nodes=2, headerless=True)
+        read_nccl_tests(NT / "pastes" / "rows_only_paste_all_reduce.log", ranks=16, nodes=2)
+    log = read_nccl_tests(NT / "pastes" / "rows_only_paste_all_reduce.log", ranks=16, nodes=2, headerless=True)
     assert log.collective == "all_reduce" and len(log.rows) == 11 and log.rows[0].size_bytes == 2**20
     # out-of-place time of the first row; in-place kept too
     assert log.rows[0].time_s == pytest.approx(39.0e-6) and log.rows[0].time_inplace_s == pytest.approx(39.4e-6)
     assert any("rows-only paste" in n for n in log.notes)
-    rc = _calibrate(tmp_path, NT / "rows_only_paste_all_reduce.log", "--kind", "nccl-tests", "--ranks", 16,
+    rc = _calibrate(tmp_path, NT / "pastes" / "rows_only_paste_all_reduce.log", "--kind", "nccl-tests", "--ranks", 16,
                     "--nodes", 2)
     assert rc == 0, capsys.readouterr().err
-    rc = _calibrate(tmp_path, NT / "rows_only_paste_all_reduce.log", "--ranks", 16, "--nodes", 2)
+    rc = _calibrate(tmp_path, NT / "pastes" / "rows_only_paste_all_reduce.log", "--ranks", 16, "--nodes", 2)
     assert rc == 2  # without --kind the format is not guessed
 
 
 def test_rows_only_paste_of_the_old_layout():
-    log = read_nccl_tests(NT / "rows_only_paste_old_error.log", ranks=16, nodes=2, headerless=True)
+    log = read_nccl_tests(NT / "pastes" / "rows_only_paste_old_error.log", ranks=16, nodes=2, headerless=True)
     assert len(log.rows) == 11 and log.rows[0].error == "2e-07" and log.rows[0].wrong == "0"
     assert not any("wrong" in n or "numeric error" in n for n in log.notes)
 

@@ -30,6 +30,8 @@ PARSED = {
     "gb200_nvl72_excerpt.log": ({"nodes": 18}, "all_reduce", 72, 18, 5),
     "h100_crash_after_rows.log": ({"ranks": 64, "nodes": 8}, "all_reduce", 64, 8, 5),
     "old_all_gather_no_redop.log": ({"ranks": 8, "nodes": 1, "collective": "allgather"}, "all_gather", 8, 1, 14),
+    "old_error_column_2x8.log": ({}, "all_reduce", 16, 2, 11),
+    "sendrecv_perf_2x8.log": ({}, "sendrecv", 16, 2, 11),
 }
 REFUSED_READ = {
     "v100_2x1_duplicate_rank0.log": "several independent 1-rank runs",

@@ -12,7 +12,8 @@ None of them changes a single-node collective.  Each run is simulated on the bas
 the run's own hardware (:func:`simfuse.calibrate.corpus.topology_for_run`: GPUs and NICs per node, NIC rate,
 NVLink rate, SHARP) and the algorithm the run forced, if any (else the tuner's choice).  The simulated time of
 every (run, size) is computed once on a grid of the three terms; a fit picks the grid point with the smallest
-training loss (mean over training runs of the mean |log(simulated / measured)| of their sizes >= 1 MiB).  The
+training loss: the mean over training sources of the mean over their runs of the mean |log(simulated /
+measured)| at sizes >= 1 MiB (each independent source weighs the same, however many runs it published).  The
 split is leave-source-out: each source in turn is held out whole, the terms are fitted on the others and the
 held-out source's runs are predicted.  The spread of the refits gives the terms' ranges
 (``fitted_ranges.csv``: low / high = the smallest / largest value any leave-one-source-out refit chose, nominal =
@@ -54,7 +55,7 @@ MiB = 2**20
 #: 2 us (AMD CPUs) -- the grid reaches 4x that for proxies under load
 GRID = {"scale_out.efficiency": (0.60, 0.70, 0.80, 0.88, 0.94, 1.0),
         "scale_out.latency_s": (1e-6, 3e-6, 6e-6, 12e-6),
-        "collectives.net_overhead_s": (0.0, 1e-6, 3e-6, 8e-6)}
+        "collectives.net_overhead_s": (0.0, 1e-6, 3e-6, 8e-6, 16e-6)}
 SMOKE_GRID = {"scale_out.efficiency": (0.8, 1.0), "scale_out.latency_s": (3e-6, 6e-6),
               "collectives.net_overhead_s": (1e-6, 3e-6)}
 SMOKE_SOURCES = ("gcp_a3mega_fork", "nccl_tests_152")
@@ -116,18 +117,22 @@ def simulate_grid(runs, base_path: str, grid: dict, smoke: bool, jobs: int) -> p
     return pd.concat(parts, ignore_index=True)
 
 
-def _loss(sim: pd.DataFrame, meas: dict, run_ids) -> pd.Series:
-    """Training loss at every grid point: mean over runs of the mean |log(sim / measured)|."""
+def _loss(sim: pd.DataFrame, meas: dict, run_ids, source_of: dict) -> pd.Series:
+    """Training loss at every grid point: the mean over training sources of the mean over their runs of the mean
+    |log(sim / measured)| of the run's sizes (each independent source weighs the same, however many runs it
+    published)."""
     s = sim[sim["run_id"].isin(run_ids)].copy()
     s["err"] = np.abs(np.log(s["simulated_s"].to_numpy() / np.array([meas[(r, z)] for r, z in
                                                                      zip(s["run_id"], s["size_bytes"], strict=True)])))
     keys = [c for c in sim.columns if "." in c]
     per_run = s.groupby([*keys, "run_id"])["err"].mean().reset_index()
-    return per_run.groupby(keys)["err"].mean()
+    per_run["source"] = per_run["run_id"].map(source_of)
+    per_source = per_run.groupby([*keys, "source"])["err"].mean().reset_index()
+    return per_source.groupby(keys)["err"].mean()
 
 
-def fit(sim: pd.DataFrame, meas: dict, run_ids) -> dict[str, float]:
-    loss = _loss(sim, meas, run_ids)
+def fit(sim: pd.DataFrame, meas: dict, run_ids, source_of: dict) -> dict[str, float]:
+    loss = _loss(sim, meas, run_ids, source_of)
     best = loss.idxmin()
     keys = list(loss.index.names)
     return dict(zip(keys, (float(v) for v in (best if isinstance(best, tuple) else (best,))), strict=True))
@@ -167,11 +172,12 @@ def main(argv=None) -> int:
     sim = simulate_grid(runs, args.topology, grid, args.smoke, args.jobs)
     meas = {(r.run_id, s): t for r in runs for s, t in _sizes(r, args.smoke)}
     by_run = {r.run_id: r for r in runs}
+    source_of = {r.run_id: r.source_id for r in runs}
     sources = sorted({r.source_id for r in runs})
     rows, fits = [], []
     for held in sources:
         train = [r.run_id for r in runs if r.source_id != held]
-        params = fit(sim, meas, train)
+        params = fit(sim, meas, train, source_of)
         fits.append({"held_out_source": held, **params})
         pred = predict(sim, params)
         for _, p in pred[pred["run_id"].isin([r.run_id for r in runs if r.source_id == held])].iterrows():
@@ -183,7 +189,7 @@ def main(argv=None) -> int:
                          "measured_s": m, "simulated_s": p["simulated_s"],
                          "pct_error": 100.0 * (p["simulated_s"] / m - 1.0), **params})
     table = pd.DataFrame(rows)
-    all_fit = fit(sim, meas, [r.run_id for r in runs])
+    all_fit = fit(sim, meas, [r.run_id for r in runs], source_of)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "leave_source_out.csv", index=False, float_format="%.6g")

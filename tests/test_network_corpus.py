@@ -55,8 +55,11 @@ def test_topology_for_run_takes_the_runs_hardware(corpus):
     base = load_topology(TOPO)
     p5 = corpus.run("p5_h100_ar_2x8_nccl2223")
     topo, notes = topology_for_run(p5, base)
-    assert topo.scale_out.nics_per_node == 32 and topo.scale_out.nic_bw_bytes_per_s == pytest.approx(12.5e9)
-    assert not notes
+    # 32 x 100 Gb/s EFA for 8 GPUs: each GPU's four NICs become one of 400 Gb/s (same rate per GPU and node)
+    assert topo.scale_out.nics_per_node == 8 and topo.scale_out.nic_bw_bytes_per_s == pytest.approx(50e9)
+    assert notes == ["32 NICs of 100 Gb/s for 8 GPUs simulated as 8 NICs of 400 Gb/s"]
+    a3, notes = topology_for_run(corpus.run("a3mega_ar_2x8"), base)
+    assert a3.scale_out.nics_per_node == 8 and a3.scale_out.nic_bw_bytes_per_s == pytest.approx(25e9) and not notes
     _, notes = topology_for_run(corpus.run("xxrjun_c01_10x8_all_to_all"), base)
     assert any("NICs per node not stated" in n for n in notes)
     b200 = corpus.run("together_b200_ar_16x8_collnetdirect")

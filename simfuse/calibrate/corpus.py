@@ -244,12 +244,22 @@ def topology_for_run(run: CorpusRun, base):
     over: dict = {"scale_up.bw_bytes_per_s": nv * 1e9,
                   "scale_up.gpus_per_node": max(run.gpus_per_node, base.scale_up.gpus_per_node)
                   if run.gpus_per_node > 1 else base.scale_up.gpus_per_node}
-    if run.nics_per_node is not None:
-        over["scale_out.nics_per_node"] = int(run.nics_per_node)
+    rate = run.nic_gbps / 8 * 1e9 if run.nic_gbps is not None else None
+    nics = run.nics_per_node
+    g = run.gpus_per_node
+    if nics is not None and g > 1 and nics > g and nics % g == 0 and rate is not None:
+        # several NICs per GPU, rail-aligned (AWS p5: 32 x 100 Gb/s EFA for 8 GPUs): the simulator gives each GPU
+        # one NIC, so each GPU's NICs become one of their summed rate
+        assumptions.append(f"{nics} NICs of {run.nic_gbps:g} Gb/s for {g} GPUs simulated as {g} NICs of "
+                           f"{run.nic_gbps * nics / g:g} Gb/s")
+        rate *= nics // g
+        nics = g
+    if nics is not None:
+        over["scale_out.nics_per_node"] = int(nics)
     else:
         assumptions.append(f"NICs per node not stated: {base.scale_out.nics_per_node} (the base topology's)")
-    if run.nic_gbps is not None:
-        over["scale_out.nic_bw_bytes_per_s"] = run.nic_gbps / 8 * 1e9
+    if rate is not None:
+        over["scale_out.nic_bw_bytes_per_s"] = rate
     else:
         assumptions.append(f"NIC rate not stated: {base.scale_out.nic_bw_bytes_per_s * 8 / 1e9:g} Gb/s "
                            "(the base topology's)")

@@ -16,8 +16,8 @@ training loss: the mean over training sources of the mean over their runs of the
 measured)| at sizes >= 1 MiB (each independent source weighs the same, however many runs it published).  The
 split is leave-source-out: each source in turn is held out whole, the terms are fitted on the others and the
 held-out source's runs are predicted.  The spread of the refits gives the terms' ranges
-(``fitted_ranges.csv``: low / high = the smallest / largest value any leave-one-source-out refit chose, nominal =
-the fit on every source).
+(``fitted_ranges.csv``: low / high = the smallest / largest value any leave-one-source-out refit chose, one grid
+step further each way for the grid's resolution; nominal = the fit on every source).
 
 Runs not simulated: ``quality = anomalous`` (the source reports a broken setup), single-node runs, GPUs without a
 known NVLink rate (AMD).  They stay in the corpus and are listed in ``skipped.csv``.
@@ -212,10 +212,13 @@ def main(argv=None) -> int:
     ranges = []
     fold = pd.DataFrame(fits)
     for k in grid:
+        g = list(grid[k])
+        lo_i, hi_i = g.index(float(fold[k].min())), g.index(float(fold[k].max()))
         ranges.append({"parameter": k.replace("_s", "_us") if k.endswith("_s") else k,
-                       "low": fold[k].min(), "nominal": all_fit[k], "high": fold[k].max(),
+                       "low": g[max(0, lo_i - 1)], "nominal": all_fit[k], "high": g[min(len(g) - 1, hi_i + 1)],
                        "source": "experiments/network_validation.py: nominal = fit on every corpus source; low/high "
-                                 "= range of the leave-one-source-out refits"})
+                                 "= the range of the leave-one-source-out refits widened by one grid step each way "
+                                 "(the grid's resolution)"})
     rdf = pd.DataFrame(ranges)
     for c in ("low", "nominal", "high"):
         rdf[c] = [v * 1e6 if p.endswith("_us") else v for v, p in zip(rdf[c], rdf["parameter"], strict=True)]

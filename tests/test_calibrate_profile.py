@@ -83,11 +83,48 @@ def test_apply_to_topology(profile_dict, h200, tmp_path):
     assert spec.device.compute_units == h200.device.compute_units
 
 
-def test_apply_bandwidth_above_nominal(profile_dict, h200):
+def test_apply_never_raises_a_link_above_line_rate(profile_dict, h200):
+    """Wherever a profile is applied (not only ``calibrate --topology``): a fitted rate above the line rate is
+    refused with the reason; within the measurement tolerance the link runs at its line rate."""
     d = copy.deepcopy(profile_dict)
     d["fabric"]["scale_up"]["collectives"]["alltoall"]["beta_bytes_per_s"] = 480e9
+    with pytest.raises(SpecError, match="fabric.scale_up: fitted rate 480 GB/s per GPU is above the topology's "
+                                        "line rate 450 GB/s"):
+        apply_to_topology(h200, profile_from_dict(d))
+    d["fabric"]["scale_up"]["collectives"]["alltoall"]["beta_bytes_per_s"] = 455e9  # within 3%
     spec = apply_to_topology(h200, profile_from_dict(d))
-    assert spec.scale_up.bw_bytes_per_s == 480e9 and spec.scale_up.efficiency == 1.0
+    assert spec.scale_up.bw_bytes_per_s == h200.scale_up.bw_bytes_per_s and spec.scale_up.efficiency == 1.0
+
+
+def test_apply_refuses_a_nic_above_its_line_rate_and_a_huge_latency(profile_dict, h200):
+    # issue 35: a profile written without --topology raised a 200 Gb/s (25 GB/s) NIC to 26.2 GB/s
+    gh200 = h200.with_overrides({"scale_out.nic_bw_bytes_per_s": 25e9, "scale_out.nics_per_node": 1,
+                                 "scale_up.gpus_per_node": 1})
+    d = copy.deepcopy(profile_dict)
+    lv = d["fabric"]["scale_out"]
+    lv["ranks"], lv["hosts"] = 2, 2
+    for c in lv["collectives"].values():
+        c["beta_bytes_per_s"], c["ranks"] = 26.2e9, 2
+    with pytest.raises(SpecError, match="fitted rate 26.2 GB/s per NIC is above the topology's line rate 25 GB/s"):
+        apply_to_topology(gh200, profile_from_dict(d))
+    d = copy.deepcopy(profile_dict)
+    for c in d["fabric"]["scale_out"]["collectives"].values():
+        c["alpha_s"] = 3.53e-3  # issue 35's DGX Spark all-gather fit
+    with pytest.raises(SpecError, match="fitted latency 3530 us is above the physical bound"):
+        apply_to_topology(h200, profile_from_dict(d))
+
+
+def test_apply_maps_per_nic_with_the_logs_gpus_per_node(profile_dict, h200):
+    """A log of 2 GPUs per node on an 8-GPU / 4-NIC topology: its 2 GPUs share min(4, 2) = 2 NICs, so the per-GPU
+    bus bandwidth is the per-NIC rate (not x 8 / 4: the false positive of issue 35)."""
+    topo = h200.with_overrides({"scale_out.nics_per_node": 4})
+    d = copy.deepcopy(profile_dict)
+    lv = d["fabric"]["scale_out"]
+    lv["ranks"], lv["hosts"] = 4, 2
+    for c in lv["collectives"].values():
+        c["beta_bytes_per_s"], c["ranks"] = 40e9, 4
+    spec = apply_to_topology(topo, profile_from_dict(d))
+    assert spec.scale_out.effective_nic_bw_bytes_per_s == pytest.approx(40e9)
 
 
 def test_cost_model_for(profile_dict, h200, tmp_path):

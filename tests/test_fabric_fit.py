@@ -22,30 +22,93 @@ OPTIONS = {"msccl_alltoall_2x8_empty_redop.log": (16, 2), "mscclpp_alltoall_2x8_
            "gb200_nvl72_excerpt.log": (72, 18), "old_all_gather_no_redop.log": (16, 2)}
 
 
-def _synthetic_log(topo, nodes, op, eff, lat_s, ovh_s, sizes):
-    t = topo.with_overrides({"scale_out.efficiency": eff, "scale_out.latency_s": lat_s,
-                             "collectives.launch_s": ovh_s, "collectives.sync_s": 0.0})
+def _synthetic_log(topo, nodes, op, eff, lat_s, ovh_s, sizes, algorithm="ring", env=True, ovh_field=None):
+    level = "scale_out" if nodes > 1 else "scale_up"
+    over = {f"{level}.efficiency": eff, f"{level}.latency_s": lat_s}
+    if ovh_field:
+        over[ovh_field] = ovh_s
+    t = topo.with_overrides(over)
     g = topo.scale_up.gpus_per_node
     rows = [NcclRow(int(s), int(s) // 4, "float", "sum", run_collective(t, nodes, op, s, gpus_per_node=g,
-                                                                        algorithm="ring").time_s,
+                                                                        algorithm=algorithm).time_s,
                     None, None, None, i) for i, s in enumerate(sizes)]
     return NcclTestLog("<synthetic>", op, nodes * g, [f"h{i}" for i in range(nodes)], [], rows, nodes=nodes,
-                       env={"NCCL_ALGO": "Ring"})
+                       env={"NCCL_ALGO": algorithm} if env and algorithm else {})
 
 
 def test_recovers_the_parameters_it_was_made_with():
     topo = make_topology(gpus_per_node=4, nics_per_node=4, launch_us=0.0, sync_us=0.0)
     sizes = [2.0 ** k for k in range(12, 31, 2)]
-    # a ring runs the same number of latency hops at every size: latency stays the topology's (3 us), so the
-    # log is made with it, and efficiency and overhead are recovered
-    log = _synthetic_log(topo, 2, "all_reduce", 0.6, 3e-6, 12e-6, sizes)
+    # a scale-out fit: efficiency and the network latency are recovered; no per-collective overhead is fitted
+    log = _synthetic_log(topo, 2, "all_reduce", 0.6, 5e-6, 0.0, sizes)
     res = fit_fabric(log, topo)
     assert res.efficiency == pytest.approx(0.6, rel=0.02)
-    assert res.latency_s == pytest.approx(3e-6)
-    assert res.overhead_s == pytest.approx(12e-6, rel=0.1, abs=1e-6)
-    assert res.notes and "not identifiable" in res.notes[0]
+    assert res.latency_s == pytest.approx(5e-6, rel=0.05)
+    assert res.overhead_field is None and "collectives.launch_s" not in res.overrides()
     assert set(res.algorithms) == {"ring"}
     assert res.max_residual() < 0.01
+
+
+def test_scale_up_fit_recovers_launch_overhead():
+    topo = make_topology(gpus_per_node=8, launch_us=0.0, sync_us=0.0)
+    sizes = [2.0 ** k for k in range(12, 31, 2)]
+    log = _synthetic_log(topo, 1, "all_reduce", 0.7, 1e-6, 12e-6, sizes, ovh_field="collectives.launch_s")
+    res = fit_fabric(log, topo)
+    assert res.efficiency == pytest.approx(0.7, rel=0.02)
+    assert res.overhead_field == "collectives.launch_s"
+    assert res.overhead_s == pytest.approx(12e-6, rel=0.1, abs=1e-6)
+
+
+def test_scale_out_fit_never_changes_single_node_results():
+    """Whatever a multi-node log fits, a one-node collective costs what it cost before."""
+    topo = make_topology(gpus_per_node=4, nics_per_node=4, launch_us=8.4, collectives_extra={"protocol_model": "nccl"})
+    sizes = [2.0 ** k for k in range(12, 31, 2)]
+    for op, ovh_field in (("all_reduce", None), ("all_to_all", "collectives.net_overhead_s")):
+        log = _synthetic_log(topo, 4, op, 0.5, 9e-6, 6e-6, sizes, algorithm=None, ovh_field=ovh_field)
+        res = fit_fabric(log, topo, force=True)
+        fitted = topo.with_overrides(res.overrides())
+        for one_op in ("all_reduce", "all_to_all", "all_gather"):
+            for s in (2.0 ** 16, 2.0 ** 30):
+                assert run_collective(fitted, 1, one_op, s).time_s == run_collective(topo, 1, one_op, s).time_s
+
+
+def test_all_to_all_fits_the_per_peer_overhead():
+    topo = make_topology(gpus_per_node=4, nics_per_node=4, launch_us=8.4, collectives_extra={"protocol_model": "nccl"})
+    sizes = [2.0 ** k for k in range(12, 31, 2)]
+    # 1 us per network message (NCCL's getNetOverhead): one message per 128 KiB chunk keeps the proxy's post rate
+    # (131 GB/s) above the NIC's, so efficiency and overhead stay separable; at 4 us (33 GB/s) the posts would
+    # bind below the wire and the two could not be told apart from the log
+    log = _synthetic_log(topo, 8, "all_to_all", 0.8, 3e-6, 1e-6, sizes, algorithm="direct",
+                         ovh_field="collectives.net_overhead_s")
+    res = fit_fabric(log, topo)
+    assert res.overhead_field == "collectives.net_overhead_s"
+    assert res.efficiency == pytest.approx(0.8, rel=0.03)
+    assert res.max_residual() < 0.03
+
+
+def test_overhead_beyond_its_physical_bound_is_refused():
+    # a one-node log 3.5 ms slower at every size than its links explain (issue 35's DGX Spark fit) is refused
+    topo = make_topology(gpus_per_node=8, launch_us=0.0)
+    sizes = [2.0 ** k for k in range(12, 31, 2)]
+    log = _synthetic_log(topo, 1, "all_reduce", 0.7, 1e-6, 0.0, sizes)
+    for r in log.rows:
+        r.time_s += 3.5e-3
+    with pytest.raises(SpecError, match="physical bound"):
+        fit_fabric(log, topo)
+    res = fit_fabric(log, topo, force=True)
+    assert res.overhead_s <= 50e-6 and any("physical bound" in p for p in res.problems)
+
+
+def test_algorithm_and_protocol_named_by_the_user():
+    topo = make_topology(gpus_per_node=4, nics_per_node=4, launch_us=8.4, collectives_extra={"protocol_model": "nccl"})
+    sizes = [2.0 ** k for k in range(14, 31, 2)]
+    log = _synthetic_log(topo, 4, "all_reduce", 0.7, 4e-6, 0.0, sizes, algorithm="ring/Simple", env=False)
+    res = fit_fabric(log, topo, algorithm="Ring", protocol="Simple", force=True)
+    assert set(res.algorithms) == {"ring"} and res.max_residual() < 0.02
+    with pytest.raises(SpecError, match="--algorithm"):
+        fit_fabric(log, topo, algorithm="PAT")
+    with pytest.raises(SpecError, match="--protocol"):
+        fit_fabric(log, topo, protocol="Fast")
 
 
 def test_never_above_line_rate():
@@ -93,7 +156,8 @@ def test_cli_writes_a_loadable_topology(tmp_path, capsys):
     fitted = load_topology(out)
     assert fitted.scale_up.efficiency <= 1.0 and fitted.name.endswith("_fitted")
     rc = main(["fit-fabric", str(DATA / "h100_2x8_all_reduce_soperator.log"), "--topology",
-               str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--out", str(tmp_path / "bad.yaml")])
+               str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--out", str(tmp_path / "bad.yaml"),
+               "--algorithm", "PAT"])  # an algorithm simfuse does not model: refused, nothing written
     assert rc == 2 and not (tmp_path / "bad.yaml").exists()
 
 

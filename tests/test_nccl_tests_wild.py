@@ -30,6 +30,8 @@ PARSED = {
     "gb200_nvl72_excerpt.log": ({"nodes": 18}, "all_reduce", 72, 18, 5),
     "h100_crash_after_rows.log": ({"ranks": 64, "nodes": 8}, "all_reduce", 64, 8, 5),
     "old_all_gather_no_redop.log": ({"ranks": 8, "nodes": 1, "collective": "allgather"}, "all_gather", 8, 1, 14),
+    "old_error_column_2x8.log": ({}, "all_reduce", 16, 2, 11),
+    "sendrecv_perf_2x8.log": ({}, "sendrecv", 16, 2, 11),
 }
 REFUSED_READ = {
     "v100_2x1_duplicate_rank0.log": "several independent 1-rank runs",
@@ -190,3 +192,29 @@ def test_collective_alias_option(tmp_path):
     rc = _calibrate(tmp_path, DATA / "old_all_gather_no_redop.log", "--ranks", 8, "--nodes", 1, "--collective",
                     "allgather", "--force")
     assert rc == 0
+
+
+def test_mapped_rate_uses_the_logs_gpus_per_node():
+    """A 2 x 1-GPU log on an 8-GPU / 4-NIC topology: its one GPU per node drives min(4, 1) = 1 NIC, so a 40 GB/s
+    bus bandwidth is 40 GB/s per NIC -- below the 50 GB/s line rate (issue 35: it was mapped x 8 / 4 and refused)."""
+    from simfuse.calibrate.nccl_tests import NcclRow, NcclTestLog
+    from simfuse.spec import load_topology
+
+    topo = load_topology(H100).with_overrides({"scale_out.nics_per_node": 4})
+    rows = [NcclRow(s, s // 4, "float", "sum", 5e-6 + s / 40e9, None, None, None, i)
+            for i, s in enumerate(2 ** k for k in range(20, 31))]
+    log = NcclTestLog("x.log", "all_reduce", 2, ["a", "b"], [], rows)
+    prof = {"fabric": {"scale_out": {"ranks": 2, "hosts": 2, "collectives": {"all_reduce": {
+        "alpha_s": 5e-6, "beta_bytes_per_s": 40e9, "ranks": 2, "sources": ["x.log"],
+        "fit": {"rel_residual_max": 0.0}}}}}}
+    assert check_fabric(prof, [log], topo) == []
+    prof["fabric"]["scale_out"]["collectives"]["all_reduce"]["beta_bytes_per_s"] = 60e9  # truly above 50 GB/s
+    assert any("60 GB/s per NIC" in p for p in check_fabric(prof, [log], topo))
+
+
+def test_calibrate_and_fit_fabric_share_the_residual_limits():
+    from simfuse.calibrate import fabric_fit, plausibility
+
+    assert plausibility.MAX_REL_RESIDUAL_LARGE == fabric_fit.MAX_REL_RESIDUAL_LARGE
+    assert plausibility.MAX_REL_RESIDUAL_ALL == fabric_fit.MAX_REL_RESIDUAL_ALL
+    assert plausibility.LARGE_BYTES == fabric_fit.LARGE_BYTES

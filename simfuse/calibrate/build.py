@@ -59,6 +59,9 @@ class Inputs:
     dense: list = field(default_factory=list)  # DenseSample of profiler traces (simfuse.calibrate.dense)
     dense_sources: list[str] = field(default_factory=list)
     dense_skipped: dict = field(default_factory=dict)
+    #: what each input gave and lacked (PyTorch profiler traces), and logs no model fits (sendrecv): printed as notes
+    notes: list[str] = field(default_factory=list)
+    unfitted: list[NcclTestLog] = field(default_factory=list)  # logs of collectives no model fits (sendrecv)
 
 
 def _sha256(path: Path) -> str:
@@ -108,10 +111,14 @@ def read_inputs(paths: Sequence[str | Path], collective: str | None = None, *, r
         try:
             fmt = detect_format(p)
         except TraceError as exc:
-            if explicit:
-                raise
-            inp.skipped.append(f"{p}: {exc.message}")
-            continue
+            fmt = None
+            if want != NCCL_TESTS:  # --kind nccl-tests: result rows pasted without their header are read below
+                if explicit:
+                    raise
+                inp.skipped.append(f"{p}: {exc.message}")
+                continue
+        if want == NCCL_TESTS and fmt != NCCL_TESTS and fmt in (None, KERNEL_TRACE, HELDOUT_CSV, CAMPAIGN):
+            fmt = NCCL_TESTS  # the user said so: read_nccl_tests(headerless=True) refuses what has no result rows
         if want is not None and fmt != want:
             if explicit:
                 raise TraceError(str(p), "", f"--kind {kind}: this file is a {fmt} input, not a {want} one")
@@ -134,21 +141,80 @@ def read_inputs(paths: Sequence[str | Path], collective: str | None = None, *, r
             inp.campaign.extend(rows)
             items = len(rows)
         elif fmt == NCCL_TESTS:
-            log = read_nccl_tests(p, collective, ranks=ranks, nodes=nodes)
-            inp.nccl.append(log)
+            log = read_nccl_tests(p, collective, ranks=ranks, nodes=nodes, headerless=want == NCCL_TESTS)
+            if profile_collective(log.collective) not in COLLECTIVE_FACTORS:
+                inp.notes.append(f"{p}: a {log.collective} log ({len(log.rows)} rows over {log.ranks} ranks): "
+                                 "point-to-point or rooted results, which no collective model of the profile "
+                                 "fits; not used")
+                inp.unfitted.append(log)
+            else:
+                inp.nccl.append(log)
             items = len(log.rows)
         elif fmt == TORCH_PROFILER:
-            from .dense import read_dense_samples
-
-            stats = read_torch_trace(p)
-            inp.torch_ops.extend(stats)
-            inp.dense.extend(read_dense_samples(p, inp.dense_skipped))
-            inp.dense_sources.append(str(p))
-            items = sum(s.count for s in stats)
+            items = _read_profiler_trace(inp, p, collective, ranks, nodes)
         else:  # pragma: no cover - detect_format returns only the formats above
             raise TraceError(str(p), "", f"unsupported format {fmt}")
         inp.sources.append({"path": str(p), "format": fmt, "sha256": _sha256(p), "items": int(items)})
     return inp
+
+
+#: a trace's NCCL kernels are fitted as a collective log with at least this many distinct sizes (2 per parameter)
+MIN_TRACE_SIZES = 4
+#: ranks a trace may span without --nodes (one 8-GPU node); more: the node count must be given
+MAX_RANKS_WITHOUT_NODES = 8
+
+
+def _read_profiler_trace(inp: Inputs, p: Path, collective, ranks, nodes) -> int:
+    """A PyTorch profiler trace feeds what it holds: operator / kernel statistics, GEMM and other dense calls with
+    shapes (the dense section), NCCL kernels with message sizes (``record_param_comms``) as a collective log (the
+    fabric section); a note says what the trace gave and what it lacked."""
+    from .dense import read_dense_samples
+    from .kineto_nccl import read_kineto_nccl
+
+    stats = read_torch_trace(p)
+    inp.torch_ops.extend(stats)
+    skipped: dict[str, int] = {}
+    dense = read_dense_samples(p, skipped)
+    for k, v in skipped.items():
+        inp.dense_skipped[k] = inp.dense_skipped.get(k, 0) + v
+    inp.dense.extend(dense)
+    inp.dense_sources.append(str(p))
+    gave, lacked = [], []
+    fams: dict[str, int] = {}
+    for d in dense:
+        fams[d.family] = fams.get(d.family, 0) + 1
+    if dense:
+        gave.append("dense calls with shapes: " + ", ".join(f"{n} {f}" for f, n in sorted(fams.items())))
+    if skipped:
+        lacked.append("dense calls without what the fit needs: " +
+                      "; ".join(f"{n} x {why}" for why, n in sorted(skipped.items())))
+    n_nccl = sum(s.count for s in stats if s.collective)
+    if n_nccl:
+        try:
+            log = read_kineto_nccl(p, collective, ranks=ranks, nodes=nodes)
+        except TraceError:
+            lacked.append(f"{n_nccl} NCCL kernel(s) without message sizes (the record_param_comms args of PyTorch "
+                          ">= 2.1 with a NCCL process group)")
+        else:
+            n_sizes = len({r.size_bytes for r in log.rows if r.size_bytes > 0})
+            if n_sizes < MIN_TRACE_SIZES:
+                lacked.append(f"enough message sizes: {n_sizes} distinct size(s) of {log.collective} over {log.ranks} "
+                              f"ranks (a latency and bandwidth fit needs {MIN_TRACE_SIZES}); not fitted")
+            elif nodes is None and log.ranks > MAX_RANKS_WITHOUT_NODES:
+                lacked.append(f"the node count of its {log.ranks} ranks (pass --nodes): NCCL kernels not fitted")
+            elif log.ranks >= 2 and profile_collective(log.collective) in COLLECTIVE_FACTORS:
+                inp.nccl.append(log)
+                gave.append(f"{len(log.rows)} size(s) of {log.collective} over {log.ranks} ranks from NCCL kernels "
+                            "with record_param_comms args (collective fit)")
+            else:
+                lacked.append(f"NCCL kernels of {log.collective} over {log.ranks} rank(s): no collective fit")
+    else:
+        lacked.append("no NCCL kernels")
+    if not any(s.cat == "kernel" for s in stats):
+        lacked.append("no GPU kernels (a CPU-only trace)")
+    inp.notes.append(f"{p}: gave {'; '.join(gave) or 'operator and kernel statistics only'}; lacked "
+                     f"{'; '.join(lacked) or 'nothing the calibration uses'}")
+    return sum(s.count for s in stats)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -403,6 +469,12 @@ def _created_utc() -> str:
 def build_profile(inp: Inputs, compute_units: int | None = None) -> dict:
     """The profile mapping (format version :data:`FORMAT_VERSION`, see docs/calibration.md)."""
     if not inp.runs and not inp.nccl and not inp.torch_ops and not inp.campaign:
+        if inp.unfitted:
+            lg = inp.unfitted[0]
+            raise TraceError(lg.source, "", f"no usable measurements: this is a {lg.collective} log "
+                                            f"({len(lg.rows)} rows over {lg.ranks} ranks), point-to-point or rooted "
+                                            "results that no collective model of the profile fits (calibrate "
+                                            "fits all_reduce, all_gather, reduce_scatter and all_to_all logs)")
         raise TraceError("<inputs>", "", "no usable measurements in the inputs")
     cus = compute_units or compute_units_seen(inp.runs)
     profile: dict = {
@@ -497,7 +569,7 @@ def calibrate(inputs: Sequence[str | Path], out: str | Path, compute_units: int 
         skipped.extend(inp.skipped)
     profile = build_profile(inp, compute_units)
     forced = refuse_or_warn(check_fabric(profile, inp.nccl, topology), force, source=str(out))
-    notes = [f"{lg.source}: {n}" for lg in inp.nccl for n in lg.notes]
+    notes = [f"{lg.source}: {n}" for lg in inp.nccl for n in lg.notes] + inp.notes
     if forced:
         profile["notes"] = [w.removeprefix("warning: ") for w in forced]
     if warnings is not None:

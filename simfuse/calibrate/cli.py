@@ -75,9 +75,15 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                         "fitted on the --campaign files (median/max error per family, worst points)")
     p.add_argument("--measurements", metavar="CSV", default=None,
                    help="held-out kernel measurements (kernel,variant,backend,world_size,dtype,shape,grid,...)")
+    p.add_argument("--corpus", metavar="DIR", default=None,
+                   help="a network corpus folder (data/network_corpus): simulate its multi-node runs on --topology "
+                        "with each run's hardware and compare with the published times (sizes >= 1 MiB)")
+    p.add_argument("--runs", metavar="ID", nargs="+", default=None,
+                   help="with --corpus: only the runs whose id starts with one of these")
     p.add_argument("--format", choices=("text", "json"), default="text", help="summary format on stdout")
     p.add_argument("--out", metavar="DIR", default=None,
-                   help="write validation.csv, residuals.png and summary.json here")
+                   help="write validation.csv, residuals.png and summary.json here (with --corpus: "
+                        "corpus_validation.csv and corpus_summary.json)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr (shown once the command has taken "
                                                         "1 s on a terminal, 10 s elsewhere)")
     p.set_defaults(func=_validate)
@@ -249,6 +255,8 @@ def _validate(args: argparse.Namespace) -> int:
         return _validate_campaign(args)
     if not args.topology:
         return _fail(ValueError("--topology is required (unless --campaign is given)"))
+    if getattr(args, "corpus", None):
+        return _validate_corpus(args)
     try:
         check_out_dir(args.out)
         table, summary = run_validation(args.topology, args.measurements, args.out)
@@ -299,6 +307,36 @@ def validation_lines(summary: dict, makespan: bool = False) -> list[str]:
         lines.append("  (in-sample kernel points compare each traced launch's makespan (its whole grid); held-out rows "
                      "compare kernel times, so the two figures measure different things)")
     return lines
+
+
+def _validate_corpus(args: argparse.Namespace) -> int:
+    from ..checks import check_out_dir
+    from .validate import corpus_validation
+
+    try:
+        check_out_dir(args.out)
+        _, summary = corpus_validation(args.corpus, args.topology, args.out, runs=args.runs)
+    except (SimfuseError, OSError) as exc:
+        return _fail(exc)
+    if args.format == "json":
+        print(json.dumps(summary))
+        return 0
+
+    def line(name: str, s: dict) -> str:
+        if not s["points"]:
+            return f"  {name}: no points"
+        return (f"  {name}: {s['points']} points, median |error| {s['median_abs_pct_error']:.1f}%, max "
+                f"{s['max_abs_pct_error']:.1f}%")
+    print(f"network corpus {summary['corpus']} on {summary['topology']}: {summary['runs']} runs simulated")
+    print(line("all sizes >= 1 MiB", summary["all"]))
+    print(line(">= 64 MiB", summary["ge_64MiB"]))
+    for key, s in summary["by_collective_nodes"].items():
+        print(line(key.replace("/", " on ") + " nodes", s))
+    for sk in summary["skipped"]:
+        print(f"  not simulated: {sk['run_id']}: {sk['reason']}")
+    if args.out:
+        print(f"  wrote {args.out}/corpus_validation.csv, corpus_summary.json")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -171,6 +171,24 @@ def _classify(op: str, kernels: list[str]) -> str:
     return ""
 
 
+#: cuBLAS / CUTLASS GEMM kernel names -> operand dtype, for traces without ``Input type`` (PyTorch < 1.10):
+#: ``volta_sgemm_128x64_nn`` fp32, ``ampere_s1688gemm_..._tf32`` / ``..._s16816gemm_...`` tf32,
+#: ``volta_h884gemm_...`` / ``ampere_fp16_s16816gemm_fp16_...`` / ``turing_fp16_...`` fp16, ``..._bf16_...`` bf16
+_GEMM_DTYPE_RES = ((re.compile(r"bf16", re.I), "bf16"), (re.compile(r"fp16|f16|h884|h1688|h16816|hgemm", re.I), "fp16"),
+                   (re.compile(r"tf32|s1688|s16816|s884", re.I), "tf32"), (re.compile(r"sgemm", re.I), "fp32"))
+
+
+def gemm_dtype_from_kernels(names) -> str:
+    """The operand dtype a GEMM kernel's name spells (:data:`_GEMM_DTYPE_RES`), '' if none or ambiguous."""
+    found = set()
+    for n in names:
+        for rx, dt in _GEMM_DTYPE_RES:
+            if rx.search(n):
+                found.add(dt)
+                break
+    return found.pop() if len(found) == 1 else ""
+
+
 def read_dense_samples(path: str | Path, skipped: dict[str, int] | None = None) -> list[DenseSample]:
     """Every GEMM, embedding-bag and element-wise operator call of a Kineto trace with its shape and GPU time.
 
@@ -244,6 +262,8 @@ def read_dense_samples(path: str | Path, skipped: dict[str, int] | None = None) 
             if shp is None:
                 skip_(f"gemm: operator {op} with Input Dims not a matrix product")
                 continue
+            if not dt:
+                dt = gemm_dtype_from_kernels(names)  # PyTorch < 1.10 traces record no Input type
             if not dt:
                 skip_("gemm: unknown dtype")
                 continue

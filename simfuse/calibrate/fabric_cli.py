@@ -18,9 +18,21 @@ def cmd_fit_fabric(args) -> int:
 
     out = check_out_file(args.out)
     system = System.load(args.topology)
+    from .corpus import corpus_folder, load_corpus, topology_for_run
     from .detect import TORCH_PROFILER, detect_format
 
-    if detect_format(args.log) == TORCH_PROFILER:  # a Kineto trace: its NCCL kernels as nccl-tests rows
+    topology = system.topology
+    if corpus_folder(args.log) is not None:  # a run of the public network corpus (data/network_corpus/)
+        if not args.run:
+            from ..errors import SpecError
+
+            raise SpecError(args.log, "--run", "a network corpus holds many runs: name one with --run RUN_ID")
+        run = load_corpus(args.log).run(args.run)
+        log = run.as_log()
+        topology, assumptions = topology_for_run(run, topology)
+        for note in assumptions:
+            print(f"simfuse: note: {note}", file=sys.stderr)
+    elif detect_format(args.log) == TORCH_PROFILER:  # a Kineto trace: its NCCL kernels as nccl-tests rows
         from .kineto_nccl import read_kineto_nccl
 
         log = read_kineto_nccl(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
@@ -28,7 +40,7 @@ def cmd_fit_fabric(args) -> int:
             print(f"simfuse: note: {note}", file=sys.stderr)
     else:
         log = read_nccl_tests(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
-    res = fit_fabric(log, system.topology, force=args.force)
+    res = fit_fabric(log, topology, force=args.force, algorithm=args.algorithm, protocol=args.protocol)
     for p in res.problems:
         print(f"simfuse: warning: applied with --force: {p}", file=sys.stderr)
     if out is not None:
@@ -38,8 +50,11 @@ def cmd_fit_fabric(args) -> int:
         return 0
     print(f"{res.collective} on {res.nodes} nodes x {res.gpus_per_node} GPUs ({res.level}), algorithms "
           f"{', '.join(sorted(set(res.algorithms)))}")
-    print(f"  efficiency {res.efficiency:.4f}  latency {res.latency_s * 1e6:.3f} us  per-collective overhead "
-          f"{res.overhead_s * 1e6:.3f} us")
+    ovh = (f"{res.overhead_field.split('.')[1][:-2]} {res.overhead_s * 1e6:.3f} us" if res.overhead_field
+           else "per-collective overhead kept (the topology's)")
+    print(f"  efficiency {res.efficiency:.4f}  latency {res.latency_s * 1e6:.3f} us  {ovh}")
+    for note in res.notes:
+        print(f"  note: {note}")
     print(f"  max |simulated/measured - 1|: {100 * res.max_residual():.1f}% (all sizes), "
           f"{100 * res.max_residual(LARGE_BYTES):.1f}% (>= 64 MiB)")
     if out is not None:
@@ -49,13 +64,20 @@ def cmd_fit_fabric(args) -> int:
 
 def add_fit_fabric_parser(sub) -> None:
     p = sub.add_parser("fit-fabric", help="fit a topology's fabric to an nccl-tests log by simulation")
-    p.add_argument("log", help="nccl-tests output (launcher prefixes and preambles are fine) or a PyTorch "
-                                "profiler trace (its NCCL kernels with message sizes)")
+    p.add_argument("log", help="nccl-tests output (launcher prefixes and preambles are fine), a PyTorch "
+                                "profiler trace (its NCCL kernels with message sizes), or a network corpus folder "
+                                "with --run")
     p.add_argument("--topology", required=True, help="topology YAML whose line rates bound the fit")
     p.add_argument("--out", default=None, help="write the fitted topology YAML here")
     p.add_argument("--collective", default=None, help="override the collective the log measured")
     p.add_argument("--ranks", type=int, default=None, help="ranks, when the log does not say")
     p.add_argument("--nodes", type=int, default=None, help="nodes, when the log does not say")
+    p.add_argument("--run", default=None, help="with a network corpus folder (data/network_corpus) as LOG: the "
+                                               "run to fit (its hardware overrides the topology's NICs and NVLink)")
+    p.add_argument("--algorithm", default=None,
+                   help="the algorithm the log ran (NCCL_ALGO spelling: Ring, Tree, NVLS, NVLSTree, CollnetDirect, "
+                        "...), when known; default: NCCL_ALGO from the log, else the tuner's choice")
+    p.add_argument("--protocol", default=None, help="the protocol the log ran (LL, LL128, Simple), when known")
     p.add_argument("--force", action="store_true", help="apply a poor or implausible fit anyway (warns)")
     p.add_argument("--format", default="text", choices=("text", "json"))
     p.set_defaults(func=cmd_fit_fabric)

@@ -45,7 +45,9 @@ _NTHREAD_RE = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _NRANKS_RE = re.compile(r"\bnranks\s+(\d+)")
 _INFO_HOST_RE = re.compile(r"^([A-Za-z0-9_.\-]+):\d+:\d+\s+\[\d+\]\s+NCCL\s+(?:INFO|WARN)")
 _STARTING_RE = re.compile(r"Collective test starting:\s*(\S+)")
-_VERSION_RE = re.compile(r"NCCL version\s+(\S+)|nccl-tests version\s+(\S+)")
+#: the NCCL library's version: an ``NCCL version 2.21.5+cuda12.4`` line, else nccl-tests' ``nccl-library=22105``
+#: header field (nccl-tests' own ``nccl-tests version 2.17.8`` is the test suite's, not NCCL's)
+_VERSION_RE = re.compile(r"NCCL version\s+(\S+)|nccl-library=(\d{5})")
 _BINARY_RE = re.compile(r"(?:^|[/\s])([a-z_]+)_perf(?:_mpi)?\b")
 _FAIL_RE = re.compile(r"NCCL failure|Test CUDA failure|Test failure|CUDA failure|NCCL WARN|Segmentation fault|"
                       r"segfault|Aborted|core dumped|mpirun noticed|exited on signal|srun: error|"
@@ -61,8 +63,15 @@ _PREFIXES = (
 )
 _HOST_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*:\s+")  # pdsh / clush: "node01: ..."
 _INLINE_RANK = re.compile(r"\[\d+\]")
-_COL_ALIASES = {"bytes": "size", "n": "count", "op": "redop", "res": "wrong", "error": "wrong", "#wrong": "wrong",
-                "wrong": "wrong", "errors": "wrong"}
+#: ``error`` (nccl-tests before 2.10) is the largest numeric deviation of the result (1e-07 is float rounding, not a
+#: wrong result); ``#wrong`` / ``res`` count wrong elements
+_COL_ALIASES = {"bytes": "size", "n": "count", "op": "redop", "res": "wrong", "error": "error", "#wrong": "wrong",
+                "wrong": "wrong", "errors": "error"}
+#: an ``error`` value above this is a wrong result, below it numeric rounding (sums of 1e3-1e9 floats in fp32 / fp16)
+MAX_NUMERIC_ERROR = 1e-2
+#: element types of nccl-tests' result rows (rows-only pastes are recognised by them)
+_TYPES = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "fp8_e4m3",
+          "fp8_e5m2", "f8e4m3", "f8e5m2", "int", "char", "byte", "float16", "float32", "float64"}
 _PREFIX_COLS = ("size", "count", "type", "redop", "root")
 _REDUCTIONS = {"sum", "prod", "min", "max", "avg", "mulsum", "premulsum", "none", "-"}
 _CMD_NP = re.compile(r"(?:^|\s)(?:-np|-n|--np|--ntasks(?:=|\s))\s*(\d+)")
@@ -84,6 +93,7 @@ class NcclRow:
     time_inplace_s: float | None
     line: int
     wrong: str = "0"
+    error: str | None = None  # the ``error`` column of old nccl-tests (max numeric deviation), when the log has it
 
 
 @dataclass
@@ -196,6 +206,30 @@ def _layout(src: str, lineno: int, cols: list[str], header_line: str, label_line
     return _Layout(cols, cols[:n_prefix], block, nblocks, oop, ends)
 
 
+def _headerless_layout(s: str) -> _Layout | None:
+    """The layout of a result row pasted without its column header (``size count type [redop] [root] time algbw
+    busbw wrong|error [time algbw busbw wrong|error]``), or None if the line is not such a row.  A ``root`` column
+    marks nccl-tests 2.10+ (a ``#wrong`` count); without it the last column of a block is the old ``error``."""
+    t = s.split()
+    if len(t) < 7 or not t[0].isdigit() or not t[1].isdigit() or t[2].lower() not in _TYPES:
+        return None
+    prefix = ["size", "count", "type"]
+    i = 3
+    if t[i].lower() in _REDUCTIONS - {"-"} and not _looks_numeric(t[i]):
+        prefix.append("redop")
+        i += 1
+    rest = t[i:]
+    root = len(rest) in (5, 9) and rest[0].lstrip("-").isdigit()
+    if root:
+        prefix.append("root")
+        rest = rest[1:]
+    if len(rest) not in (4, 8) or not all(_looks_numeric(x) for x in rest[:3]):
+        return None
+    block = ["time", "algbw", "busbw", "wrong" if root else "error"]
+    nblocks = len(rest) // 4
+    return _Layout(prefix + block * nblocks, prefix, block, nblocks, 0, [])
+
+
 def _num(src: str, lineno: int, name: str, tok: str) -> float | None:
     if tok.upper() in ("N/A", "NA", "-"):
         return None
@@ -257,7 +291,7 @@ def _parse_row(src: str, lineno: int, s: str, lay: _Layout) -> NcclRow | None:
         t_in = None if v is None or v <= 0 else v * 1e-6
     return NcclRow(int(size), int(count), vals.get("type", "-"), vals.get("redop", "none"), t_us * 1e-6,
                    _num(src, lineno, "algbw", b["algbw"]), _num(src, lineno, "busbw", b["busbw"]), t_in, lineno,
-                   b.get("wrong", "0"))
+                   b.get("wrong", "0"), b.get("error"))
 
 
 def _looks_numeric(tok: str) -> bool:
@@ -274,8 +308,10 @@ def _token_end(line: str, index: int) -> int | None:
 
 
 def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: int | None = None,
-                    nodes: int | None = None) -> NcclTestLog:
-    """Parse one nccl-tests log.  ``collective``, ``ranks`` and ``nodes`` override what the log says."""
+                    nodes: int | None = None, headerless: bool = False) -> NcclTestLog:
+    """Parse one nccl-tests log.  ``collective``, ``ranks`` and ``nodes`` override what the log says.
+    ``headerless``: accept result rows pasted without their column header (issue pastes; the caller said the
+    file is nccl-tests output, e.g. ``calibrate --kind nccl-tests``): the layout is inferred from the rows."""
     p = Path(path)
     src = str(p)
     rank_lines: dict[int, tuple[str, str, str | None]] = {}
@@ -292,6 +328,7 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
     failures: list[str] = []
     malformed: tuple[int, str] | None = None
     env: dict[str, str] = {}
+    more_tests: str | None = None
     lineno = 0
     try:
         with open_text(p) as fh:
@@ -322,11 +359,14 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
                         continue
                     m = _STARTING_RE.search(body)
                     if m:
+                        if starting is not None and rows:  # a second test in the same file: read the first
+                            more_tests = m.group(1)
+                            break
                         starting = m.group(1)
                         continue
                     m = _VERSION_RE.search(body)
                     if m:
-                        version = version or m.group(1) or m.group(2)
+                        version = _better_version(version, m)
                     cols = _column_header(s)
                     if cols is not None:
                         if lay is None:
@@ -338,12 +378,17 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
                 m = _INFO_HOST_RE.match(s)
                 if m:
                     info_hosts.add(m.group(1))
+                    mv = _VERSION_RE.search(s)
+                    if mv:
+                        version = _better_version(version, mv)
                     m2 = _NRANKS_RE.search(s)
                     if m2:
                         nranks_info.add(int(m2.group(1)))
                     if "NCCL WARN" in s:
                         failures.append(s)
                     continue
+                if lay is None and headerless and _ROW_START_RE.match(s):
+                    lay = _headerless_layout(s)
                 if lay is not None and _ROW_START_RE.match(s):
                     if malformed is not None:
                         raise TraceError(src, f"line {malformed[0]}", malformed[1])
@@ -357,7 +402,7 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
                     continue
                 m = _VERSION_RE.search(s)
                 if m:
-                    version = version or m.group(1) or m.group(2)
+                    version = _better_version(version, m)
                     continue
                 if "_perf" in s:
                     cmdlines.append(s)
@@ -372,6 +417,9 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
     if malformed is not None:
         notes.append(f"line {malformed[0]}: last row cut off ({malformed[1]}); dropped")
     if lay is None and not rank_lines and threads is None and starting is None:
+        if headerless:
+            raise TraceError(src, "", "no nccl-tests result rows found (neither a column header nor rows like "
+                                      "'size count type redop root time algbw busbw #wrong ...')")
         raise TraceError(src, "", "not an nccl-tests log: no '#  size  count  type ...' column header found")
     if not rows:
         why = (f"it failed: {_clip(failures[0])}" if failures else
@@ -382,7 +430,16 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
         notes.append(f"the run reported a failure after {len(rows)} row(s): {_clip(failures[0])}")
     wrong = [r for r in rows if r.wrong not in ("0", "N/A", "0e+00") and _nonzero(r.wrong)]
     if wrong:
-        notes.append(f"{len(wrong)} row(s) with wrong results (#wrong/error column): timings kept")
+        notes.append(f"{len(wrong)} row(s) with wrong results (#wrong column): timings kept")
+    bad = [r for r in rows if r.error is not None and _float_or_zero(r.error) > MAX_NUMERIC_ERROR]
+    if bad:
+        notes.append(f"{len(bad)} row(s) with a numeric error above {MAX_NUMERIC_ERROR:g} (error column; "
+                     "smaller values are float rounding): timings kept")
+    if headerless and lay is not None and not lay.time_ends:
+        notes.append("rows-only paste: no column header; the layout was inferred from the rows")
+    if more_tests is not None:
+        notes.append(f"the file holds several tests: read the first ({starting}); {more_tests} and any later ones "
+                     "were not read (split the file to read them)")
     # Launcher options come before the binary (nccl-tests' own "-n" is the iteration count), "-g" after it.
     launch = " ".join(re.split(r"\S*_perf(?:_mpi)?\b", c, maxsplit=1)[0] for c in cmdlines)
     cmd = " ".join(cmdlines)
@@ -413,12 +470,27 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
         (collective_or_none(starting) if starting else None) or _collective_hint(p.name) or \
         _collective_hint(cmd) or _infer_collective(src, rows, n)
     return NcclTestLog(src, coll, n, hosts if hosts else ["localhost"], devices, rows, nodes=k, notes=notes,
-                       nccl_version=version, env=env)
+                       nccl_version=version.removeprefix("library ") if version else None, env=env)
+
+
+def _better_version(current: str | None, m: re.Match) -> str | None:
+    """An ``NCCL version`` line wins over the ``nccl-library=`` code (decoded: 22105 -> 2.21.5)."""
+    if m.group(1):
+        return current if current and not current.startswith("library ") else m.group(1)
+    code = m.group(2)
+    return current or f"library {int(code[0])}.{int(code[1:3])}.{int(code[3:])}"
 
 
 def _clip(s: str, width: int = 160) -> str:
     s = " ".join(s.split())
     return s if len(s) <= width else s[:width - 3] + "..."
+
+
+def _float_or_zero(tok: str) -> float:
+    try:
+        return abs(float(tok))
+    except ValueError:
+        return 0.0
 
 
 def _nonzero(tok: str) -> bool:
@@ -475,5 +547,9 @@ def _infer_collective(src: str, rows: list[NcclRow], n: int) -> str:
         return "all_reduce"
     if abs(ratio - a2a) < 0.02 * a2a:
         return "reduce_scatter" if reduces else "all_to_all"
+    if abs(ratio - 1.0) < 0.02:
+        raise TraceError(src, "", "busbw = algbw: a sendrecv, broadcast or reduce log (point-to-point or rooted "
+                                  "results, which no collective model fits), or name the file e.g. "
+                                  "alltoall_perf.log, or pass --collective")
     raise TraceError(src, "", f"cannot tell the collective from busbw/algbw = {ratio:.3f} at {n} ranks "
                               "(name the file e.g. alltoall_perf.log, or pass --collective)")

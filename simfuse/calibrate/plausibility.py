@@ -9,14 +9,19 @@ here need no simulator internals:
 1. **points per parameter**: at least :data:`MIN_POINTS_PER_PARAMETER` distinct non-zero message sizes for each
    of the fit's two parameters (latency, bandwidth): a one-row log gives no bandwidth;
 2. **latency without bandwidth**: a fit whose byte term vanished (sizes too small to see a bandwidth);
-3. **fit quality**: the maximum relative residual over the log's points at most :data:`MAX_REL_RESIDUAL`;
+3. **fit quality**, the limits of ``simfuse fit-fabric`` (:mod:`.fabric_fit`): the maximum relative residual
+   over the log's sizes of 64 MiB and more at most :data:`MAX_REL_RESIDUAL_LARGE`, over every size at most
+   :data:`MAX_REL_RESIDUAL_ALL`;
 4. **line rate of the mapped parameter** (with a topology): the bandwidth the profile would give the link
-   (per NIC for scale-out: ``busbw x gpus_per_node / nics_per_node``; per GPU for scale-up) at most the
-   topology's line rate;
+   (per NIC for scale-out: ``busbw x G / min(nics_per_node, G)`` with ``G`` the GPUs per node *of the log*, which
+   share that many NICs; per GPU for scale-up) at most the topology's line rate;
 5. **line rate of the measurement itself** (with a topology): for every row of >= :data:`BOUND_MIN_BYTES`, the
    bytes a node (scale-out) or GPU (scale-up) must move at least -- whatever the algorithm, in-network
    reduction (SHARP, NVLS) included -- divided by the measured time and by the NICs sharing it, at most the line
    rate.  A log faster than that was not run on this topology.
+6. **latency bound**: a level's fitted latency (alpha: the whole collective's fixed cost) at most
+   :data:`MAX_ALPHA_S` of its level -- the per-hop and per-collective bounds of :data:`.fabric_fit.BOUNDS`
+   summed.
 
 Lower bounds per node (scale-out; ``S`` nccl-tests' size, ``N`` nodes, ``G`` GPUs per node) or per GPU (scale-up,
 ``N`` = ranks, ``G`` = 1), bytes each way:
@@ -36,7 +41,12 @@ from .nccl_tests import NcclTestLog
 MIN_POINTS_PER_PARAMETER = 2
 #: The alpha-beta fit has two parameters (latency, bandwidth).
 FIT_PARAMETERS = 2
-MAX_REL_RESIDUAL = 0.25
+#: the residual limits of ``simfuse fit-fabric`` (one acceptance rule for both commands)
+MAX_REL_RESIDUAL_LARGE = 0.15
+MAX_REL_RESIDUAL_ALL = 0.5
+LARGE_BYTES = 64 * 2**20
+#: largest fitted alpha (whole-collective latency) per level: fabric_fit.BOUNDS' per-hop latency + launch bound
+MAX_ALPHA_S = {"scale_up": 5e-6 + 50e-6, "scale_out": 50e-6 + 50e-6}
 #: Measurement noise allowed above a line rate.
 LINE_RATE_TOLERANCE = 0.03
 BOUND_MIN_BYTES = 1 << 20
@@ -86,13 +96,15 @@ def check_fabric(profile: dict, logs: Sequence[NcclTestLog], topology=None) -> l
             if beta is None or not math.isfinite(float(beta)):
                 problems.append(f"{where}: latency without bandwidth (the byte term vanished: sizes too small "
                                 "to show a bandwidth)")
-            q = c.get("fit") or {}
-            rmax = q.get("rel_residual_max")
-            if rmax is not None and rmax > MAX_REL_RESIDUAL:
-                problems.append(f"{where}: poor fit, max relative residual {rmax:.0%} > {MAX_REL_RESIDUAL:.0%} "
-                                "(one latency and one bandwidth do not describe this log)")
+            problems.extend(_residual_problems(where, coll, c, ls))
+            alpha = c.get("alpha_s")
+            if alpha is not None and float(alpha) > MAX_ALPHA_S.get(level, math.inf):
+                problems.append(f"{where}: fitted latency {float(alpha) * 1e6:.4g} us above its physical bound "
+                                f"{MAX_ALPHA_S[level] * 1e6:g} us (not a fabric property: one latency and one "
+                                "bandwidth do not describe this log)")
             if topology is not None and beta is not None and math.isfinite(float(beta)):
-                problems.extend(_mapped_rate(where, level, float(beta), topology))
+                g = ls[0].gpus_per_node if ls else topology.scale_up.gpus_per_node
+                problems.extend(_mapped_rate(where, level, float(beta), topology, g))
     if topology is not None:
         for lg in logs:
             p = _measured_rate(lg, topology)
@@ -110,10 +122,45 @@ def _line_rate(level: str, topology) -> tuple[float, str]:
     return su.bw_bytes_per_s, f"scale-up line rate {_gbs(su.bw_bytes_per_s)} per GPU and direction"
 
 
-def _mapped_rate(where: str, level: str, beta: float, topology) -> list[str]:
+def _residual_problems(where: str, coll: str, c: dict, logs: Sequence[NcclTestLog]) -> list[str]:
+    """The fit-quality rule (module doc), from the logs' rows; without logs from the profile's recorded maximum."""
+    from .fit import alpha_beta_time_s
+
+    alpha, beta = c.get("alpha_s"), c.get("beta_bytes_per_s")
+    res_large, res_all = [], []
+    if alpha is not None and logs:
+        b = math.inf if beta is None else float(beta)
+        for lg in logs:
+            for r in lg.rows:
+                if r.size_bytes <= 0 or r.time_s <= 0:
+                    continue
+                e = abs(alpha_beta_time_s(coll, lg.ranks, float(alpha), b, r.size_bytes) / r.time_s - 1.0)
+                res_all.append(e)
+                if r.size_bytes >= LARGE_BYTES:
+                    res_large.append(e)
+    else:
+        rmax = (c.get("fit") or {}).get("rel_residual_max")
+        res_all = [] if rmax is None else [float(rmax)]
+    out = []
+    if res_large and max(res_large) > MAX_REL_RESIDUAL_LARGE:
+        out.append(f"{where}: poor fit, max relative residual {max(res_large):.0%} at >= 64 MiB > "
+                   f"{MAX_REL_RESIDUAL_LARGE:.0%} (one latency and one bandwidth do not describe this log)")
+    elif res_all and max(res_all) > MAX_REL_RESIDUAL_ALL:
+        out.append(f"{where}: poor fit, max relative residual {max(res_all):.0%} > {MAX_REL_RESIDUAL_ALL:.0%} "
+                   "(one latency and one bandwidth do not describe this log)")
+    return out
+
+
+def per_nic_rate(beta: float, gpus_per_node: int, nics_per_node: int) -> float:
+    """A per-GPU bus bandwidth as the rate of each NIC its node's GPUs share (``G / min(nics, G)``)."""
+    g = max(1, int(gpus_per_node))
+    return beta * g / min(int(nics_per_node), g)
+
+
+def _mapped_rate(where: str, level: str, beta: float, topology, gpus_per_node: int) -> list[str]:
     rate, what = _line_rate(level, topology)
     if level == "scale_out":
-        mapped = beta * topology.scale_up.gpus_per_node / topology.scale_out.nics_per_node
+        mapped = per_nic_rate(beta, gpus_per_node, topology.scale_out.nics_per_node)
         desc = f"bus bandwidth {_gbs(beta)} per GPU maps to {_gbs(mapped)} per NIC"
     else:
         mapped, desc = beta, f"bus bandwidth {_gbs(beta)} per GPU"
@@ -159,5 +206,6 @@ def refuse_or_warn(problems: Sequence[str], force: bool, source: str = "<calibra
     return [f"warning: applied with --force: {p}" for p in problems]
 
 
-__all__ = ["BOUND_MIN_BYTES", "ImplausibleFit", "LINE_RATE_TOLERANCE", "MAX_REL_RESIDUAL",
+__all__ = ["BOUND_MIN_BYTES", "ImplausibleFit", "LINE_RATE_TOLERANCE", "MAX_ALPHA_S", "MAX_REL_RESIDUAL_ALL",
+           "MAX_REL_RESIDUAL_LARGE", "per_nic_rate",
            "MIN_POINTS_PER_PARAMETER", "check_fabric", "min_bytes_each_way", "refuse_or_warn"]

@@ -323,31 +323,50 @@ def apply_to_topology(spec: TopologySpec, profile: CalibrationProfile) -> Topolo
 
     * ``device.kernel_launch_latency_s`` <- the measured launch latency of queued kernels;
     * ``scale_up.latency_s`` / ``scale_out.latency_s`` <- alpha of the level's chosen collective;
-    * bandwidth: the fitted bus bandwidth beta (per GPU) becomes ``bw x efficiency``: ``efficiency = beta / bw``
-      when beta is below the nominal bandwidth, otherwise ``bw = beta`` and ``efficiency = 1``.  For scale-out
-      the per-GPU beta is converted to per-NIC: ``beta x gpus_per_node / nics_per_node``.
-    """
+    * bandwidth: the fitted bus bandwidth beta (per GPU) becomes ``bw x efficiency`` with ``efficiency = beta /
+      bw``.  For scale-out the per-GPU beta is converted to per-NIC with the GPUs per node *of the logs*
+      (``ranks / hosts``), which share ``min(nics_per_node, G)`` NICs.
+
+    Wherever a profile is applied, a link is never raised above its line rate: a fitted rate above the topology's
+    line rate (beyond :data:`~simfuse.calibrate.plausibility.LINE_RATE_TOLERANCE`, measurement noise) and a fitted
+    latency above :data:`~simfuse.calibrate.plausibility.MAX_ALPHA_S` raise :class:`SpecError` naming the profile
+    and the level (the profile was measured on other hardware, or its alpha-beta fit is not physical); within the
+    tolerance the efficiency is 1."""
+    from .plausibility import MAX_ALPHA_S, per_nic_rate
+
     overrides: dict[str, float | str] = {}
     if profile.kernel_launch_latency_s is not None:
         overrides["device.kernel_launch_latency_s"] = profile.kernel_launch_latency_s
-    up = profile.fabric.get("scale_up")
-    if up is not None:
-        overrides["scale_up.latency_s"] = up.alpha_s
-        overrides.update(_bw_overrides("scale_up", "bw_bytes_per_s", spec.scale_up.bw_bytes_per_s, up.beta_bytes_per_s))
-    out = profile.fabric.get("scale_out")
-    if out is not None:
-        overrides["scale_out.latency_s"] = out.alpha_s
-        per_nic = out.beta_bytes_per_s * spec.scale_up.gpus_per_node / spec.scale_out.nics_per_node
-        overrides.update(_bw_overrides("scale_out", "nic_bw_bytes_per_s", spec.scale_out.nic_bw_bytes_per_s, per_nic))
+    src = getattr(profile, "source", "<profile>")
+    for level in ("scale_up", "scale_out"):
+        fit = profile.fabric.get(level)
+        if fit is None:
+            continue
+        if fit.alpha_s > MAX_ALPHA_S[level]:
+            raise SpecError(str(src), f"fabric.{level}", f"fitted latency {fit.alpha_s * 1e6:.4g} us is above the "
+                            f"physical bound {MAX_ALPHA_S[level] * 1e6:g} us of {level}: not applied")
+        overrides[f"{level}.latency_s"] = fit.alpha_s
+        if level == "scale_up":
+            nominal, fitted = spec.scale_up.bw_bytes_per_s, fit.beta_bytes_per_s
+        else:
+            g = max(1, fit.ranks // max(1, fit.hosts))
+            nominal = spec.scale_out.nic_bw_bytes_per_s
+            fitted = per_nic_rate(fit.beta_bytes_per_s, g, spec.scale_out.nics_per_node)
+        overrides.update(_bw_overrides(src, level, nominal, fitted))
     return spec.with_overrides(overrides)
 
 
-def _bw_overrides(level: str, bw_field: str, nominal: float, fitted: float) -> dict[str, float]:
+def _bw_overrides(src, level: str, nominal: float, fitted: float) -> dict[str, float]:
+    from .plausibility import LINE_RATE_TOLERANCE
+
     if not math.isfinite(fitted):
         return {}
-    if fitted <= nominal:
-        return {f"{level}.efficiency": fitted / nominal}
-    return {f"{level}.{bw_field}": fitted, f"{level}.efficiency": 1.0}
+    if fitted > nominal * (1 + LINE_RATE_TOLERANCE):
+        unit = "per NIC" if level == "scale_out" else "per GPU"
+        raise SpecError(str(src), f"fabric.{level}", f"fitted rate {fitted / 1e9:.4g} GB/s {unit} is above the "
+                        f"topology's line rate {nominal / 1e9:.4g} GB/s: the profile was not measured on this "
+                        "topology (or its fit is not one link's rate); not applied")
+    return {f"{level}.efficiency": min(1.0, fitted / nominal)}
 
 
 def cost_model_for(spec: TopologySpec, *, extrapolate: bool = False,

@@ -31,6 +31,30 @@ _DTYPE_BYTES = {"float": 4, "float32": 4, "fp32": 4, "half": 2, "float16": 2, "f
                 "bf16": 2, "double": 8, "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8,
                 "char": 1, "int8": 1, "uint8": 1, "byte": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
 _NCCL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+#: NCCL < 2.12 kernel names: ``ncclAllReduceRingLLKernel_sum_f32(ncclWorkElem)``, ``ncclSendRecvKernel_copy_i8``
+_NCCL_OLD_RE = re.compile(r"^nccl(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll)"
+                          r"(?:Ring|Tree|CollNet\w*)?(?:LL128|LL|Simple)?Kernel")
+#: PyTorch 1.8-1.9 Kineto traces (before the categories were renamed in 1.10): legacy category -> current one
+LEGACY_CATEGORIES = {"Operator": "cpu_op", "Kernel": "kernel", "Runtime": "cuda_runtime", "Memcpy": "gpu_memcpy",
+                     "Memset": "gpu_memset", "Python": "python_function"}
+
+
+def normalize_event(ev):
+    """An event of a PyTorch 1.8-1.9 trace in today's spelling: the legacy categories (:data:`LEGACY_CATEGORIES`)
+    and the GPU events' lower-case ``external id`` (read as ``External id``); other events unchanged."""
+    if not isinstance(ev, dict):
+        return ev
+    cat = ev.get("cat")
+    args = ev.get("args")
+    fix_args = isinstance(args, dict) and "external id" in args and "External id" not in args
+    if cat not in LEGACY_CATEGORIES and not fix_args:
+        return ev
+    ev = dict(ev)
+    if cat in LEGACY_CATEGORIES:
+        ev["cat"] = LEGACY_CATEGORIES[cat]
+    if fix_args:
+        ev["args"] = {**args, "External id": args["external id"]}
+    return ev
 _NCCL_COLL = {"allreduce": "all_reduce", "alltoall": "alltoall", "sendrecv": "alltoall",
               "allgather": "all_gather", "reducescatter": "reduce_scatter", "broadcast": "broadcast",
               "reduce": "reduce"}
@@ -122,7 +146,7 @@ def iter_trace_events(path: str | Path, meta: dict | None = None) -> Iterator[di
             first = st.skip_ws()
             if first == "[":
                 st.pos += 1
-                yield from _iter_array(st, decoder, "traceEvents")
+                yield from map(normalize_event, _iter_array(st, decoder, "traceEvents"))
                 seen_events = True
             elif first == "{":
                 st.pos += 1
@@ -136,7 +160,7 @@ def iter_trace_events(path: str | Path, meta: dict | None = None) -> Iterator[di
                         st.expect(":", f"':' after key {key!r}")
                         if key == "traceEvents":
                             st.expect("[", "'[' opening traceEvents")
-                            yield from _iter_array(st, decoder, "traceEvents")
+                            yield from map(normalize_event, _iter_array(st, decoder, "traceEvents"))
                             seen_events = True
                         else:
                             val = st.value(decoder, key)
@@ -208,8 +232,9 @@ def _g(x: float) -> float:
 
 
 def nccl_collective(name: str) -> str:
-    """``ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`` -> ``all_reduce``; '' if not an NCCL kernel."""
-    m = _NCCL_RE.match(name)
+    """``ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`` (or NCCL < 2.12's ``ncclAllReduceRingLLKernel_sum_f32``)
+    -> ``all_reduce``; '' if not an NCCL kernel."""
+    m = _NCCL_RE.match(name) or _NCCL_OLD_RE.match(name)
     if not m:
         return ""
     word = m.group(1).lower()

@@ -478,3 +478,62 @@ def heldout_summary(df: pd.DataFrame, source: str, worst: int = 10) -> dict:
             "all": stats(df), "by_kernel": kinds, "families": fams,
             "worst": [{c: (v.item() if hasattr(v, "item") else v) for c, v in df.loc[i, cols].items()}
                       for i in order]}
+
+
+CORPUS_COLUMNS = ("run_id", "source_id", "gpu", "collective", "nodes", "gpus_per_node", "forced_algorithm",
+                  "simulated_algorithm", "size_bytes", "time_source", "measured_s", "simulated_s", "pct_error",
+                  "assumptions")
+#: sizes below this are not compared by ``validate --corpus`` (latency-bound points the fabric terms do not set)
+CORPUS_MIN_BYTES = 2**20
+
+
+def corpus_validation(corpus_path: str | Path, topology_path: str | Path, out_dir: str | Path | None = None,
+                      runs: list[str] | None = None, min_bytes: float = CORPUS_MIN_BYTES) -> tuple[pd.DataFrame, dict]:
+    """Simulate the runs of a network corpus (:mod:`simfuse.calibrate.corpus`) on ``topology_path`` with each
+    run's hardware, against the measured times (sizes >= ``min_bytes``).  ``runs``: only these run ids (or
+    prefixes).  Runs not simulated (anomalous, single node, GPU without a known NVLink rate) are listed in the
+    summary with the reason.  With ``out_dir`` write ``corpus_validation.csv`` and ``corpus_summary.json``."""
+    from ..collectives import run_collective
+    from .corpus import load_corpus, simulation_problem, topology_for_run
+
+    corpus = load_corpus(corpus_path)
+    base = load_topology(topology_path)
+    selected = [r for r in corpus.runs if runs is None or any(r.run_id.startswith(x) for x in runs)]
+    if runs is not None and not selected:
+        raise SpecError(str(corpus_path), "--runs", f"no run id starts with {', '.join(runs)}")
+    rows, skipped = [], []
+    for run in selected:
+        why = simulation_problem(run, base)
+        if why is not None:
+            skipped.append({"run_id": run.run_id, "reason": why})
+            continue
+        topo, assumptions = topology_for_run(run, base)
+        for r, ts in zip(run.rows, run.time_sources, strict=True):
+            if r.size_bytes < min_bytes:
+                continue
+            res = run_collective(topo, run.nodes, run.collective, float(r.size_bytes), algorithm=run.algorithm,
+                                 protocol=run.protocol if run.algorithm else None, gpus_per_node=run.gpus_per_node)
+            rows.append({"run_id": run.run_id, "source_id": run.source_id, "gpu": run.gpu,
+                         "collective": run.collective, "nodes": run.nodes, "gpus_per_node": run.gpus_per_node,
+                         "forced_algorithm": run.nccl_algo, "simulated_algorithm": str(getattr(res, "algorithm", "")),
+                         "size_bytes": r.size_bytes, "time_source": ts, "measured_s": r.time_s,
+                         "simulated_s": float(res.time_s), "pct_error": 100.0 * (float(res.time_s) / r.time_s - 1.0),
+                         "assumptions": "; ".join(assumptions)})
+    df = pd.DataFrame(rows, columns=list(CORPUS_COLUMNS))
+
+    def stats(sub: pd.DataFrame) -> dict:
+        e = sub["pct_error"].abs().to_numpy()
+        return {"points": int(e.size), "median_abs_pct_error": float(np.median(e)) if e.size else None,
+                "max_abs_pct_error": float(np.max(e)) if e.size else None}
+
+    summary = {"topology": str(topology_path), "corpus": str(corpus.folder), "runs": len(selected) - len(skipped),
+               "all": stats(df), "ge_64MiB": stats(df[df["size_bytes"] >= 64 * 2**20]),
+               "by_collective_nodes": {f"{c}/{n}": stats(g) for (c, n), g in df.groupby(["collective", "nodes"])},
+               "skipped": skipped}
+    if out_dir is not None:
+        d = Path(out_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        _atomic_write(d / "corpus_validation.csv", lambda tmp: df.to_csv(tmp, index=False, float_format="%.6g"))
+        _atomic_write(d / "corpus_summary.json",
+                      lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8"))
+    return df, summary

@@ -1,0 +1,119 @@
+"""The public network corpus (data/network_corpus/): its loader, the consistency of every transcribed number, and
+its use by ``simfuse fit-fabric`` and ``simfuse validate``."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from simfuse.calibrate.corpus import load_corpus, nvlink_gbyte_per_s, topology_for_run
+from simfuse.cli import main
+from simfuse.errors import SpecError
+from simfuse.spec import load_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "data" / "network_corpus"
+TOPO = ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"
+BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+                "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus(CORPUS)
+
+
+def test_corpus_size_and_coverage(corpus):
+    assert len(corpus.runs) >= 30
+    assert len({r.source_id for r in corpus.runs}) >= 10
+    assert {r.collective for r in corpus.runs} == set(BUSBW_FACTOR)
+    assert any(r.collective == "all_to_all" and r.nodes >= 8 for r in corpus.runs)
+    assert max(r.nodes for r in corpus.runs) >= 64
+    for r in corpus.runs:
+        assert r.source_id in corpus.sources and corpus.sources[r.source_id]["citation"].strip()
+
+
+def test_transcribed_numbers_agree_with_each_other(corpus):
+    """Every measured row: algbw = size / time and busbw = algbw x the collective's factor at the run's rank
+    count, to the rounding of the printed numbers -- a check of the transcription and of the rank counts."""
+    checked = 0
+    for run in corpus.runs:
+        f = BUSBW_FACTOR[run.collective](run.ranks)
+        for r, ts in zip(run.rows, run.time_sources, strict=True):
+            if ts != "measured" or r.algbw_gbyte_per_s is None or r.algbw_gbyte_per_s < 1.0:
+                continue
+            assert r.size_bytes / r.time_s / 1e9 == pytest.approx(r.algbw_gbyte_per_s, rel=0.02, abs=0.01), \
+                (run.run_id, r.size_bytes)
+            assert r.busbw_gbyte_per_s == pytest.approx(r.algbw_gbyte_per_s * f, rel=0.02, abs=0.01), \
+                (run.run_id, r.size_bytes)
+            checked += 1
+    assert checked > 100
+
+
+def test_topology_for_run_takes_the_runs_hardware(corpus):
+    base = load_topology(TOPO)
+    p5 = corpus.run("p5_h100_ar_2x8_nccl2223")
+    topo, notes = topology_for_run(p5, base)
+    # 32 x 100 Gb/s EFA for 8 GPUs: each GPU's four NICs become one of 400 Gb/s (same rate per GPU and node)
+    assert topo.scale_out.nics_per_node == 8 and topo.scale_out.nic_bw_bytes_per_s == pytest.approx(50e9)
+    assert notes == ["32 NICs of 100 Gb/s for 8 GPUs simulated as 8 NICs of 400 Gb/s"]
+    a3, notes = topology_for_run(corpus.run("a3mega_ar_2x8"), base)
+    assert a3.scale_out.nics_per_node == 8 and a3.scale_out.nic_bw_bytes_per_s == pytest.approx(25e9) and not notes
+    _, notes = topology_for_run(corpus.run("xxrjun_c01_10x8_all_to_all"), base)
+    assert any("NICs per node not stated" in n for n in notes)
+    b200 = corpus.run("together_b200_ar_16x8_collnetdirect")
+    topo, _ = topology_for_run(b200, base)
+    assert topo.scale_out.sharp and topo.scale_up.bw_bytes_per_s == pytest.approx(900e9)
+    assert b200.algorithm == "collnet"
+    with pytest.raises(SpecError, match="MI350X"):
+        topology_for_run(corpus.run("rocm9406_mi350x_ar_2x8_after"), base)
+    assert nvlink_gbyte_per_s("NVIDIA H800") == 200.0 and nvlink_gbyte_per_s("NVIDIA H100 80GB HBM3") == 450.0
+
+
+def _copy(tmp_path):
+    d = tmp_path / "corpus"
+    shutil.copytree(CORPUS, d)
+    return d
+
+
+@pytest.mark.parametrize("edit, match", [
+    (("runs.csv", "a3mega_ar_2x8,gcp_a3mega_fork", "a3mega_ar_2x8,nowhere"), "runs.csv: line 2 column source_id"),
+    (("runs.csv", ",2,16,8,200,", ",2,15,8,200,"), "runs.csv: line 2 column ranks"),
+    (("points.csv", "a3mega_ar_2x8,65536,159.4", "a3mega_ar_2x8,65536,fast"), "points.csv: line 2 column time_us"),
+    (("points.csv", "a3mega_ar_2x8,65536", "no_such_run,65536"), "points.csv: line 2 column run_id"),
+])
+def test_bad_corpus_names_file_line_and_column(tmp_path, edit, match):
+    d = _copy(tmp_path)
+    name, old, new = edit
+    text = (d / name).read_text()
+    assert old in text
+    (d / name).write_text(text.replace(old, new, 1))
+    with pytest.raises(SpecError, match=match):
+        load_corpus(d)
+
+
+def test_fit_fabric_reads_a_corpus_run(tmp_path, capsys):
+    rc = main(["fit-fabric", str(CORPUS), "--topology", str(TOPO), "--format", "json"])
+    assert rc == 2 and "--run" in capsys.readouterr().err
+    rc = main(["fit-fabric", str(CORPUS), "--run", "nccl1357_h100_ar_2x1_tree", "--topology", str(TOPO),
+               "--format", "json", "--force"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    res = json.loads(out)
+    # the run forced NCCL_ALGO=Tree and had 4 NICs for one GPU per node
+    assert {p["algorithm"].split("/")[0] for p in res["points"]} == {"tree"}
+    assert res["level"] == "scale_out" and res["overhead_field"] is None and 0 < res["efficiency"] <= 1
+
+
+def test_validate_corpus_cli(tmp_path, capsys):
+    out = tmp_path / "v"
+    rc = main(["validate", "--corpus", str(CORPUS), "--topology", str(TOPO), "--runs", "nccl1357", "rocm9406",
+               "--format", "json", "--out", str(out)])
+    assert rc == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["runs"] == 1 and s["all"]["points"] == 5
+    assert {k["run_id"] for k in s["skipped"]} == {"rocm9406_mi350x_ar_2x8_before", "rocm9406_mi350x_ar_2x8_after"}
+    assert (out / "corpus_validation.csv").exists()
+    rc = main(["validate", "--corpus", str(CORPUS), "--topology", str(TOPO), "--runs", "nope"])
+    assert rc == 2

@@ -20,5 +20,10 @@ def test_waterfall_tiny(root, tmp_path):
     assert w["delta_speedup"].iloc[1:-1].sum() == pytest.approx(last["speedup"] - w["speedup"].iloc[0])
     assert (w["speedup"] - w["baseline_ms"] / w["fused_ms"]).abs().max() < 1e-9
     assert (tmp_path / "waterfall.png").stat().st_size > 0
+    t = pd.read_csv(tmp_path / "transport_whatif.csv")
+    assert set(t["baseline_transport"]) == {"NCCL proxy (shipped)", "GPU-initiated bulk"}
+    # cheaper posts can only shorten the bulk baseline (both modes keep their other collectives on the same transport)
+    proxy, gpu = (t[t["baseline_transport"] == k].iloc[0] for k in ("NCCL proxy (shipped)", "GPU-initiated bulk"))
+    assert gpu["baseline_ms"] <= proxy["baseline_ms"] + 1e-9 and gpu["net_overhead_us"] < proxy["net_overhead_us"]
     h = pd.read_csv(tmp_path / "hugectr_fused.csv")
     assert len(h) >= 1 and (h["speedup"] > 0).all()

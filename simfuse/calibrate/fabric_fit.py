@@ -288,6 +288,10 @@ def fit_fabric(log: NcclTestLog, topology: TopologySpec, *, force: bool = False,
     """Fit the fabric level the log exercises (one node: scale-up; several: scale-out); see the module doc.
     ``algorithm`` / ``protocol``: what the log ran (NCCL_ALGO / NCCL_PROTO spellings), overriding the log's env."""
     op = canonical_collective(log.collective, log.source)
+    if op not in REGISTRY:
+        raise SpecError(log.source, "collective", f"a {op} log ({len(log.rows)} rows over {log.ranks} ranks): "
+                        f"point-to-point or rooted results, which no simulated collective reproduces (fit-fabric "
+                        f"fits {', '.join(sorted(REGISTRY))} logs)")
     nodes, g = int(log.nodes or 1), log.gpus_per_node
     if nodes * g != log.ranks:
         raise SpecError(log.source, "ranks", f"{log.ranks} ranks do not fill {nodes} nodes evenly")

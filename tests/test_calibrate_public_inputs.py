@@ -104,3 +104,20 @@ def test_calibrate_says_what_each_trace_gave_and_lacked(tmp_path, capsys):
     assert rc == 0
     line = next(x for x in err.splitlines() if "ddp_nccl_2ranks_rank0.json: gave" in x)
     assert "all_reduce over 2 ranks from NCCL kernels with record_param_comms args" in line
+
+
+def test_fit_fabric_refuses_a_sendrecv_log_with_its_reason(capsys):
+    rc = main(["fit-fabric", str(NT / "sendrecv_perf_2x8.log"), "--topology",
+               str(Path(__file__).resolve().parents[1] / "topologies" / "h100_nvl8_ib_ndr.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "a sendrecv log (11 rows over 16 ranks)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_fit_fabric_reads_a_rows_only_paste_given_its_ranks(capsys):
+    topo = str(Path(__file__).resolve().parents[1] / "topologies" / "h100_nvl8_ib_ndr.yaml")
+    paste = str(NT / "pastes" / "rows_only_paste_all_reduce.log")
+    assert main(["fit-fabric", paste, "--topology", topo]) == 2
+    assert "nccl-tests log" in capsys.readouterr().err  # without --ranks the paste is not guessed
+    rc = main(["fit-fabric", paste, "--topology", topo, "--ranks", "16", "--nodes", "2", "--force",
+               "--format", "json"])
+    assert rc == 0, capsys.readouterr().err

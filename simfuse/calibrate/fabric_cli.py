@@ -19,7 +19,7 @@ def cmd_fit_fabric(args) -> int:
     out = check_out_file(args.out)
     system = System.load(args.topology)
     from .corpus import corpus_folder, load_corpus, topology_for_run
-    from .detect import TORCH_PROFILER, detect_format
+    from .detect import TORCH_PROFILER
 
     topology = system.topology
     if corpus_folder(args.log) is not None:  # a run of the public network corpus (data/network_corpus/)
@@ -32,14 +32,16 @@ def cmd_fit_fabric(args) -> int:
         topology, assumptions = topology_for_run(run, topology)
         for note in assumptions:
             print(f"simfuse: note: {note}", file=sys.stderr)
-    elif detect_format(args.log) == TORCH_PROFILER:  # a Kineto trace: its NCCL kernels as nccl-tests rows
+    elif _format(args) == TORCH_PROFILER:  # a Kineto trace: its NCCL kernels as nccl-tests rows
         from .kineto_nccl import read_kineto_nccl
 
         log = read_kineto_nccl(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
         for note in log.notes:
             print(f"simfuse: note: {note}", file=sys.stderr)
     else:
-        log = read_nccl_tests(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
+        # result rows pasted without their header are read when the user gives the ranks they ran on
+        log = read_nccl_tests(args.log, args.collective, ranks=args.ranks, nodes=args.nodes,
+                              headerless=args.ranks is not None)
     res = fit_fabric(log, topology, force=args.force, algorithm=args.algorithm, protocol=args.protocol)
     for p in res.problems:
         print(f"simfuse: warning: applied with --force: {p}", file=sys.stderr)
@@ -62,6 +64,20 @@ def cmd_fit_fabric(args) -> int:
     return 0
 
 
+def _format(args) -> str | None:
+    """The input's detected format; None for an unrecognised file when ``--ranks`` is given (read as result rows
+    pasted without their header)."""
+    from ..errors import TraceError
+    from .detect import detect_format
+
+    try:
+        return detect_format(args.log)
+    except TraceError as exc:
+        if args.ranks is None or "unrecognised input" not in exc.message:
+            raise
+        return None
+
+
 def add_fit_fabric_parser(sub) -> None:
     p = sub.add_parser("fit-fabric", help="fit a topology's fabric to an nccl-tests log by simulation")
     p.add_argument("log", help="nccl-tests output (launcher prefixes and preambles are fine), a PyTorch "
@@ -70,7 +86,8 @@ def add_fit_fabric_parser(sub) -> None:
     p.add_argument("--topology", required=True, help="topology YAML whose line rates bound the fit")
     p.add_argument("--out", default=None, help="write the fitted topology YAML here")
     p.add_argument("--collective", default=None, help="override the collective the log measured")
-    p.add_argument("--ranks", type=int, default=None, help="ranks, when the log does not say")
+    p.add_argument("--ranks", type=int, default=None, help="ranks, when the log does not say (with --ranks, result "
+                                                           "rows pasted without their header are read too)")
     p.add_argument("--nodes", type=int, default=None, help="nodes, when the log does not say")
     p.add_argument("--run", default=None, help="with a network corpus folder (data/network_corpus) as LOG: the "
                                                "run to fit (its hardware overrides the topology's NICs and NVLink)")

@@ -44,7 +44,7 @@ import numpy as np
 from ..collectives import REGISTRY, run_collective
 from ..collectives.groups import Tuner, world
 from ..errors import SpecError
-from ..names import COLLECTIVES, canonical_collective
+from ..names import canonical_collective
 from ..spec import TopologySpec
 from .nccl_tests import NcclTestLog
 
@@ -288,9 +288,10 @@ def fit_fabric(log: NcclTestLog, topology: TopologySpec, *, force: bool = False,
     """Fit the fabric level the log exercises (one node: scale-up; several: scale-out); see the module doc.
     ``algorithm`` / ``protocol``: what the log ran (NCCL_ALGO / NCCL_PROTO spellings), overriding the log's env."""
     op = canonical_collective(log.collective, log.source)
-    if op not in COLLECTIVES:
-        raise SpecError(log.source, "collective", f"a {op} log is read but not fitted: fit-fabric fits the "
-                                                  f"collectives simfuse models ({', '.join(COLLECTIVES)})")
+    if op not in REGISTRY:
+        raise SpecError(log.source, "collective", f"a {op} log ({len(log.rows)} rows over {log.ranks} ranks): "
+                        f"point-to-point or rooted results, which no simulated collective reproduces (fit-fabric "
+                        f"fits {', '.join(sorted(REGISTRY))} logs)")
     nodes, g = int(log.nodes or 1), log.gpus_per_node
     if nodes * g != log.ranks:
         raise SpecError(log.source, "ranks", f"{log.ranks} ranks do not fill {nodes} nodes evenly")

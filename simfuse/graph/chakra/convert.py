@@ -169,12 +169,13 @@ def _resolve_files(source: str | Path | Iterable[str | Path]) -> tuple[list[Path
 
 def _load_comm_groups_json(path: Path) -> dict[str, tuple[int, ...]]:
     """ASTRA-sim's communicator-group file: ``{"<pg_name>": [ranks...]}`` (or ``{"ranks": [...]}`` values)."""
+    from ...io_limits import read_text
+
+    text = read_text(path, "json", what="comm-group JSON file")
     try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise SpecError(str(path), "", f"cannot read: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SpecError(str(path), "", f"not valid JSON: {e}") from None
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, and a number of 5,000 digits
+        raise SpecError(str(path), "", f"not valid JSON: {str(e)[:200]}") from None
     if not isinstance(data, dict):
         raise SpecError(str(path), "", "expected an object mapping pg_name to a list of ranks")
     out = {}
@@ -480,7 +481,7 @@ def import_et(source: str | Path | Iterable[str | Path], *,
     meta_json = meta0.str(M_META)
     try:
         meta = json.loads(meta_json) if meta_json else {}
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:
         raise SpecError(first, f"GlobalMetadata.attr[{M_META}]", f"not valid JSON: {e}") from None
     graph = Graph(nodes=n_ranks // gpus_per_node, gpus_per_node=gpus_per_node, groups=groups, programs=programs,
                   repeat=repeat, name=meta0.str(M_NAME, "chakra") or "chakra", meta=meta)

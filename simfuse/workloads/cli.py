@@ -36,8 +36,10 @@ def cmd_run(args) -> int:
         from ..graph.chakra import import_et
         from .run import simulate_graph
 
-        graph = import_et(args.chakra, gpus_per_node=args.gpus_per_node)
-        nodes, g, name = graph.nodes, graph.gpus_per_node, graph.name
+        # the topology's GPUs per node unless the trace records its own or --gpus-per-node says (issue 35)
+        graph = import_et(args.chakra, gpus_per_node=args.gpus_per_node,
+                          node_gpus=resolve_gpus_per_node(topo, None))
+        nodes, g, name = graph.nodes, resolve_gpus_per_node(topo, graph.gpus_per_node), graph.name
         # the trace fixes what it runs: flags that would change it are refused, not ignored
         if args.nodes is not None and args.nodes != nodes:
             raise SpecError("<argument>", "--nodes", f"the Chakra trace runs on {nodes} nodes; drop --nodes")

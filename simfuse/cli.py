@@ -46,9 +46,10 @@ def cmd_collective(args) -> int:
         sizes = [parse_size_bytes(args.size, "<argument>", "--size")]
     topo = System.load(args.topology).topology
     g = resolve_gpus_per_node(topo, args.gpus_per_node)
-    from .guard import check_cost, estimate_collective
+    from .guard import check_cost, estimate_collective_run
 
-    check_cost(estimate_collective(args.op, args.nodes, g, args.mode, len(sizes)), args.force, command="collective")
+    check_cost(estimate_collective_run(topo, args.op, args.nodes, g, sizes, args.mode, args.algorithm, args.protocol),
+               args.force, command="collective")
     rows = []
     for size in sizes:
         row = run_collective(topo, args.nodes, args.op, size, algorithm=args.algorithm,

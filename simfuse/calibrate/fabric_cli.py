@@ -17,6 +17,7 @@ def cmd_fit_fabric(args) -> int:
     from .nccl_tests import read_nccl_tests
 
     out = check_out_file(args.out)
+    _check_log_sizes(args.ranks, args.nodes, "<argument>", "--ranks", "--nodes")  # before the log is read
     system = System.load(args.topology)
     from .detect import TORCH_PROFILER, detect_format
 
@@ -28,6 +29,10 @@ def cmd_fit_fabric(args) -> int:
             print(f"simfuse: note: {note}", file=sys.stderr)
     else:
         log = read_nccl_tests(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
+    _check_log_sizes(log.ranks, log.nodes, log.source, "ranks", "nodes")
+    from ..guard import check_cost, estimate_fit_fabric
+
+    check_cost(estimate_fit_fabric(log, system.topology), args.force, command="fit-fabric")
     res = fit_fabric(log, system.topology, force=args.force)
     for p in res.problems:
         print(f"simfuse: warning: applied with --force: {p}", file=sys.stderr)
@@ -47,6 +52,19 @@ def cmd_fit_fabric(args) -> int:
     return 0
 
 
+def _check_log_sizes(ranks, nodes, source: str, rank_field: str, node_field: str) -> None:
+    """Rank and node counts (given or read from a log) within the bounds of every other command, before anything
+    is sized by them (``nranks 1000000000`` must not build a billion-rank world)."""
+    from ..checks import MAX_GPUS_PER_NODE, MAX_NODES
+    from ..errors import SpecError
+
+    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES):
+        raise SpecError(source, node_field, f"must be an integer in 1..{MAX_NODES:,}, got {nodes!r}")
+    most = MAX_NODES * 8 if nodes is None else min(MAX_NODES * 8, nodes * MAX_GPUS_PER_NODE)
+    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= most):
+        raise SpecError(source, rank_field, f"must be an integer in 1..{most:,}, got {ranks!r}")
+
+
 def add_fit_fabric_parser(sub) -> None:
     p = sub.add_parser("fit-fabric", help="fit a topology's fabric to an nccl-tests log by simulation")
     p.add_argument("log", help="nccl-tests output (launcher prefixes and preambles are fine) or a PyTorch "
@@ -56,6 +74,7 @@ def add_fit_fabric_parser(sub) -> None:
     p.add_argument("--collective", default=None, help="override the collective the log measured")
     p.add_argument("--ranks", type=int, default=None, help="ranks, when the log does not say")
     p.add_argument("--nodes", type=int, default=None, help="nodes, when the log does not say")
-    p.add_argument("--force", action="store_true", help="apply a poor or implausible fit anyway (warns)")
+    p.add_argument("--force", action="store_true", help="apply a poor or implausible fit anyway (warns); run a fit "
+                                                         "the cost guard estimates too expensive")
     p.add_argument("--format", default="text", choices=("text", "json"))
     p.set_defaults(func=cmd_fit_fabric)

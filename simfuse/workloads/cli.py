@@ -13,7 +13,7 @@ def cmd_run(args) -> int:
 
     from ..checks import check_nodes, check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
-    from ..guard import check_cost, cost_note, estimate_workload
+    from ..guard import check_cost, cost_note, estimate_graph, estimate_run
     from ..spec import load_workload
     from ..system import System
     from .run import simulate_workload, summary_rows, write_run_outputs
@@ -51,6 +51,7 @@ def cmd_run(args) -> int:
         for flag, value in workload_only:
             if value:
                 raise SpecError("<argument>", flag, "applies to a --model workload; a Chakra trace runs as recorded")
+        check_cost(estimate_graph(graph, topo, args.sim_mode or "auto"), args.force, command="chakra")
         res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra")
     else:
         if not args.model:
@@ -63,7 +64,7 @@ def cmd_run(args) -> int:
                                                             "run with --mode baseline or both")
         from .run import scaled_spec
 
-        est = check_cost(estimate_workload(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode, ex),
+        est = check_cost(estimate_run(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode, ex),
                          args.force)
         note = cost_note(est)
         if note:
@@ -142,7 +143,7 @@ def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str, plan=No
 def cmd_sweep(args) -> int:
     from ..checks import check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
-    from ..guard import check_cost, estimate_workload
+    from ..guard import check_cost, estimate_run
     from ..spec import load_workload
     from ..sweeps import parse_nodes, run_sweep
     from ..system import System
@@ -160,7 +161,7 @@ def cmd_sweep(args) -> int:
     from .run import scaled_spec
 
     for n in nodes:  # the guard looks at every point, at its scaled batch, before the first one starts
-        check_cost(estimate_workload(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode, ex), args.force)
+        check_cost(estimate_run(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode, ex), args.force)
     workers = _workers(args.workers)
     df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,
                    sim_mode=args.sim_mode, workers=workers, scheduler=args.scheduler,

@@ -13,7 +13,7 @@ def cmd_run(args) -> int:
 
     from ..checks import check_nodes, check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
-    from ..guard import check_cost, cost_note, estimate_graph, estimate_run
+    from ..guard import check_cost, cost_note, estimate_graph
     from ..spec import load_workload
     from ..system import System
     from .run import simulate_workload, summary_rows, write_run_outputs
@@ -58,14 +58,13 @@ def cmd_run(args) -> int:
             raise SpecError("<argument>", "--model", "give a workload (--model FILE) or a Chakra ET (--chakra DIR)")
         spec = load_workload(args.model)
         nodes, name = args.nodes or 1, spec.name
-        g = resolve_gpus_per_node(topo, args.gpus_per_node)
         if args.export_chakra and ex.mode == "fused":  # the export is the baseline graph the run simulated
             raise SpecError("<argument>", "--export-chakra", "writes the baseline graph as the run simulates it: "
                                                             "run with --mode baseline or both")
-        from .run import scaled_spec
+        from ..arguments import check_run
 
-        est = check_cost(estimate_run(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode, ex),
-                         args.force)
+        # nodes, GPUs per node and the cost guard: the checks simfuse.api.run makes too
+        g, est = check_run(spec, topo, nodes, args.gpus_per_node, ex, sim_mode=args.sim_mode, force=args.force)
         note = cost_note(est)
         if note:
             print(f"simfuse: note: {note}", file=sys.stderr)

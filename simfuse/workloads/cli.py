@@ -89,7 +89,8 @@ def cmd_run(args) -> int:
     written = []
     if args.out:
         check_out_dir(args.out)  # still a directory (or absent) after the simulation
-        written = write_run_outputs(Path(args.out), res, rows, bool(args.trace))
+        written = _write_locked(Path(args.out), lambda: write_run_outputs(Path(args.out), res, rows,
+                                                                          bool(args.trace)))
     if getattr(args, "format", "text") == "json":
         print(_json({"rows": rows, "written": [str(p) for p in written]}))
         return 0
@@ -102,6 +103,43 @@ def cmd_run(args) -> int:
     if written:
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+#: every file ``run --out`` may write; those an earlier run wrote and this one does not are removed
+RUN_OUTPUTS = ("summary.csv", "breakdown.csv", "plan.csv", "trace.json")
+
+
+def _write_locked(out: Path, write) -> list[Path]:
+    """Write a run's outputs into ``out`` under the lock ``sweep`` takes (a second run or sweep on the same
+    directory fails at once instead of mixing files), each through a temporary file (``write`` uses the atomic
+    writers), then remove the outputs of an earlier run that this one did not write (a stale plan.csv or
+    trace.json would be read as this run's)."""
+    import contextlib
+    import os
+
+    from ..checks import inside
+    from ..sweeps import SweepLock
+
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    lock = SweepLock(out)
+    try:
+        lock.acquire()
+    except SpecError as exc:
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise SpecError(exc.source, exc.field, exc.message.replace("another sweep", "another run or sweep")) from None
+    try:
+        written = write()
+        mine = {p.name for p in written}
+        for name in RUN_OUTPUTS:
+            stale = inside(out, name)
+            if name not in mine and (stale.is_file() or stale.is_symlink()):
+                os.unlink(stale)
+        return written
+    finally:
+        lock.release()
 
 
 def _json(obj) -> str:

@@ -87,7 +87,8 @@ class Entry:
 
 # ------------------------------------------------------------------------------------------------- detection
 def sniff(path) -> str:
-    """``"json"``, ``"text"`` (TorchRec's printed plan) or ``"csv"`` (simfuse's plan.csv), from the content."""
+    """``"json"``, ``"text"`` (TorchRec's printed plan tables), ``"repr"`` (the plan's Python repr, with
+    ``ParameterSharding(...)``) or ``"csv"`` (simfuse's plan.csv), from the content."""
     from ..io_limits import open_bounded
 
     with open_bounded(path, "plan", what="plan file") as f:  # a regular file (never a FIFO or /dev/zero)
@@ -96,6 +97,8 @@ def sniff(path) -> str:
         except OSError as exc:
             raise SpecError(str(path), "", f"cannot read the plan: {exc.strerror or exc}") from None
     s = head.lstrip()
+    if "ParameterSharding(" in head:
+        return "repr"  # the plan's Python repr (what print(plan) shows in older TorchRec and its tutorials)
     if s.startswith("{") or (Path(path).suffix.lower() == ".json" and s):
         return "json"  # a .json file is JSON even when cut off (read_json then says where it breaks)
     for line in head.splitlines():
@@ -507,6 +510,10 @@ def plan_rows(path_or_plan, spec, n_ranks: int, gpus_per_node: int):
         return None
     if kind == "json":
         entries, world = read_json(path_or_plan)
+    elif kind == "repr":
+        from .torchrec_repr import read_repr
+
+        entries, world = read_repr(path_or_plan), None
     else:
         entries, world = read_text(path_or_plan), None
     return src, to_rows(entries, src, spec, n_ranks, gpus_per_node, world)

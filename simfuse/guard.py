@@ -256,6 +256,9 @@ COLLECTIVE_SECONDS_PER_FLOW = 150e-6
 #: Wall time of one node of a Chakra graph that is not a collective (compute, delay, send/recv), per simulated rank
 #: (64-256 tiny ranks, full simulation: 50-60 us per event, about one event per node).
 GRAPH_SECONDS_PER_NODE = 60e-6
+#: Wall time of one send of a Chakra graph (its flow, the receive's rendezvous): 257-450 us measured on
+#: send/recv rings of 64-256 ranks x 16-64 steps.
+P2P_SECONDS_PER_SEND = 350e-6
 #: One simulation of an LLM workload, per layer (llama3 8B, 32 layers: 0.7 s baseline, 2.4 s fused; 70B, 80 layers:
 #: 4.2 s a simulation averaged over both modes); other non-DLRM workloads: at least SIM_FLOOR_S a simulation
 #: (MoE layer, TP decode: 0.035-0.045 s).
@@ -369,7 +372,7 @@ def estimate_graph(graph, topology, sim_mode: str = "auto") -> CostEstimate:
     # price rank 0's program (every simulated rank runs one like it: an estimate, not a count)
     rg0 = programs[0] if programs else None
     memo: dict = {}
-    flows = other = 0
+    flows = other = sends = 0
     for nd in (rg0.nodes if rg0 is not None else []):
         if isinstance(nd, (CollectiveNode, AllToAllVNode)):
             members = len(graph.groups[nd.group].ranks)
@@ -386,13 +389,17 @@ def estimate_graph(graph, topology, sim_mode: str = "auto") -> CostEstimate:
                                                   memo.setdefault(("tuner", n_nodes, gg),
                                                                   Tuner(topology, n_nodes, gg)))[0]
             flows += memo[key]
+        elif isinstance(nd, SendNode):
+            sends += 1
         else:
             other += 1
     flows *= simulated
     other *= simulated
+    sends *= simulated
     return CostEstimate(f"Chakra trace {graph.name} on {graph.nodes} x {g} GPUs ({simulated} simulated ranks)",
-                        ranks, simulated, 0, 0, flows, 2 * flows + other,
-                        flows * COLLECTIVE_SECONDS_PER_FLOW + other * GRAPH_SECONDS_PER_NODE)
+                        ranks, simulated, 0, 0, flows + sends, 2 * (flows + sends) + other,
+                        flows * COLLECTIVE_SECONDS_PER_FLOW + sends * P2P_SECONDS_PER_SEND
+                        + other * GRAPH_SECONDS_PER_NODE)
 
 
 #: fit-fabric, measured on a 2-node all-reduce log (2-core dev VM): 12 / 50 / 200 distinct sizes took 18.6 / 30 /

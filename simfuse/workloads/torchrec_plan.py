@@ -89,11 +89,13 @@ class Entry:
 def sniff(path) -> str:
     """``"json"``, ``"text"`` (TorchRec's printed plan tables), ``"repr"`` (the plan's Python repr, with
     ``ParameterSharding(...)``) or ``"csv"`` (simfuse's plan.csv), from the content."""
-    from ..io_limits import open_bounded
+    from ..io_limits import GZIP_ERRORS, open_bounded
 
     with open_bounded(path, "plan", what="plan file") as f:  # a regular file (never a FIFO or /dev/zero)
         try:
             head = f.read(1 << 16).decode("utf-8", errors="replace")
+        except GZIP_ERRORS as exc:
+            raise SpecError(str(path), "", f"corrupt or truncated gzip stream ({exc})") from None
         except OSError as exc:
             raise SpecError(str(path), "", f"cannot read the plan: {exc.strerror or exc}") from None
     s = head.lstrip()

@@ -251,18 +251,21 @@ def estimate_collective(op: str, nodes: int, gpus_per_node: int, mode: str = "au
 # 2-core dev VM (contended; h200_nvl8_ib_ndr, 8 GPUs a node), the ranges are what the measurements spanned.
 
 #: Wall time per flow of a fully simulated collective (flows = simulated ranks x rank 0's flows in the tuner's
-#: schedule): 92-256 us over all_to_all / all_reduce / all_gather / reduce_scatter at 8-32 nodes, 4 KiB-64 MiB.
-COLLECTIVE_SECONDS_PER_FLOW = 150e-6
+#: schedule): 21-68 us on the idle VM, 92-256 us under the load of other jobs, over all_to_all / all_reduce /
+#: all_gather / reduce_scatter at 8-32 nodes, 4 KiB-64 MiB (ring flows are the cheap end).
+COLLECTIVE_SECONDS_PER_FLOW = 60e-6
+#: Relative cost of a flow in a schedule of more than 8 steps (rings): 21 us against 52-68 us for direct schedules.
+RING_FLOW_WEIGHT = 0.5
 #: Wall time of one node of a Chakra graph that is not a collective (compute, delay, send/recv), per simulated rank
-#: (64-256 tiny ranks, full simulation: 50-60 us per event, about one event per node).
-GRAPH_SECONDS_PER_NODE = 60e-6
+#: (64-256 tiny ranks, full simulation, loaded VM: 50-60 us per event, about one event per node).
+GRAPH_SECONDS_PER_NODE = 40e-6
 #: Wall time of one send of a Chakra graph (its flow, the receive's rendezvous): 257-450 us measured on
-#: send/recv rings of 64-256 ranks x 16-64 steps.
-P2P_SECONDS_PER_SEND = 350e-6
-#: One simulation of an LLM workload, per layer (llama3 8B, 32 layers: 0.7 s baseline, 2.4 s fused; 70B, 80 layers:
-#: 4.2 s a simulation averaged over both modes); other non-DLRM workloads: at least SIM_FLOOR_S a simulation
-#: (MoE layer, TP decode: 0.035-0.045 s).
-LLM_SECONDS_PER_LAYER = 0.05
+#: send/recv rings of 64-256 ranks x 16-64 steps on the loaded VM (about a third of that idle).
+P2P_SECONDS_PER_SEND = 200e-6
+#: One simulation of an LLM workload, per layer (llama3 8B, 32 layers: 0.35-1.6 s a simulation over runs of 2 to 42
+#: simulations, both modes, as the VM's load varied; 70B, 80 layers: 4.2 s); other non-DLRM workloads: at least
+#: SIM_FLOOR_S a simulation (MoE layer, TP decode: 0.035-0.045 s).
+LLM_SECONDS_PER_LAYER = 0.025
 SIM_FLOOR_S = 0.04
 #: Above this many ranks a schedule is priced without being built (its arrays would be the cost).
 MAX_SCHEDULE_RANKS = 1 << 16
@@ -290,7 +293,11 @@ def _collective_flows(topology, op: str, nodes: int, g: int, size: float, mode: 
                                  algorithm=algorithm, protocol=protocol)
         protocol = None
     algo = make_algorithm(op, algorithm, layout, float(size), topology.collectives.channels, protocol)
-    return int(sum(len(peers) for peers, _ in algo.steps(0))), algo.symmetric
+    steps = algo.steps(0)
+    flows = sum(len(peers) for peers, _ in steps)
+    # a schedule of many small steps (rings) costs about half as much a flow as one of few wide steps (measured:
+    # ring reduce_scatter 21 us a flow idle, direct all_gather / all_to_all 52-68 us)
+    return int(flows * (RING_FLOW_WEIGHT if len(steps) > 8 else 1.0)), algo.symmetric
 
 
 def estimate_collective_run(topology, op: str, nodes: int, gpus_per_node: int, sizes, mode: str = "auto",
@@ -403,14 +410,15 @@ def estimate_graph(graph, topology, sim_mode: str = "auto") -> CostEstimate:
 
 
 #: fit-fabric, measured on a 2-node all-reduce log (2-core dev VM): 12 / 50 / 200 distinct sizes took 18.6 / 30 /
-#: 97 s.  The fit's search makes ~1,250 simulations at its (at most 12) sizes; each distinct size of the log costs
-#: ~40 more (the tuner's candidates in every refit round); each row one (the residuals).  A simulation of a small
+#: 97 s under load, 12 / 50 sizes 5.0 / 7.4 s idle.  The fit's search makes ~1,250 simulations at its (at most 12)
+#: sizes; each distinct size of the log costs ~25 more (the tuner's candidates in every refit round); each row one
+#: tenth of one (the residuals; repeated sizes are memoised by the tuner).  A simulation of a small
 #: collective on the symmetric path costs about FIT_SECONDS_PER_SIMULATION (measured, 2 x 8 all-reduce); one that
 #: simulates every rank costs what its flows say (:data:`COLLECTIVE_SECONDS_PER_FLOW`).
 FIT_SEARCH_SIMULATIONS = 1250
-FIT_SIMULATIONS_PER_SIZE = 40
+FIT_SIMULATIONS_PER_SIZE = 25
 FIT_SIMULATIONS_PER_ROW = 0.1
-FIT_SECONDS_PER_SIMULATION = 0.01
+FIT_SECONDS_PER_SIMULATION = 0.006
 
 
 def estimate_fit_fabric(log, topology) -> CostEstimate:

@@ -28,7 +28,7 @@ from .nccl_cases import all_reduce_log
 
 TOPO = ROOT / "topologies" / "h200_nvl8_ib_ndr.yaml"
 MODEL = ROOT / "models" / "dlrm_synthetic.yaml"
-LLM = ROOT / "models" / "llm_tp_dp.yaml"
+LLM = ROOT / "models" / "llm_tp_dp_70b.yaml"  # 2,002 simulations of ~2 s: over the 30 min limit
 HELD = ROOT / "experiments" / "results" / "h200_kernel_heldout.csv"
 RUN = ["run", "--model", MODEL, "--topology", TOPO]
 D = "1" + "0" * 4999  # a 5,000-digit number

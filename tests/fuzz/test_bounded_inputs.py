@@ -247,3 +247,57 @@ def test_a_250k_line_torchrec_text_plan_parses_in_linear_time(tmp_path):
     assert not res.hung and res.returncode == 0, res.stderr[-2000:]
     got = res.json()
     assert got["rc"] == 2 and "Traceback" not in got["err"], got
+
+
+# ------------------------------------------------------------------------------ the Python API: the CLI's bounds
+@pytest.mark.parametrize("call,argument", [
+    (lambda api: api.collective(TOPO, 1, "all_reduce", float("nan")), "size_bytes"),
+    (lambda api: api.collective(TOPO, 1, "all_reduce", float("inf")), "size_bytes"),
+    (lambda api: api.collective(TOPO, 10**9, "all_reduce", 1024), "nodes"),
+    (lambda api: api.collective(TOPO, 1000, "all_to_all", 1 << 20, mode="full"), "force"),
+    (lambda api: api.collective(TOPO, 1, "all_reduce", 1024, gpus_per_node=0), "gpus_per_node"),
+    (lambda api: api.run(MODEL, TOPO, 10**9), "nodes"),
+    (lambda api: api.run(MODEL, TOPO, 1, workers=0), "workers"),
+    (lambda api: api.run(LLM, TOPO, 1, uncertainty="mc", uncertainty_draws=1000), "force"),
+    (lambda api: api.run(MODEL, TOPO, 1, slice_wgs=1e19), "slice_wgs"),
+    (lambda api: api.op("embedding_all_to_all", TOPO, 10**9), "nodes"),
+    (lambda api: api.sweep(MODEL, TOPO, [1, 10**9], "/nonexistent/never-written"), "nodes"),
+])
+def test_the_api_checks_what_the_cli_checks(call, argument):
+    import simfuse.api as api
+    from simfuse.errors import SimfuseError
+
+    with pytest.raises(SimfuseError) as err:
+        call(api)
+    assert f": {argument}:" in str(err.value), str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------- run --out
+def _run_out(out: Path, capsys, *extra) -> int:
+    rc, _o, err = run_main([str(a) for a in RUN + ["--out", out, "--set", "uncertainty=none", *extra]], capsys)
+    assert rc in (0, 2), err
+    return rc
+
+
+def test_run_out_leaves_no_outputs_of_an_earlier_run(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert _run_out(out, capsys, "--trace") == 0
+    (out / "plan.csv").write_text("table,sharding,ranks\nt0,table_wise,0\n")  # as a planned run writes it
+    assert {"trace.json", "plan.csv", "summary.csv"} <= set(os.listdir(out))
+    assert _run_out(out, capsys) == 0  # no --trace, no plan: both were the earlier run's
+    assert sorted(os.listdir(out)) == ["breakdown.csv", "summary.csv"]
+
+
+def test_run_out_is_locked_like_a_sweep(tmp_path, capsys):
+    from simfuse.sweeps import SweepLock
+
+    out = tmp_path / "o"
+    out.mkdir()
+    lock = SweepLock(out)
+    lock.acquire()  # another run or sweep holds the directory
+    try:
+        rc, _o, err = run_main([str(a) for a in RUN + ["--out", out, "--set", "uncertainty=none"]], capsys)
+    finally:
+        lock.release()
+    assert rc == 2 and "in use by another run or sweep" in err, err
+    assert os.listdir(out) == []  # nothing written beside the holder's files

@@ -30,9 +30,12 @@ def cmd_fit_fabric(args) -> int:
     else:
         log = read_nccl_tests(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
     _check_log_sizes(log.ranks, log.nodes, log.source, "ranks", "nodes")
-    from ..guard import check_cost, estimate_fit_fabric
+    from ..guard import check_cost, cost_note, estimate_fit_fabric
 
-    check_cost(estimate_fit_fabric(log, system.topology), args.force, command="fit-fabric")
+    note = cost_note(check_cost(estimate_fit_fabric(log, system.topology), args.force, command="fit-fabric"),
+                     "fit-fabric")
+    if note:
+        print(f"simfuse: note: {note}", file=sys.stderr)
     res = fit_fabric(log, system.topology, force=args.force)
     for p in res.problems:
         print(f"simfuse: warning: applied with --force: {p}", file=sys.stderr)

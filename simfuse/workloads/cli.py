@@ -51,7 +51,10 @@ def cmd_run(args) -> int:
         for flag, value in workload_only:
             if value:
                 raise SpecError("<argument>", flag, "applies to a --model workload; a Chakra trace runs as recorded")
-        check_cost(estimate_graph(graph, topo, args.sim_mode or "auto"), args.force, command="chakra")
+        note = cost_note(check_cost(estimate_graph(graph, topo, args.sim_mode or "auto"), args.force,
+                                    command="chakra"), "chakra")
+        if note:
+            print(f"simfuse: note: {note}", file=sys.stderr)
         res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra")
     else:
         if not args.model:

@@ -41,57 +41,87 @@ def _system(topology):
 
 
 def run(model, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mode: str = "both",
-        sim_mode: str = "auto", workers: int = 1, **settings) -> pd.DataFrame:
+        sim_mode: str = "auto", workers: int = 1, force: bool = False, **settings) -> pd.DataFrame:
     """One iteration of a workload (``simfuse run``): one row per mode with iteration, compute and exposed
     communication time (s) and the speedup.  ``workers``: processes for the run's independent simulations
-    (``simfuse run --workers``; the results do not depend on it)."""
+    (``simfuse run --workers``; the results do not depend on it).  Checked as the command line checks it
+    (:mod:`simfuse.arguments`): a :class:`~simfuse.errors.SpecError` names the argument; ``force`` runs what the
+    cost guard would refuse."""
+    from .arguments import API, check_run, check_workers
     from .fused.knobs import parse_execution
     from .workloads.run import simulate_workload, summary_rows
 
+    check_workers(workers, API)
     spec = load_workload(model) if isinstance(model, (str, Path)) else model
     system = _system(topology)
     ex = parse_execution({**settings, "mode": mode, "sim_mode": sim_mode}, source="<api>")
-    g = gpus_per_node or system.gpus_per_node
+    g, _est = check_run(spec, system.topology, nodes, gpus_per_node, ex, sim_mode=sim_mode, force=force, names=API)
     res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers)
     return pd.DataFrame(summary_rows(spec.name, system.name, nodes, nodes * g, res))
 
 
 def sweep(model, topology, nodes, out, *, gpus_per_node: int | None = None, mode: str = "both",
-          sim_mode: str = "auto", workers: int = 1, **settings) -> pd.DataFrame:
+          sim_mode: str = "auto", workers: int = 1, force: bool = False, **settings) -> pd.DataFrame:
     """A node-count sweep (``simfuse sweep``); ``nodes`` is a list or a string like ``"8..1024"``.  Writes
     ``out/results.csv`` and the figures; returns the table."""
+    from .arguments import API, check_run, check_workers
+    from .checks import check_nodes
+    from .fused.knobs import parse_execution
     from .sweeps import parse_nodes, run_sweep
 
-    node_list = parse_nodes(nodes) if isinstance(nodes, str) else sorted(int(n) for n in nodes)
+    check_workers(workers, API)
+    if isinstance(nodes, str):
+        node_list = parse_nodes(nodes)
+    else:
+        node_list = sorted(check_nodes(n, "nodes") for n in nodes)
+    spec = load_workload(model)
+    topo = _system(topology).topology
+    ex = parse_execution({**settings, "mode": mode, "sim_mode": sim_mode}, source="<api>")
+    for n in node_list:  # every point priced before the first one runs, as the command line does
+        check_run(spec, topo, n, gpus_per_node, ex, sim_mode=sim_mode, force=force, names=API)
     return run_sweep(str(model), str(topology), node_list, out, gpus_per_node=gpus_per_node, mode=mode,
                      sim_mode=sim_mode, workers=workers, progress=False,
                      settings={k: str(v) for k, v in settings.items()})
 
 
 def collective(topology, nodes: int, op: str, size_bytes: float, *, algorithm: str | None = None,
-               gpus_per_node: int | None = None, mode: str = "auto") -> pd.DataFrame:
-    """One bulk collective (``simfuse collective``): time, algbw and busbw (nccl-tests definitions)."""
+               gpus_per_node: int | None = None, mode: str = "auto", force: bool = False) -> pd.DataFrame:
+    """One bulk collective (``simfuse collective``): time, algbw and busbw (nccl-tests definitions).  Checked as
+    the command line checks it (a finite whole size up to 1 PiB, nodes in range, the cost guard unless
+    ``force``); a :class:`~simfuse.errors.SpecError` names the argument."""
+    from .arguments import API, check_collective, collective_size
     from .collectives import run_collective
+    from .names import canonical_collective
 
-    r = run_collective(_system(topology).topology, nodes, op, size_bytes, algorithm=algorithm,
-                       gpus_per_node=gpus_per_node, mode=mode)
+    topo = _system(topology).topology
+    op = canonical_collective(op, "<argument>", "op") if isinstance(op, str) else op
+    size = collective_size(size_bytes, API)
+    g = check_collective(topo, nodes, op, [size], algorithm=algorithm, gpus_per_node=gpus_per_node, mode=mode,
+                         force=force, names=API)
+    r = run_collective(topo, nodes, op, size, algorithm=algorithm, gpus_per_node=g, mode=mode)
     return pd.DataFrame([r.as_dict()]).drop(columns=["wall_s"])
 
 
 def op(name: str, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mode: str = "auto",
-       launch: str = "eager", **params_and_knobs) -> pd.DataFrame:
+       launch: str = "eager", force: bool = False, **params_and_knobs) -> pd.DataFrame:
     """One fused operator against its baseline (``simfuse op``): one row with both times and the speedup.
     ``launch``: ``eager`` | ``graph`` (kernels replayed from a CUDA graph)."""
+    from .checks import check_nodes, resolve_gpus_per_node
     from .fused.cli import split_knobs
     from .fused.ops import make_op
+    from .guard import check_cost, estimate_op
     from .workloads.op import run_op
 
+    check_nodes(nodes, "nodes")
     system = _system(topology)
-    g = gpus_per_node or system.gpus_per_node
+    g = resolve_gpus_per_node(system.topology, gpus_per_node, "gpus_per_node")
     params, knobs = split_knobs({k: str(v) for k, v in params_and_knobs.items()})
     if launch not in LAUNCHES:
         raise SpecError("<argument>", "launch", f"expected one of {', '.join(LAUNCHES)}, got {launch!r}")
-    res = run_op(make_op(name, params, nodes, g), system, nodes, knobs=knobs, mode=mode, launch=launch)
+    op_ = make_op(name, params, nodes, g)
+    check_cost(estimate_op(name, params, system.topology, nodes, g, mode, knobs.slice_wgs, knobs.tile_order),
+               force, field="force", command="op")
+    res = run_op(op_, system, nodes, knobs=knobs, mode=mode, launch=launch)
     d = res.as_dict()
     d.pop("breakdown")
     params_out = d.pop("params")

@@ -22,7 +22,7 @@ def _load_topology(path: str):
 
 
 def cmd_collective(args) -> int:
-    from .checks import check_nodes, check_out_file, resolve_gpus_per_node, size_range
+    from .checks import check_nodes, check_out_file, size_range
     from .collectives import REGISTRY, run_collective
     from .system import System
 
@@ -45,10 +45,15 @@ def cmd_collective(args) -> int:
     else:
         sizes = [parse_size_bytes(args.size, "<argument>", "--size")]
     topo = System.load(args.topology).topology
-    g = resolve_gpus_per_node(topo, args.gpus_per_node)
-    from .guard import check_cost, estimate_collective
+    from .arguments import check_collective
+    from .guard import cost_note, estimate_collective_run
 
-    check_cost(estimate_collective(args.op, args.nodes, g, args.mode, len(sizes)), args.force, command="collective")
+    g = check_collective(topo, args.nodes, args.op, sizes, algorithm=args.algorithm, gpus_per_node=args.gpus_per_node,
+                         mode=args.mode, protocol=args.protocol, force=args.force)  # the API's checks too
+    note = cost_note(estimate_collective_run(topo, args.op, args.nodes, g, sizes, args.mode, args.algorithm,
+                                             args.protocol), "collective")
+    if note:
+        print(f"simfuse: note: {note}", file=sys.stderr)
     from .progress import command_progress
 
     rows = []

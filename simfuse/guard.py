@@ -259,3 +259,203 @@ def estimate_collective(op: str, nodes: int, gpus_per_node: int, mode: str = "au
     flows = simulated * 2 * max(0, ranks - 1) * max(1, sizes)
     return CostEstimate(f"{op} on {nodes} x {gpus_per_node} GPUs ({mode})", ranks, simulated, 0, 0, flows,
                         3 * flows)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Pricing of the commands beyond one operator or DLRM run: collectives by their schedule, the simulations a run
+# makes (its modes and interval draws), Chakra traces, fabric fits and sharding plans.  Measured 2026-12-06 on the
+# 2-core dev VM (contended; h200_nvl8_ib_ndr, 8 GPUs a node), the ranges are what the measurements spanned.
+
+#: Wall time per flow of a fully simulated collective (flows = simulated ranks x rank 0's flows in the tuner's
+#: schedule): 21-68 us on the idle VM, 92-256 us under the load of other jobs, over all_to_all / all_reduce /
+#: all_gather / reduce_scatter at 8-32 nodes, 4 KiB-64 MiB (ring flows are the cheap end).
+COLLECTIVE_SECONDS_PER_FLOW = 60e-6
+#: Relative cost of a flow in a schedule of more than 8 steps (rings): 21 us against 52-68 us for direct schedules.
+RING_FLOW_WEIGHT = 0.5
+#: Wall time of one node of a Chakra graph that is not a collective (compute, delay, send/recv), per simulated rank
+#: (64-256 tiny ranks, full simulation, loaded VM: 50-60 us per event, about one event per node).
+GRAPH_SECONDS_PER_NODE = 40e-6
+#: Wall time of one send of a Chakra graph (its flow, the receive's rendezvous): 257-450 us measured on
+#: send/recv rings of 64-256 ranks x 16-64 steps on the loaded VM (about a third of that idle).
+P2P_SECONDS_PER_SEND = 200e-6
+#: One simulation of an LLM workload, per layer (llama3 8B, 32 layers: 0.35-1.6 s a simulation over runs of 2 to 42
+#: simulations, both modes, as the VM's load varied; 70B, 80 layers: 4.2 s); other non-DLRM workloads: at least
+#: SIM_FLOOR_S a simulation (MoE layer, TP decode: 0.035-0.045 s).
+LLM_SECONDS_PER_LAYER = 0.025
+SIM_FLOOR_S = 0.04
+#: Above this many ranks a schedule is priced without being built (its arrays would be the cost).
+MAX_SCHEDULE_RANKS = 1 << 16
+#: Sizes priced one by one for a -b/-e range (the rest scaled from them).
+PRICED_SIZES = 16
+CHEAPER.update({"chakra": "--sim-mode auto (a trace whose ranks are alike runs one), fewer ranks",
+                "fit-fabric": "a log with fewer distinct sizes, or fewer ranks"})
+
+
+def _collective_flows(topology, op: str, nodes: int, g: int, size: float, mode: str, algorithm, protocol,
+                      tuner=None) -> tuple[int, bool]:
+    """Flows of rank 0 in the schedule the collective will run (the tuner's choice; no simulation), and whether
+    that schedule is symmetric."""
+    from .collectives.algorithms import Layout, make_algorithm
+    from .collectives.groups import Tuner, world
+
+    layout = Layout(nodes, g)
+    if layout.n < 2:
+        return 0, True
+    if layout.n > MAX_SCHEDULE_RANKS:  # no schedule built: a ring's 2 (n - 1) steps of one flow per channel
+        return 2 * (layout.n - 1) * max(1, int(topology.collectives.channels or g)), False
+    if algorithm is None or "/" not in algorithm:
+        tuner = tuner or Tuner(topology, nodes, g)
+        algorithm = tuner.choose(op, world(layout.n), float(size), symmetric_only=mode != "full",
+                                 algorithm=algorithm, protocol=protocol)
+        protocol = None
+    algo = make_algorithm(op, algorithm, layout, float(size), topology.collectives.channels, protocol)
+    steps = algo.steps(0)
+    flows = sum(len(peers) for peers, _ in steps)
+    # a schedule of many small steps (rings) costs about half as much a flow as one of few wide steps (measured:
+    # ring reduce_scatter 21 us a flow idle, direct all_gather / all_to_all 52-68 us)
+    return int(flows * (RING_FLOW_WEIGHT if len(steps) > 8 else 1.0)), algo.symmetric
+
+
+def estimate_collective_run(topology, op: str, nodes: int, gpus_per_node: int, sizes, mode: str = "auto",
+                            algorithm: str | None = None, protocol: str | None = None) -> CostEstimate:
+    """Estimate ``simfuse collective`` from the schedule it will run: every rank is simulated in ``full`` mode (and
+    in ``auto`` when the chosen algorithm is not symmetric), one otherwise; :data:`COLLECTIVE_SECONDS_PER_FLOW` a
+    flow.  Above :data:`PRICED_SIZES` sizes, an even sample is priced and scaled."""
+    from .collectives.groups import Tuner
+
+    ranks = nodes * gpus_per_node
+    sizes = list(sizes)
+    sample = sizes if len(sizes) <= PRICED_SIZES else [sizes[round(i * (len(sizes) - 1) / (PRICED_SIZES - 1))]
+                                                        for i in range(PRICED_SIZES)]
+    tuner = Tuner(topology, nodes, gpus_per_node) if ranks > 1 else None
+    flows = 0
+    simulated = 1
+    for s in sample:
+        if ranks < 2:
+            break
+        f, symmetric = _collective_flows(topology, op, nodes, gpus_per_node, s, mode, algorithm, protocol, tuner)
+        sim = ranks if mode == "full" or (mode == "auto" and not symmetric) else 1
+        simulated = max(simulated, sim)
+        flows += sim * f
+    flows = int(flows * len(sizes) / max(1, len(sample)))
+    return CostEstimate(f"{op} on {nodes} x {gpus_per_node} GPUs ({mode}, {len(sizes)} size(s))", ranks,
+                        simulated, 0, 0, flows, 2 * flows, flows * COLLECTIVE_SECONDS_PER_FLOW)
+
+
+def simulations_of_run(spec, topology, execution) -> int:
+    """How many simulations a non-DLRM run makes: one per mode asked for, plus, with a calibration profile, the
+    interval's runs per mode (``bound``: 3, ``mc``: the draws)."""
+    from .fused.knobs import modes_of
+
+    ex = execution
+    modes = len(modes_of("both" if ex is None else ex.mode))
+    extra = 0
+    if topology.calibration:
+        method = "bound" if ex is None else ex.uncertainty
+        extra = {"bound": 3, "mc": 16 if ex is None else ex.uncertainty_draws}.get(method, 0)
+    return modes * (1 + extra)
+
+
+def estimate_run(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str = "auto",
+                 execution=None) -> CostEstimate:
+    """:func:`estimate_workload` with every simulation of the run counted (``simfuse run`` / a sweep point): DLRM
+    counts its own; other workloads pay :func:`simulations_of_run` simulations of at least :data:`SIM_FLOOR_S`
+    (:data:`LLM_SECONDS_PER_LAYER` a layer for LLMs)."""
+    import dataclasses
+
+    from .spec import DLRMSpec, LLMSpec
+
+    est = estimate_workload(spec, topology, nodes, gpus_per_node, sim_mode, execution)
+    if isinstance(spec, DLRMSpec):
+        return est
+    per_sim = max(SIM_FLOOR_S, est.seconds)
+    if isinstance(spec, LLMSpec):
+        per_sim = max(per_sim, LLM_SECONDS_PER_LAYER * spec.layers)
+    n = simulations_of_run(spec, topology, execution)
+    extra = n * per_sim - est.seconds
+    return dataclasses.replace(est, what=f"{est.what}, {n} simulation(s)", extra_seconds=est.extra_seconds + extra)
+
+
+def estimate_graph(graph, topology, sim_mode: str = "auto") -> CostEstimate:
+    """Estimate a Chakra trace run (``run --chakra``): every rank simulated when the graph has send/recv nodes,
+    under ``--sim-mode full`` or when its ranks are not relabellings of one another; rank 0 alone otherwise.
+    Each collective node costs its schedule's flows (:func:`estimate_collective_run`), other nodes
+    :data:`GRAPH_SECONDS_PER_NODE`."""
+    from .collectives.groups import Tuner
+    from .graph.ir import AllToAllVNode, CollectiveNode, RecvNode, SendNode
+    from .graph.symmetry import fold
+
+    g, ranks = graph.gpus_per_node, graph.n_ranks
+    p2p = any(isinstance(nd, (SendNode, RecvNode)) for rg in graph.programs.values() for nd in rg.nodes)
+    if p2p or sim_mode == "full" or not graph.full or ranks > 4096:
+        simulated = ranks if graph.full else len(graph.programs)
+    else:
+        simulated = len(fold(graph, allow_classes=sim_mode != "full").programs)
+    programs = list(graph.programs.values())
+    # price rank 0's program (every simulated rank runs one like it: an estimate, not a count)
+    rg0 = programs[0] if programs else None
+    memo: dict = {}
+    flows = other = sends = 0
+    for nd in (rg0.nodes if rg0 is not None else []):
+        if isinstance(nd, (CollectiveNode, AllToAllVNode)):
+            members = len(graph.groups[nd.group].ranks)
+            op = nd.op if isinstance(nd, CollectiveNode) else "all_to_all"
+            key = (op, members, float(nd.size_bytes))
+            if key not in memo:
+                n_nodes = max(1, -(-members // g))
+                gg = min(g, members)
+                if n_nodes * gg != members or members < 2:
+                    memo[key] = max(0, members - 1)  # a group that is not whole nodes: about one flow a peer
+                else:
+                    memo[key] = _collective_flows(topology, op, n_nodes, gg, nd.size_bytes, "full",
+                                                  getattr(nd, "algorithm", None), None,
+                                                  memo.setdefault(("tuner", n_nodes, gg),
+                                                                  Tuner(topology, n_nodes, gg)))[0]
+            flows += memo[key]
+        elif isinstance(nd, SendNode):
+            sends += 1
+        else:
+            other += 1
+    flows *= simulated
+    other *= simulated
+    sends *= simulated
+    return CostEstimate(f"Chakra trace {graph.name} on {graph.nodes} x {g} GPUs ({simulated} simulated ranks)",
+                        ranks, simulated, 0, 0, flows + sends, 2 * (flows + sends) + other,
+                        flows * COLLECTIVE_SECONDS_PER_FLOW + sends * P2P_SECONDS_PER_SEND
+                        + other * GRAPH_SECONDS_PER_NODE)
+
+
+#: fit-fabric, measured on a 2-node all-reduce log (2-core dev VM): 12 / 50 / 200 distinct sizes took 18.6 / 30 /
+#: 97 s under load, 12 / 50 sizes 5.0 / 7.4 s idle.  The fit's search makes ~1,250 simulations at its (at most 12)
+#: sizes; each distinct size of the log costs ~25 more (the tuner's candidates in every refit round); each row one
+#: tenth of one (the residuals; repeated sizes are memoised by the tuner).  A simulation of a small
+#: collective on the symmetric path costs about FIT_SECONDS_PER_SIMULATION (measured, 2 x 8 all-reduce); one that
+#: simulates every rank costs what its flows say (:data:`COLLECTIVE_SECONDS_PER_FLOW`).
+FIT_SEARCH_SIMULATIONS = 1250
+FIT_SIMULATIONS_PER_SIZE = 25
+FIT_SIMULATIONS_PER_ROW = 0.1
+FIT_SECONDS_PER_SIMULATION = 0.006
+
+
+def estimate_fit_fabric(log, topology) -> CostEstimate:
+    """Estimate ``simfuse fit-fabric`` on ``log`` (see the constants above for the counts)."""
+    ranks = int(log.ranks)
+    nodes = int(log.nodes or 1)
+    g = max(1, ranks // max(1, nodes))
+    rows = [r for r in log.rows if r.size_bytes > 0 and r.time_s > 0]
+    distinct = sorted({float(r.size_bytes) for r in rows})
+    per_sim = FIT_SECONDS_PER_SIMULATION
+    if distinct and ranks >= 2 and nodes * g == ranks:
+        from .names import canonical_collective
+
+        try:
+            op = canonical_collective(log.collective, log.source)
+            mid = distinct[len(distinct) // 2]
+            est = estimate_collective_run(topology, op, nodes, g, [mid], "auto")
+            if est.simulated_ranks > 1:  # every rank simulated: the flow model (measured on such runs) applies
+                per_sim = max(per_sim, est.seconds)
+        except Exception:  # noqa: BLE001 - pricing never decides validity; fit_fabric reports the problem itself
+            per_sim = FIT_SECONDS_PER_SIMULATION
+    sims = FIT_SEARCH_SIMULATIONS + FIT_SIMULATIONS_PER_SIZE * len(distinct) + FIT_SIMULATIONS_PER_ROW * len(rows)
+    return CostEstimate(f"fit-fabric of {log.source} ({len(rows):,} rows, {len(distinct):,} sizes, {ranks} ranks)",
+                        ranks, 1, 0, 0, 0, int(sims), sims * per_sim)

@@ -50,7 +50,9 @@ def parse_size_bytes(text: str | int | float, source: str = "<argument>", field:
         if not m or m.group(2).upper() not in _SIZE_UNITS:
             raise SpecError(source, field, f"cannot parse size {short_repr(text)} (use e.g. 64MiB, 1GB, 4096)")
         value = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
-    if not math.isfinite(value) or value > max_bytes:
+    if not math.isfinite(value):
+        raise SpecError(source, field, f"size must be a finite number of bytes, got {short_repr(text)}")
+    if value > max_bytes:
         raise SpecError(source, field, f"size must be at most {format_size(max_bytes)}, got {short_repr(text)}")
     if value < 0:
         raise SpecError(source, field, f"size must be non-negative, got {short_repr(text)}")

@@ -7,7 +7,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "simfuse"
 # lowest first; a package may import its own layer and anything below
 LAYERS = [
-    {"errors", "units", "names", "checks", "spec", "results"},
+    {"errors", "io_limits", "units", "names", "checks", "spec", "results", "progress"},
     {"costs"},
     {"engine"},
     {"network"},
@@ -15,9 +15,9 @@ LAYERS = [
     {"fused"},
     {"graph"},
     {"calibrate", "kernels"},
-    {"system"},
+    {"system", "uncertainty"},
     {"workloads"},
-    {"sweeps", "guard"},
+    {"sweeps", "guard", "arguments"},
     {"api", "cli", "__init__", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}

@@ -65,6 +65,9 @@ class Inputs:
 
 
 def _sha256(path: Path) -> str:
+    from ..io_limits import check_regular
+
+    check_regular(path, error=TraceError)  # never hash a FIFO or /dev/zero
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

@@ -17,6 +17,7 @@ def cmd_fit_fabric(args) -> int:
     from .nccl_tests import read_nccl_tests
 
     out = check_out_file(args.out)
+    _check_log_sizes(args.ranks, args.nodes, "<argument>", "--ranks", "--nodes")  # before the log is read
     system = System.load(args.topology)
     from .corpus import corpus_folder, load_corpus, topology_for_run
     from .detect import TORCH_PROFILER
@@ -42,6 +43,13 @@ def cmd_fit_fabric(args) -> int:
         # result rows pasted without their header are read when the user gives the ranks they ran on
         log = read_nccl_tests(args.log, args.collective, ranks=args.ranks, nodes=args.nodes,
                               headerless=args.ranks is not None)
+    _check_log_sizes(log.ranks, log.nodes, log.source, "ranks", "nodes")
+    from ..guard import check_cost, cost_note, estimate_fit_fabric
+
+    note = cost_note(check_cost(estimate_fit_fabric(log, topology), args.force, command="fit-fabric"),
+                     "fit-fabric")
+    if note:
+        print(f"simfuse: note: {note}", file=sys.stderr)
     res = fit_fabric(log, topology, force=args.force, algorithm=args.algorithm, protocol=args.protocol)
     for p in res.problems:
         print(f"simfuse: warning: applied with --force: {p}", file=sys.stderr)
@@ -78,6 +86,19 @@ def _format(args) -> str | None:
         return None
 
 
+def _check_log_sizes(ranks, nodes, source: str, rank_field: str, node_field: str) -> None:
+    """Rank and node counts (given or read from a log) within the bounds of every other command, before anything
+    is sized by them (``nranks 1000000000`` must not build a billion-rank world)."""
+    from ..checks import MAX_GPUS_PER_NODE, MAX_NODES
+    from ..errors import SpecError
+
+    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES):
+        raise SpecError(source, node_field, f"must be an integer in 1..{MAX_NODES:,}, got {nodes!r}")
+    most = MAX_NODES * 8 if nodes is None else min(MAX_NODES * 8, nodes * MAX_GPUS_PER_NODE)
+    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= most):
+        raise SpecError(source, rank_field, f"must be an integer in 1..{most:,}, got {ranks!r}")
+
+
 def add_fit_fabric_parser(sub) -> None:
     p = sub.add_parser("fit-fabric", help="fit a topology's fabric to an nccl-tests log by simulation")
     p.add_argument("log", help="nccl-tests output (launcher prefixes and preambles are fine), a PyTorch "
@@ -95,6 +116,7 @@ def add_fit_fabric_parser(sub) -> None:
                    help="the algorithm the log ran (NCCL_ALGO spelling: Ring, Tree, NVLS, NVLSTree, CollnetDirect, "
                         "...), when known; default: NCCL_ALGO from the log, else the tuner's choice")
     p.add_argument("--protocol", default=None, help="the protocol the log ran (LL, LL128, Simple), when known")
-    p.add_argument("--force", action="store_true", help="apply a poor or implausible fit anyway (warns)")
+    p.add_argument("--force", action="store_true", help="apply a poor or implausible fit anyway (warns); run a fit "
+                                                         "the cost guard estimates too expensive")
     p.add_argument("--format", default="text", choices=("text", "json"))
     p.set_defaults(func=cmd_fit_fabric)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TraceError
+from ..io_limits import bounded_lines
 from ..names import collective_or_none
 from ._io import GZIP_ERRORS, open_text
 
@@ -332,7 +333,7 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
     lineno = 0
     try:
         with open_text(p) as fh:
-            for lineno, raw in enumerate(fh, start=1):
+            for lineno, raw in enumerate(bounded_lines(fh, src, error=TraceError), start=1):
                 line = strip_launcher_prefix(raw.rstrip("\n"))
                 s = line.strip()
                 if not s:

@@ -122,6 +122,8 @@ class _Stream:
                 msg = f"invalid JSON ({exc.msg})" + ("; the file ends early (truncated?)" if truncated else "")
                 line = self.line + self.buf.count("\n", 0, exc.pos)
                 raise TraceError(self.src, f"key {key} (line {line})", msg) from None
+            except ValueError as exc:  # not a JSONDecodeError: an integer of more than 4,300 digits
+                raise TraceError(self.src, f"key {key} (line {self.line})", f"invalid JSON ({str(exc)[:80]})") from None
             if end >= len(self.buf) and not self.eof:
                 # A number may continue in the next block: make sure the token ended.
                 if self.fill():

@@ -36,8 +36,12 @@ TRAFFIC_COLUMN = "traffic_bytes"
 #: shape keys whose values are words (the embedding's pooling ``mode=sum``); every other key is a number
 TEXT_SHAPE_KEYS = ("mode",)
 _REQUIRED = ("kernel", "variant", "dtype", "shape", "grid", "median_s", "flops", "bytes")
-#: Largest launch grid a measurement may name (programs); the engine keeps per-program arrays.
-MAX_GRID = 2**26
+#: Largest launch grid a measurement may name (programs); the engine keeps per-program arrays: measured on the
+#: 2-core dev VM, a grid of 2**22 programs takes ~20 s and ~0.9 GB (2**20: ~5 s, 0.3 GB); measured kernels have
+#: grids of 10**2-10**4 programs (experiments/results/h200_kernel_heldout.csv: at most 6,144).
+MAX_GRID = 2**22
+#: Largest sum of the grids of one measurement file (each program costs ~5 us to simulate: ~3 min).
+MAX_TOTAL_GRID = 2**25
 #: Variants a measured kernel may have.
 VARIANTS = ("compute", "fused")
 TABLE_COLUMNS = ("set", "kind", "quantity", "kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps",
@@ -95,6 +99,10 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         raise TraceError(src, f"line {lineno + 1}", f"malformed CSV ({exc})") from None
     if not out:
         raise TraceError(src, "line 1", "measurement table has no rows")
+    total = sum(m.grid for m in out)
+    if total > MAX_TOTAL_GRID:
+        raise TraceError(src, "grid", f"the rows' grids sum to {total:,} programs, over the {MAX_TOTAL_GRID:,} one "
+                                      "validation simulates (~5 us each): split the file")
     return out
 
 

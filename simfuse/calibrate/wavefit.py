@@ -35,11 +35,9 @@ what the prediction intervals are drawn from.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import itertools
 import math
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,13 +208,13 @@ def read_campaign(path: str | Path) -> list[dict]:
     """The rows of a campaign file (CSV, optionally gzip-compressed), checked: the :data:`CAMPAIGN_COLUMNS`
     present, ``median_s`` a finite positive time and every numeric column a finite number >= 0 (a
     :class:`~simfuse.errors.SpecError` naming the file, the line and the column otherwise)."""
+    from ..io_limits import read_bytes
+
     src = str(path)
+    raw = read_bytes(path, "campaign", what="campaign file")  # a regular file, size and gzip ratio capped
     try:
-        raw = Path(path).read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
         rows = list(csv.DictReader(io.StringIO(raw.decode())))
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as exc:
+    except (UnicodeDecodeError, csv.Error) as exc:
         raise SpecError(src, "", f"not a readable campaign file ({type(exc).__name__}: {exc})") from None
     if not rows:
         raise SpecError(src, "", "no campaign rows (an empty or header-only file)")

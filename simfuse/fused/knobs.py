@@ -29,6 +29,10 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, 
 MAX_SCALED_BATCH = 2**40
 
 
+#: Largest magnitude of an integer setting without its own maximum (exact in a float, fits an int64).
+MAX_INT_SETTING = 2**53
+
+
 def _meta(help_text: str, *, choices=None, minimum=None, maximum=None, optional=False):
     return {"help": help_text, "choices": choices, "min": minimum, "max": maximum, "optional": optional}
 
@@ -38,12 +42,12 @@ class FusedKnobs:
     """Parameters of the fused execution (defaults follow the paper's description, docs/sources.md S49)."""
 
     slice_wgs: int = field(default=1, metadata=_meta("workgroups per put (1 = every workgroup pushes its own "
-                                                     "output)", minimum=1))
+                                                     "output)", minimum=1, maximum=2**31))
     tile_order: str = field(default="remote_first", metadata=_meta(
         "remote_first: workgroups whose output leaves the node run first; natural: index order (incast)",
         choices=("remote_first", "natural")))
     persistent_grid: int = field(default=0, metadata=_meta("0 = one program per tile; else resident programs",
-                                                           minimum=0))
+                                                           minimum=0, maximum=2**31))
     occupancy_loss: float | None = field(default=None, metadata=_meta(
         "fraction of workgroup slots lost to communication state (default: the topology's)", minimum=0.0,
         maximum=0.99, optional=True))
@@ -180,6 +184,8 @@ def _validate(obj, source: str) -> None:
                 raise SpecError(source, name, f"must be >= {m['min']}, got {v!r}")
             if m.get("max") is not None and v > m["max"]:
                 raise SpecError(source, name, f"must be <= {m['max']}, got {v!r}")
+            if typ is int and abs(v) > MAX_INT_SETTING:  # engine arrays are int64: 1e19 must not reach them
+                raise SpecError(source, name, f"must be at most {MAX_INT_SETTING:g} in magnitude, got {v!r}")
         elif m.get("choices") and v not in m["choices"]:
             raise SpecError(source, name, f"unknown {v!r}; expected one of {', '.join(m['choices'])}")
 

@@ -189,17 +189,13 @@ def parse_yaml_text(text: str, source: str) -> Any:
 
 def load_yaml_mapping(path: str | Path) -> dict:
     """Read a YAML file that must contain a mapping at top level."""
+    from ..io_limits import read_text
+
     p = Path(path)
     if p.is_dir():
         raise SpecError(str(p), "", "is a directory, not a YAML file")
-    if not p.is_file():
-        raise SpecError(str(p), "", "file not found")
-    try:
-        if p.stat().st_size > MAX_FILE_BYTES:
-            raise SpecError(str(p), "", f"file larger than {MAX_FILE_BYTES // 2**20} MiB")
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(str(p), "", f"cannot read file: {exc}") from None
+    # regular files only (not a FIFO or /dev/zero), at most MAX_FILE_BYTES (gzip accepted, its ratio capped)
+    text = read_text(p, "yaml", what="YAML file")
     data = parse_yaml_text(text, str(p))
     if not isinstance(data, dict):
         raise SpecError(str(p), "", "expected a YAML mapping at top level")

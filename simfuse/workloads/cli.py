@@ -14,7 +14,7 @@ def cmd_run(args) -> int:
 
     from ..checks import check_nodes, check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
-    from ..guard import check_cost, cost_note, estimate_workload
+    from ..guard import check_cost, cost_note, estimate_graph
     from ..spec import load_workload
     from ..system import System
     from .run import simulate_workload, summary_rows, write_run_outputs
@@ -37,8 +37,10 @@ def cmd_run(args) -> int:
         from ..graph.chakra import import_et
         from .run import simulate_graph
 
-        graph = import_et(args.chakra, gpus_per_node=args.gpus_per_node)
-        nodes, g, name = graph.nodes, graph.gpus_per_node, graph.name
+        # the topology's GPUs per node unless the trace records its own or --gpus-per-node says (issue 35)
+        graph = import_et(args.chakra, gpus_per_node=args.gpus_per_node,
+                          node_gpus=resolve_gpus_per_node(topo, None))
+        nodes, g, name = graph.nodes, resolve_gpus_per_node(topo, graph.gpus_per_node), graph.name
         # the trace fixes what it runs: flags that would change it are refused, not ignored
         if args.nodes is not None and args.nodes != nodes:
             raise SpecError("<argument>", "--nodes", f"the Chakra trace runs on {nodes} nodes; drop --nodes")
@@ -50,6 +52,10 @@ def cmd_run(args) -> int:
         for flag, value in workload_only:
             if value:
                 raise SpecError("<argument>", flag, "applies to a --model workload; a Chakra trace runs as recorded")
+        note = cost_note(check_cost(estimate_graph(graph, topo, args.sim_mode or "auto"), args.force,
+                                    command="chakra"), "chakra")
+        if note:
+            print(f"simfuse: note: {note}", file=sys.stderr)
         with command_progress(args, "simfuse run") as progress:
             res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra",
                                  progress=progress)
@@ -58,14 +64,13 @@ def cmd_run(args) -> int:
             raise SpecError("<argument>", "--model", "give a workload (--model FILE) or a Chakra ET (--chakra DIR)")
         spec = load_workload(args.model)
         nodes, name = args.nodes or 1, spec.name
-        g = resolve_gpus_per_node(topo, args.gpus_per_node)
         if args.export_chakra and ex.mode == "fused":  # the export is the baseline graph the run simulated
             raise SpecError("<argument>", "--export-chakra", "writes the baseline graph as the run simulates it: "
                                                             "run with --mode baseline or both")
-        from .run import scaled_spec
+        from ..arguments import check_run
 
-        est = check_cost(estimate_workload(scaled_spec(spec, nodes, g, ex), topo, nodes, g, args.sim_mode, ex),
-                         args.force)
+        # nodes, GPUs per node and the cost guard: the checks simfuse.api.run makes too
+        g, est = check_run(spec, topo, nodes, args.gpus_per_node, ex, sim_mode=args.sim_mode, force=args.force)
         note = cost_note(est)
         if note:
             print(f"simfuse: note: {note}", file=sys.stderr)
@@ -91,7 +96,8 @@ def cmd_run(args) -> int:
     written = []
     if args.out:
         check_out_dir(args.out)  # still a directory (or absent) after the simulation
-        written = write_run_outputs(Path(args.out), res, rows, bool(args.trace))
+        written = _write_locked(Path(args.out), lambda: write_run_outputs(Path(args.out), res, rows,
+                                                                          bool(args.trace)))
     if getattr(args, "format", "text") == "json":
         print(_json({"rows": rows, "written": [str(p) for p in written]}))
         return 0
@@ -111,6 +117,43 @@ def cmd_run(args) -> int:
     if written:
         print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+#: every file ``run --out`` may write; those an earlier run wrote and this one does not are removed
+RUN_OUTPUTS = ("summary.csv", "breakdown.csv", "plan.csv", "trace.json")
+
+
+def _write_locked(out: Path, write) -> list[Path]:
+    """Write a run's outputs into ``out`` under the lock ``sweep`` takes (a second run or sweep on the same
+    directory fails at once instead of mixing files), each through a temporary file (``write`` uses the atomic
+    writers), then remove the outputs of an earlier run that this one did not write (a stale plan.csv or
+    trace.json would be read as this run's)."""
+    import contextlib
+    import os
+
+    from ..checks import inside
+    from ..sweeps import SweepLock
+
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    lock = SweepLock(out)
+    try:
+        lock.acquire()
+    except SpecError as exc:
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise SpecError(exc.source, exc.field, exc.message.replace("another sweep", "another run or sweep")) from None
+    try:
+        written = write()
+        mine = {p.name for p in written}
+        for name in RUN_OUTPUTS:
+            stale = inside(out, name)
+            if name not in mine and (stale.is_file() or stale.is_symlink()):
+                os.unlink(stale)
+        return written
+    finally:
+        lock.release()
 
 
 def _json(obj) -> str:
@@ -151,7 +194,7 @@ def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str, plan=No
 def cmd_sweep(args) -> int:
     from ..checks import check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
-    from ..guard import check_cost, estimate_workload
+    from ..guard import check_cost, estimate_run
     from ..spec import load_workload
     from ..sweeps import parse_nodes, run_sweep
     from ..system import System
@@ -169,7 +212,7 @@ def cmd_sweep(args) -> int:
     from .run import scaled_spec
 
     for n in nodes:  # the guard looks at every point, at its scaled batch, before the first one starts
-        check_cost(estimate_workload(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode, ex), args.force)
+        check_cost(estimate_run(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode, ex), args.force)
     workers = _workers(args.workers)
     with command_progress(args, "simfuse sweep") as progress:
         df = run_sweep(args.model, args.topology, nodes, args.out, gpus_per_node=args.gpus_per_node, mode=args.mode,

@@ -211,19 +211,20 @@ def parse_ranks(text, n_ranks: int, source: str, fld: str) -> tuple[int, ...]:
     out: list[int] = []
     for part in text.split(";"):
         part = part.strip()
-        try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-"))
-                if hi < lo:
-                    raise ValueError
-                out.extend(range(lo, hi + 1))
-            else:
-                out.append(int(part))
-        except ValueError:
-            raise SpecError(source, fld, f"cannot parse ranks {part[:40]!r} (use 0-7;16 or all)") from None
-    bad = [r for r in out if not 0 <= r < n_ranks]
-    if bad:
-        raise SpecError(source, fld, f"rank {bad[0]} is out of range 0..{n_ranks - 1}")
+        bounds = part.split("-") if "-" in part else [part]
+        # ASCII digits of sane length only (int() takes '²'-free unicode digits and raises beyond 4,300 digits)
+        if len(bounds) > 2 or not all(b.strip().isascii() and b.strip().isdigit() and len(b.strip()) <= 18
+                                      for b in bounds):
+            raise SpecError(source, fld, f"cannot parse ranks {part[:40]!r} (use 0-7;16 or all)")
+        lo, hi = int(bounds[0]), int(bounds[-1])
+        if hi < lo:
+            raise SpecError(source, fld, f"cannot parse ranks {part[:40]!r} (use 0-7;16 or all)")
+        # checked before the range is expanded (0-1000000000 must not build a billion ranks)
+        if hi >= n_ranks:
+            raise SpecError(source, fld, f"rank {max(lo, n_ranks)} is out of range 0..{n_ranks - 1}")
+        out.extend(range(lo, hi + 1))
+        if len(out) > n_ranks:
+            raise SpecError(source, fld, "a rank is listed twice")
     if len(set(out)) != len(out):
         raise SpecError(source, fld, "a rank is listed twice")
     return tuple(out)
@@ -720,10 +721,16 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
                           columns=["table", "sharding", "ranks", "where"])
     else:
         src = str(path)
+        import io
+
+        from ..io_limits import read_text
+
+        text = read_text(path, "plan", what="plan file", errors="replace")  # a regular file, size capped
         try:
-            df = pd.read_csv(path, dtype=str, keep_default_na=False)
-        except (OSError, ValueError) as exc:
-            raise SpecError(src, "", f"cannot read the plan: {exc}") from None
+            df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+        except (ValueError, pd.errors.ParserError) as exc:
+            raise SpecError(src, "", f"cannot read the plan as CSV (table, sharding, ranks): "
+                                     f"{str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}") from None
         for col in ("table", "sharding", "ranks"):
             if col not in df.columns:
                 raise SpecError(src, col, "missing column (needs table, sharding, ranks)")
@@ -820,7 +827,7 @@ def _option_for(ctx: _Ctx, units: list[Unit], t: int) -> _Option:
 
 def _table_index(name: str, T: int) -> int | None:
     s = name[1:] if name.startswith("t") else name
-    if not s.isdigit():
+    if not (s.isascii() and s.isdigit()) or len(s.lstrip("0")) > 9:  # not 't²', not a 5,000-digit name
         return None
     t = int(s)
     return t if 0 <= t < T else None

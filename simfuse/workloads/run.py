@@ -441,16 +441,32 @@ def simulate_graph(graph, system, *, execution: ExecutionSpec | None = None, rec
 
     system = as_system(system)
     ex = execution or ExecutionSpec()
-    if ex.sim_mode != "full" and graph.full and graph.n_ranks <= 4096:
+    if _has_point_to_point(graph):  # a send pairs two given ranks: every rank runs its own program
+        if ex.sim_mode == "classes":
+            raise SpecError("<argument>", "--sim-mode", "the trace has send/recv nodes, which need a program per "
+                                                        "rank: use --sim-mode full (or auto)")
+    elif ex.sim_mode != "full" and graph.full and graph.n_ranks <= 4096:
         graph = fold(graph)
     t0 = time.perf_counter()
-    res = Executor(system, graph, seed=ex.seed, record=record, record_usage=record,
-                   forced_algorithms=ex.forced_algorithms(), progress=progress).run()
+    try:
+        res = Executor(system, graph, seed=ex.seed, record=record, record_usage=record,
+                       forced_algorithms=ex.forced_algorithms(), progress=progress).run()
+    except RuntimeError as exc:  # simpy ran out of events before every node finished (import_et checks first)
+        if "until" not in str(exc):
+            raise
+        raise SpecError(graph.name, "", "the graph deadlocks: some nodes never finish (a send without its "
+                                        "receive, or a cycle across ranks)") from None
     ir = IterationResult(label, res.time_s, res.compute_time_s, res.exposed_comm_time_s, res.sim_mode,
                          len(res.entities), res.events, time.perf_counter() - t0, phases=list(res.critical.phases))
     if record:
         ir.sim, ir.net = res.sim, res.net
     return {label: ir}
+
+
+def _has_point_to_point(graph) -> bool:
+    from ..graph.ir import RecvNode, SendNode
+
+    return any(isinstance(nd, (SendNode, RecvNode)) for rg in graph.programs.values() for nd in rg.nodes)
 
 
 def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict,

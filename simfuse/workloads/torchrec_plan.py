@@ -61,7 +61,9 @@ UNSUPPORTED: dict[str, str] = {}
 PARAM_HEADER = ("param", "sharding type", "compute kernel", "ranks")
 SHARD_HEADER = ("param", "shard offsets", "shard sizes", "placement")
 MAX_PLAN_BYTES = 64 << 20
-_RANK_RE = re.compile(r"rank:(\d+)")
+_RANK_RE = re.compile(r"rank:([0-9]{1,9})(?![0-9])")
+_INDEX_RE = re.compile(r"([0-9]+)$")
+_INT_LIST_RE = re.compile(r"\[\s*(-?[0-9]{1,18}(?:\s*,\s*-?[0-9]{1,18})*)?\s*\]")
 _SEP_RE = re.compile(r"^[\s|:+-]*-[\s|:+-]*$")
 
 
@@ -86,13 +88,20 @@ class Entry:
 
 # ------------------------------------------------------------------------------------------------- detection
 def sniff(path) -> str:
-    """``"json"``, ``"text"`` (TorchRec's printed plan) or ``"csv"`` (simfuse's plan.csv), from the content."""
-    try:
-        with open(path, "rb") as f:
+    """``"json"``, ``"text"`` (TorchRec's printed plan tables), ``"repr"`` (the plan's Python repr, with
+    ``ParameterSharding(...)``) or ``"csv"`` (simfuse's plan.csv), from the content."""
+    from ..io_limits import GZIP_ERRORS, open_bounded
+
+    with open_bounded(path, "plan", what="plan file") as f:  # a regular file (never a FIFO or /dev/zero)
+        try:
             head = f.read(1 << 16).decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise SpecError(str(path), "", f"cannot read the plan: {exc.strerror or exc}") from None
+        except GZIP_ERRORS as exc:
+            raise SpecError(str(path), "", f"corrupt or truncated gzip stream ({exc})") from None
+        except OSError as exc:
+            raise SpecError(str(path), "", f"cannot read the plan: {exc.strerror or exc}") from None
     s = head.lstrip()
+    if "ParameterSharding(" in head:
+        return "repr"  # the plan's Python repr (what print(plan) shows in older TorchRec and its tutorials)
     if s.startswith("{") or (Path(path).suffix.lower() == ".json" and s):
         return "json"  # a .json file is JSON even when cut off (read_json then says where it breaks)
     for line in head.splitlines():
@@ -117,6 +126,9 @@ def _cells(line: str) -> list[str]:
 
 
 def _literal(text: str, src: str, fld: str):
+    m = _INT_LIST_RE.fullmatch(text.strip())
+    if m:  # the common case, without ast (a plan can have 10**5 shard lines)
+        return [int(x) for x in m.group(1).split(",")] if m.group(1) else []
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
@@ -149,8 +161,10 @@ def _placement_rank(p, src: str, fld: str) -> int:
 
 def read_text(path) -> list[Entry]:
     """The entries of TorchRec's printed ``ShardingPlan`` (see the module docstring)."""
+    from ..io_limits import read_text as _read_text
+
     src = str(path)
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    text = _read_text(path, "plan", what="plan file", errors="replace")
     entries: dict[tuple[str, str], Entry] = {}
     module, table, lines = "", None, text.splitlines()
     for n, line in enumerate(lines, 1):
@@ -183,8 +197,9 @@ def read_text(path) -> list[Entry]:
                                           f"{module!r} does not list")
             off = _int_list(_literal(cells[1], src, fld), src, fld, 2)
             size = _int_list(_literal(cells[2], src, fld), src, fld, 2)
-            e.shards = (e.shards or []) + [Shard((off[0], off[1]), (size[0], size[1]),
-                                                 _placement_rank(cells[3], src, fld))]
+            if e.shards is None:
+                e.shards = []
+            e.shards.append(Shard((off[0], off[1]), (size[0], size[1]), _placement_rank(cells[3], src, fld)))
     if not entries:
         raise SpecError(src, "", "no TorchRec parameter table (a header 'param | sharding type | compute kernel "
                                  "| ranks') found")
@@ -224,12 +239,15 @@ def _shards_of(v, src: str, fld: str) -> list[Shard] | None:
 def read_json(path) -> tuple[list[Entry], int | None]:
     """The entries of the JSON form and its optional ``world_size``."""
     src = str(path)
+    from ..io_limits import read_text as _read_text
+
+    text = _read_text(path, "plan", what="plan file")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(src, "", f"cannot read the plan: {exc}") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError(src, f"line {exc.lineno}", f"malformed JSON: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting deeper than the stack
+        raise SpecError(src, "", f"malformed JSON: {str(exc)[:120]}") from None
     if not isinstance(data, dict):
         raise SpecError(src, "", "expected a JSON object of tables (or of modules of tables)")
     world = data.get("world_size")
@@ -305,10 +323,13 @@ def dump_json(plan, path) -> Path:
 # ------------------------------------------------------------------------------------------------- mapping
 def table_index(param: str, n_tables: int) -> int | None:
     """The model-spec table a TorchRec parameter name stands for: its trailing integer (t3, t_cat_3, 3)."""
-    m = re.search(r"(\d+)$", param)
+    m = _INDEX_RE.search(param)
     if not m:
         return None
-    t = int(m.group(1))
+    digits = m.group(1).lstrip("0") or "0"
+    if len(digits) > 9:  # far beyond any table count (and int() of 5,000 digits raises)
+        return None
+    t = int(digits)
     return t if t < n_tables else None
 
 
@@ -493,14 +514,12 @@ def plan_rows(path_or_plan, spec, n_ranks: int, gpus_per_node: int):
     kind = sniff(path_or_plan)
     if kind == "csv":
         return None
-    try:
-        size = Path(path_or_plan).stat().st_size
-    except OSError as exc:
-        raise SpecError(src, "", f"cannot read the plan: {exc.strerror or exc}") from None
-    if size > MAX_PLAN_BYTES:
-        raise SpecError(src, "", f"{size} bytes: larger than a sharding plan can be ({MAX_PLAN_BYTES} bytes)")
     if kind == "json":
         entries, world = read_json(path_or_plan)
+    elif kind == "repr":
+        from .torchrec_repr import read_repr
+
+        entries, world = read_repr(path_or_plan), None
     else:
         entries, world = read_text(path_or_plan), None
     return src, to_rows(entries, src, spec, n_ranks, gpus_per_node, world)

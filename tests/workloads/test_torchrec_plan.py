@@ -3,6 +3,7 @@ ShardingPlan object (duck-typed) give the same plan as the equivalent simfuse pl
 field.  Plans are written by hand; with torchrec importable, a real ShardingPlan built by torchrec's own helpers."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -462,3 +463,34 @@ def test_grid_shard_simulates_as_its_csv_plan(tmp_path, small):
         a, b = (simulate_dlrm(_spec(), small, NODES, gpus_per_node=G, mode=mode, sim_mode="full", plan=p)
                 for p in plans)
         assert a.iteration_time_s == b.iteration_time_s and a.iteration_time_s > 0
+
+
+# ------------------------------------------------------------------ the plan's Python repr (older TorchRec's print)
+REPR = Path(__file__).resolve().parents[1] / "data" / "torchrec" / "repr_plan_2x4.txt"
+
+
+def test_repr_printed_plan_is_the_equivalent_csv_plan(tmp_path, small, reference):
+    assert sniff(REPR) == "repr"
+    _same(load_plan(REPR, _spec(), small, NODES, G, "baseline"), reference)
+    # with log text before it, wrapped in ShardingPlan(plan=...), or one module's dict alone
+    body = REPR.read_text().strip()
+    module_only = body[len("{'sparse_arch.embedding_bag_collection': "):-1]
+    for text in ("[rank0]: sharding plan:\n" + body, f"ShardingPlan(plan={body})", module_only):
+        _same(load_plan(_write(tmp_path, "p.txt", text + "\n"), _spec(), small, NODES, G, "baseline"), reference)
+
+
+@pytest.mark.parametrize("edit,field,text", [
+    (lambda s: s.replace("shard_sizes=[500, 32], placement=rank:7", "shard_sizes=[400, 32], placement=rank:7"),
+     "large_table_1", "cover"),
+    (lambda s: s.replace("'column_wise'", "'bogus_wise'"), "large_table_2", "unknown TorchRec sharding type"),
+    (lambda s: s[: len(s) // 2], "line 1", "ends early"),
+    (lambda s: s.replace("ranks=[1]", "ranks=" + "[" * 100 + "1" + "]" * 100), "line 1", "nested deeper"),
+    (lambda s: s.replace("ParameterSharding(sharding_type='table_wise'", "Other(sharding_type='table_wise'"),
+     "large_table_0", "ParameterSharding"),
+])
+def test_bad_repr_plans_name_file_and_field(tmp_path, small, edit, field, text):
+    p = _write(tmp_path, "bad.txt", edit(REPR.read_text()))
+    with pytest.raises(SpecError) as err:
+        load_plan(p, _spec(), small, NODES, G, "baseline")
+    assert str(p) in str(err.value) and field in str(err.value) and text in str(err.value)
+    assert "CSV" not in str(err.value)

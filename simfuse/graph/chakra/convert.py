@@ -29,6 +29,7 @@ from ..ir import (
     SendNode,
 )
 from ..ir import Node as IRNode
+from .checks import check_deadlock, describe_missing, missing_ranks, pair_point_to_point
 from .io import ET_NAME, EtFile, read_et, write_et
 from .proto import AttributeProto, CollectiveCommType, GlobalMetadata, Node, NodeType
 
@@ -145,7 +146,9 @@ def _resolve_files(source: str | Path | Iterable[str | Path]) -> tuple[list[Path
     if isinstance(source, (str, Path)):
         p = Path(source)
         if p.is_dir():
-            files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(".et"))
+            # every *.et entry, not only regular files: a rank file that is a FIFO, a device or a link to one is
+            # refused by the reader (skipping it would run the trace on fewer GPUs)
+            files = sorted(f for f in p.iterdir() if f.name.endswith(".et") and not f.is_dir())
             if not files:
                 raise SpecError(str(p), "", "no *.et files in the directory")
             prefixes = sorted({m["prefix"] for f in files if (m := ET_NAME.match(f.name))})
@@ -169,12 +172,13 @@ def _resolve_files(source: str | Path | Iterable[str | Path]) -> tuple[list[Path
 
 def _load_comm_groups_json(path: Path) -> dict[str, tuple[int, ...]]:
     """ASTRA-sim's communicator-group file: ``{"<pg_name>": [ranks...]}`` (or ``{"ranks": [...]}`` values)."""
+    from ...io_limits import read_text
+
+    text = read_text(path, "json", what="comm-group JSON file")
     try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise SpecError(str(path), "", f"cannot read: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SpecError(str(path), "", f"not valid JSON: {e}") from None
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, and a number of 5,000 digits
+        raise SpecError(str(path), "", f"not valid JSON: {str(e)[:200]}") from None
     if not isinstance(data, dict):
         raise SpecError(str(path), "", "expected an object mapping pg_name to a list of ranks")
     out = {}
@@ -366,7 +370,7 @@ def _convert_node(n: Node, rank: int, n_ranks: int, pg_to_group: dict[str, str],
 
 def import_et(source: str | Path | Iterable[str | Path], *,
               comm_groups: str | Path | dict[str, Iterable[int]] | None = None,
-              gpus_per_node: int | None = None) -> Graph:
+              gpus_per_node: int | None = None, node_gpus: int | None = None) -> Graph:
     """A :class:`Graph` from Chakra ET files: a directory, a ``<prefix>`` path (ASTRA-sim's
     ``--workload-configuration``), one file, or a list of files.
 
@@ -376,7 +380,9 @@ def import_et(source: str | Path | Iterable[str | Path], *,
     files, else the group table simfuse writes into ``GlobalMetadata``; collectives without a ``pg_name`` run
     on the group ``world`` of every rank.  Node ids are renumbered densely per rank in dependency order.
     ``gpus_per_node`` (how the ranks fill nodes): the argument, else the ``simfuse_gpus_per_node`` metadata,
-    else every rank on one node.
+    else ``node_gpus`` (the topology's GPUs per node: ranks fill whole nodes of it, a trace of fewer ranks runs on
+    one node), else every rank on one node.  With ``node_gpus``, a recorded GPUs per node above it, or a rank
+    count that does not fill its nodes, is refused with the reason.
     """
     files, prefix = _resolve_files(source)
     ets: dict[int, tuple[Path, EtFile]] = {}
@@ -394,9 +400,7 @@ def import_et(source: str | Path | Iterable[str | Path], *,
             raise SpecError(str(f), "", f"rank {rank} also comes from {ets[rank][0]}")
         ets[rank] = (f, et)
     n_ranks = len(ets)
-    if sorted(ets) != list(range(n_ranks)):
-        missing = sorted(set(range(max(ets) + 1)) - set(ets))
-        raise SpecError(str(files[0].parent), "", f"ranks must be 0..N-1; missing rank files {missing}")
+    _check_rank_files(ets, files)
     ordered = [ets[r] for r in range(n_ranks)]
 
     # the graph-wide metadata must agree across files
@@ -455,6 +459,11 @@ def import_et(source: str | Path | Iterable[str | Path], *,
                             "without a pg_name need it to be")
         groups.setdefault(WORLD, Group(WORLD, world))
 
+    # a trace simfuse did not write (no simfuse_rank / simfuse_n_ranks): ASTRA-sim issues a node once its
+    # dependencies are done, so its sends and receives do not wait on one another in file order; each gets a
+    # stream of its own (a ring of send-then-receive on every rank would otherwise deadlock)
+    foreign = not any(M_RANK in _Attrs(et.metadata.attr, str(f), "").by_name or
+                      M_NRANKS in _Attrs(et.metadata.attr, str(f), "").by_name for f, et in ordered)
     programs: dict[int, RankGraph] = {}
     for rank, (f, et) in enumerate(ordered):
         rg = RankGraph(rank)
@@ -468,24 +477,74 @@ def import_et(source: str | Path | Iterable[str | Path], *,
                 new_id[i] = deps
                 continue
             node.deps = deps
+            if foreign and isinstance(node, (SendNode, RecvNode)) and A_STREAM not in n.attrs():
+                node.stream = f"p2p.{n.id}"
             new_id[i] = (rg.add(node),)
         programs[rank] = rg
     first = str(ordered[0][0])
     meta0 = _Attrs(ordered[0][1].metadata.attr, first, "GlobalMetadata")
     if gpus_per_node is None:
-        gpus_per_node = agreed("gpus_per_node", lambda f, et: _Attrs(et.metadata.attr, str(f), "GlobalMetadata")
-                               .int(M_GPUS_PER_NODE, n_ranks))
+        recorded = agreed("gpus_per_node", lambda f, et: _Attrs(et.metadata.attr, str(f), "GlobalMetadata")
+                          .int(M_GPUS_PER_NODE))
+        gpus_per_node = _trace_gpus_per_node(recorded, n_ranks, node_gpus, first)
     if not isinstance(gpus_per_node, int) or gpus_per_node < 1 or n_ranks % gpus_per_node:
         raise SpecError(first, "gpus_per_node", f"{gpus_per_node!r} does not divide the {n_ranks} ranks")
     meta_json = meta0.str(M_META)
     try:
         meta = json.loads(meta_json) if meta_json else {}
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:
         raise SpecError(first, f"GlobalMetadata.attr[{M_META}]", f"not valid JSON: {e}") from None
     graph = Graph(nodes=n_ranks // gpus_per_node, gpus_per_node=gpus_per_node, groups=groups, programs=programs,
                   repeat=repeat, name=meta0.str(M_NAME, "chakra") or "chakra", meta=meta)
     graph.validate()
+    where = str(prefix or files[0].parent)
+    pair_point_to_point(graph, where)
+    check_deadlock(graph, where)
     return graph
+
+
+def _trace_gpus_per_node(recorded: int | None, n_ranks: int, node_gpus: int | None, first: str) -> int:
+    """GPUs per node of a trace run without ``--gpus-per-node`` (see :func:`import_et`)."""
+    if node_gpus is None:
+        return n_ranks if recorded is None else recorded
+    if recorded is not None:
+        if recorded > node_gpus:
+            raise SpecError(first, f"GlobalMetadata.attr[{M_GPUS_PER_NODE}]", f"the trace was recorded with "
+                            f"{recorded} GPUs per node, the topology has {node_gpus}: run it on a topology of "
+                            f"{recorded} GPUs per node, or pass --gpus-per-node to override")
+        return recorded
+    if n_ranks <= node_gpus:
+        return n_ranks
+    if n_ranks % node_gpus:
+        raise SpecError(first, "gpus_per_node", f"the trace's {n_ranks} ranks do not fill nodes of {node_gpus} "
+                        "GPUs (the topology's scale_up.gpus_per_node); pass --gpus-per-node")
+    return node_gpus
+
+
+def _check_rank_files(ets: dict[int, tuple[Path, EtFile]], files: list[Path]) -> None:
+    """The ranks of the files are ``0..N-1`` and, where the trace records its rank count, there are that many
+    (a missing rank file is an error, never a run on fewer GPUs); missing ranks are counted, not enumerated."""
+    where = str(files[0].parent)
+    recorded = {}
+    for r, (f, et) in ets.items():
+        v = _Attrs(et.metadata.attr, str(f), "GlobalMetadata").int(M_NRANKS)
+        if v is not None:
+            if v < 1:
+                raise SpecError(str(f), f"GlobalMetadata.attr[{M_NRANKS}]", f"must be >= 1, got {v}")
+            recorded[r] = v
+    if len(set(recorded.values())) > 1:
+        r0 = min(recorded)
+        r1 = min(r for r in recorded if recorded[r] != recorded[r0])
+        raise SpecError(str(ets[r1][0]), f"GlobalMetadata.attr[{M_NRANKS}]", f"says {recorded[r1]} ranks, rank "
+                        f"{r0}'s file says {recorded[r0]}")
+    expected = next(iter(recorded.values()), None)
+    count, first = missing_ranks(ets, expected)
+    if expected is not None and (count or max(ets) >= expected):
+        extra = [r for r in ets if r >= expected]
+        what = describe_missing(count, first) if count else f"rank file {min(extra)} beyond them"
+        raise SpecError(where, "", f"the trace has {expected} ranks ({M_NRANKS}) but {what}")
+    if count:
+        raise SpecError(where, "", f"ranks must be 0..N-1: {describe_missing(count, first)}")
 
 
 def _pg_name_of(n: Node) -> str:

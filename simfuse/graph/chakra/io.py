@@ -9,6 +9,7 @@ recognised by the gzip magic bytes.
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import zlib
 from collections.abc import Iterable, Iterator
@@ -54,12 +55,21 @@ def iter_frames(data: bytes, source: str = "<bytes>") -> Iterator[tuple[int, byt
 
 
 def _maybe_gunzip(data: bytes, source: str) -> bytes:
+    """``data`` decompressed when it is gzip, within the ``chakra`` limits of :mod:`simfuse.io_limits`."""
     if data[:2] != b"\x1f\x8b":
         return data
+    from ...io_limits import LIMITS, MAX_GZIP_RATIO
+
+    limit = min(LIMITS["chakra"][1], max(8 << 20, MAX_GZIP_RATIO * len(data)))
     try:
-        return gzip.decompress(data)
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as fh:
+            out = fh.read(limit + 1)
     except (OSError, EOFError, zlib.error) as e:
         raise SpecError(source, "", f"corrupt gzip stream: {e}") from None
+    if len(out) > limit:
+        raise SpecError(source, "", f"gzip stream inflates to more than {limit} bytes: refusing a decompression "
+                        "bomb")
+    return out
 
 
 def decode_et(data: bytes, source: str = "<bytes>") -> EtFile:
@@ -77,12 +87,11 @@ def decode_et(data: bytes, source: str = "<bytes>") -> EtFile:
 
 def read_et(path: str | Path) -> EtFile:
     """All messages of one ET file."""
+    from ...io_limits import read_bytes
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise SpecError(str(path), "", f"cannot read: {e.strerror or e}") from None
-    return decode_et(data, str(path))
+    # a regular file within the size limits; gzip is decompressed there (ratio capped)
+    return decode_et(read_bytes(path, "chakra", what="Chakra ET file"), str(path))
 
 
 def encode_et(metadata: GlobalMetadata, nodes: Iterable[Node]) -> bytes:

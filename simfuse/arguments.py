@@ -1,0 +1,73 @@
+"""Argument checks shared by the command line and the Python API (:mod:`simfuse.api`).
+
+Both call these functions with the same values, so a bound holds on both (a NaN size, ``nodes=10**9``, a run the
+cost guard refuses).  Errors are :class:`~simfuse.errors.SpecError` naming the argument as the caller spells it
+(``--nodes`` on the command line, ``nodes`` in Python): :data:`CLI` and :data:`API` give the spellings.
+"""
+
+from __future__ import annotations
+
+from .errors import SpecError, short_repr
+
+#: how each interface spells an argument
+CLI = {"nodes": "--nodes", "gpus_per_node": "--gpus-per-node", "size": "--size", "algorithm": "--algorithm",
+       "mode": "--mode", "workers": "--workers", "force": "--force", "op": "--op"}
+API = {k: k for k in CLI} | {"size": "size_bytes"}
+
+COLLECTIVE_MODES = ("auto", "symmetric", "full")
+
+
+def check_workers(workers, names: dict = CLI) -> None:
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or
+                                not 1 <= workers <= 1024):
+        raise SpecError("<argument>", names["workers"], f"must be an integer in 1..1024, got {short_repr(workers)}")
+
+
+def check_collective(topology, nodes, op: str, sizes: list[int], *, algorithm: str | None,
+                     gpus_per_node: int | None, mode: str, protocol: str | None = None, force: bool = False,
+                     names: dict = CLI) -> int:
+    """Everything ``simfuse collective`` checks before it simulates (nodes, the algorithm's name, the mode, GPUs
+    per node against the topology, the cost guard); returns the GPUs per node."""
+    from .checks import check_nodes, resolve_gpus_per_node
+    from .collectives import REGISTRY
+    from .guard import check_cost, estimate_collective_run
+
+    check_nodes(nodes, names["nodes"])
+    if op not in REGISTRY:
+        raise SpecError("<argument>", names["op"], f"unknown collective {short_repr(op)}; expected one of "
+                        f"{', '.join(REGISTRY)}")
+    if algorithm is not None and algorithm not in REGISTRY.get(op, {}):
+        raise SpecError("<argument>", names["algorithm"], f"unknown algorithm {short_repr(algorithm)} for {op}; "
+                        f"expected one of {', '.join(REGISTRY.get(op, {}))}")
+    if mode not in COLLECTIVE_MODES:
+        raise SpecError("<argument>", names["mode"], f"unknown mode {short_repr(mode)}; expected one of "
+                        f"{', '.join(COLLECTIVE_MODES)}")
+    g = resolve_gpus_per_node(topology, gpus_per_node, names["gpus_per_node"])
+    check_cost(estimate_collective_run(topology, op, nodes, g, sizes, mode, algorithm, protocol), force,
+               field=names["force"], command="collective")
+    return g
+
+
+def collective_size(size, names: dict = CLI) -> int:
+    """One message size in bytes (a number or ``64MiB``): finite, whole, in 0..1 PiB."""
+    from .units import parse_size_bytes
+
+    return parse_size_bytes(size, "<argument>", names["size"])
+
+
+def check_run(spec, topology, nodes, gpus_per_node, execution, *, sim_mode: str = "auto", force: bool = False,
+              names: dict = CLI):
+    """What ``simfuse run`` checks of a workload run before simulating it (nodes, GPUs per node, the cost guard,
+    every simulation of the run counted); returns ``(gpus_per_node, estimate)``."""
+    from .checks import check_nodes, resolve_gpus_per_node
+    from .guard import check_cost, estimate_run
+    from .workloads.run import scaled_spec
+
+    check_nodes(nodes, names["nodes"])
+    g = resolve_gpus_per_node(topology, gpus_per_node, names["gpus_per_node"])
+    est = check_cost(estimate_run(scaled_spec(spec, nodes, g, execution), topology, nodes, g, sim_mode, execution),
+                     force, field=names["force"])
+    return g, est
+
+
+__all__ = ["API", "CLI", "check_collective", "check_run", "check_workers", "collective_size"]

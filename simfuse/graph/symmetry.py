@@ -142,7 +142,8 @@ def node_period(node_types, unit: int = 1) -> int:
     return N
 
 
-def shift_classes(class_of_rank, nodes: int, gpus_per_node: int, node_unit: int = 1) -> np.ndarray:
+def shift_classes(class_of_rank, nodes: int, gpus_per_node: int, node_unit: int = 1,
+                  locals_by: str = "columns") -> np.ndarray:
     """Classes of ranks that see the same labels (``class_of_rank``) around them: rank ``(i, l)`` (node, local)
     and ``(i', l')`` share a class when ``i' = i (mod p)`` -- ``p`` the period of the node sequence
     (:func:`node_period`, a multiple of ``node_unit``; a node's type is its ranks' labels in local order) --
@@ -155,12 +156,19 @@ def shift_classes(class_of_rank, nodes: int, gpus_per_node: int, node_unit: int 
     locals of equal columns, applied on every node, map one onto the other.  What the relabelling does not
     preserve: orders that depend on the local offset between two ranks (a fused kernel's remote-first tile
     order visits a node's GPUs by local offset; a ring's successor is the next local index) -- those make the
-    classes an approximation, measured against full simulation in the tests.  Classes are numbered by first
-    appearance (rank order)."""
+    classes an approximation, measured against full simulation in the tests.  ``locals_by="shift"`` merges
+    locals only by a cyclic shift of the local index that maps every node's labels onto themselves (period
+    ``q``: class ``(i mod p, l mod q)``), which keeps local offsets: exact for those orders too.  Classes are
+    numbered by first appearance (rank order)."""
     c = np.asarray(class_of_rank, dtype=np.int64).reshape(nodes, gpus_per_node)
     _, node_type = np.unique(c, axis=0, return_inverse=True)
     p = node_period(node_type.reshape(-1), max(1, int(node_unit)))
-    _, col = np.unique(c[:p].T, axis=0, return_inverse=True)  # locals with the same labels on every node
+    if locals_by == "shift":
+        g = gpus_per_node
+        q = next(q for q in range(1, g + 1) if g % q == 0 and np.array_equal(c, np.roll(c, -q, axis=1)))
+        col = np.arange(g) % q
+    else:
+        _, col = np.unique(c[:p].T, axis=0, return_inverse=True)  # locals with the same labels on every node
     key = (np.arange(nodes)[:, None] % p) * gpus_per_node + col.reshape(1, -1)
     return _first_appearance(key.reshape(-1))
 
@@ -173,7 +181,8 @@ def _first_appearance(key: np.ndarray) -> np.ndarray:
     return renum[inv.reshape(-1)]
 
 
-def orbit_classes(class_of_rank, topology, nodes: int, gpus_per_node: int) -> np.ndarray | None:
+def orbit_classes(class_of_rank, topology, nodes: int, gpus_per_node: int,
+                  locals_by: str = "columns") -> np.ndarray | None:
     """:func:`shift_classes` of ``class_of_rank`` on ``topology``'s fabric, or ``None`` where the class links of
     :meth:`~simfuse.network.Fabric.set_rank_classes` cannot stand for them: a node shift by the period must map
     the fabric onto itself (its :meth:`~simfuse.network.Fabric.node_shift_unit`), and every physical link shared
@@ -187,7 +196,7 @@ def orbit_classes(class_of_rank, topology, nodes: int, gpus_per_node: int) -> np
         fabric = Fabric(topology, nodes, gpus_per_node=gpus_per_node, symmetric=True)
     except SpecError:
         return None  # no symmetric form of this fabric at this node count (partial leaves or pods)
-    cls = shift_classes(class_of_rank, nodes, gpus_per_node, fabric.node_shift_unit())
+    cls = shift_classes(class_of_rank, nodes, gpus_per_node, fabric.node_shift_unit(), locals_by)
     ranks = np.arange(nodes * gpus_per_node, dtype=np.int64)
     for fam in fabric.families.values():
         unit = np.asarray(fam.unit_of(ranks), dtype=np.int64)

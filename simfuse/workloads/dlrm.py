@@ -415,7 +415,9 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
     if n_cls > 1 and sim_mode != "full":
         from ..graph.symmetry import orbit_classes
 
-        orbit = orbit_classes(cls_of_rank, topology, nodes, g)
+        # fused kernels push to a node's GPUs by local offset (and reduce TWRW partials by it): their classes merge
+        # locals only by local shifts; the bulk exchanges of the baseline treat every local alike (equal columns)
+        orbit = orbit_classes(cls_of_rank, topology, nodes, g, "shift" if mode == "fused" else "columns")
         if orbit is not None and int(orbit.max()) + 1 > ORBIT_MAX_CLASSES:
             orbit = None
         if orbit is not None:

@@ -60,9 +60,9 @@ def _batch_args(model: str, nodes: int, g: int) -> list[str]:
     return ["--batch-per-gpu", str(max(1, math.ceil(spec.global_batch / (nodes * g))))]
 
 
-def _child_run(model: str, topology: str, nodes: int) -> dict:
+def _estimate(model: str, topology: str, nodes: int):
+    """The cost guard's estimate of the run point (what ``simfuse run`` checks before it starts)."""
     sys.path.insert(0, str(ROOT))
-    from simfuse.cli import main as cli
     from simfuse.fused.knobs import parse_execution
     from simfuse.guard import estimate_workload
     from simfuse.spec import load_topology, load_workload
@@ -75,7 +75,14 @@ def _child_run(model: str, topology: str, nodes: int) -> dict:
     if extra:
         settings["batch_per_gpu"] = int(extra[1])
     ex = parse_execution(settings)
-    est = estimate_workload(scaled_spec(load_workload(model), nodes, g, ex), topo, nodes, g, "auto", ex)
+    return estimate_workload(scaled_spec(load_workload(model), nodes, g, ex), topo, nodes, g, "auto", ex), extra, g
+
+
+def _child_run(model: str, topology: str, nodes: int) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from simfuse.cli import main as cli
+
+    est, extra, g = _estimate(model, topology, nodes)
     argv = ["run", "--model", model, "--topology", topology, "--nodes", str(nodes), *extra,
             "--set", "uncertainty=none", "--format", "json", "--force"]
     buf = io.StringIO()
@@ -92,6 +99,7 @@ def _child_run(model: str, topology: str, nodes: int) -> dict:
             "gpus": nodes * g, "batch_args": " ".join(extra), "wall_s": wall, "cpu_s": cpu,
             "peak_rss_mib": _rss_mib() + _rss_mib(resource.RUSAGE_CHILDREN), "target_s": RUN_TARGET_S,
             "guard_estimate_s": est.seconds, "guard_ratio": est.seconds / wall if wall > 0 else float("nan"),
+            "guard_ratio_cpu": est.seconds / cpu if cpu > 0 else float("nan"),
             "guard_simulated_ranks": est.simulated_ranks, "guard_events": est.events,
             "sim_mode": f.get("sim_mode"), "rank_classes": f.get("rank_classes"),
             "speedup": (modes["baseline"]["iteration_time_s"] / modes["fused"]["iteration_time_s"]
@@ -122,6 +130,27 @@ def _meets(row: dict):
     return bool(ok and 0.5 <= row["guard_ratio"] <= 2.0)
 
 
+def reestimate(path: Path) -> None:
+    """Recompute the guard columns of the run rows of ``path`` with this checkout's guard (the simulation columns
+    stay as measured); ``guard_commit`` says which guard gave them."""
+    import pandas as pd
+
+    df = pd.read_csv(path)
+    for i, row in df.iterrows():
+        if row["what"] != "run" or isinstance(row.get("error"), str):
+            continue
+        est = _estimate(str(ROOT / "models" / f"{row['model']}.yaml"),
+                        str(ROOT / "topologies" / f"{row['topology']}.yaml"), int(row["nodes"]))[0]
+        df.loc[i, "guard_estimate_s"] = est.seconds
+        df.loc[i, "guard_ratio"] = est.seconds / row["wall_s"]
+        df.loc[i, "guard_ratio_cpu"] = est.seconds / row["cpu_s"]
+        df.loc[i, "guard_simulated_ranks"] = est.simulated_ranks
+        df.loc[i, "guard_events"] = est.events
+        df.loc[i, "meets_target"] = _meets(df.loc[i].to_dict())
+        df.loc[i, "guard_commit"] = _commit()
+    df.to_csv(path, index=False)
+
+
 def _machine() -> str:
     return f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()})"
 
@@ -144,8 +173,13 @@ def main(argv=None) -> int:
     p.add_argument("--models", default=None, help="model files (default every models/*.yaml)")
     p.add_argument("--topologies", default=None, help="collective points' topologies (default every shipped one)")
     p.add_argument("--out", default=str(ROOT / "experiments/results/bench_targets.csv"))
+    p.add_argument("--reestimate", action="store_true",
+                   help="recompute the guard columns of --out's run rows with this checkout's guard, and stop")
     p.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.reestimate:
+        reestimate(Path(args.out))
+        return 0
     if args.child:
         kind, a, b, n = args.child
         row = _child_run(a, b, int(n)) if kind == "run" else _child_collective(a, b, int(n))

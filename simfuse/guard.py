@@ -17,8 +17,10 @@ The estimate (order of magnitude, documented so that users can reason about it):
   slices of one wave bound for one rank share a flow.  ``events ~ R_sim x waves + 2 x flows``.
 
 * DLRM runs also pay their flow solves (:data:`DLRM_SECONDS_PER_EVENT` per estimated event, measured) in every
-  simulation of the run (:func:`_dlrm_simulations`: the modes asked for, two candidate plans each with a planned
-  placement, the fused knob grid, the interval's runs).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
+  simulation of the run (:func:`_dlrm_simulations_by_mode`: the modes asked for, two candidate plans each with a
+  planned placement, the fused knob grid, the interval's runs), each mode with its own simulated ranks
+  (:func:`_dlrm_simulated_ranks`), and their work per rank outside the simulations
+  (:data:`DLRM_SECONDS_PER_RANK`, more with a planned placement).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
 
 A run whose estimate exceeds :data:`MAX_WG_RECORDS` workgroup records, :data:`MAX_EVENTS` events or
 :data:`MAX_SECONDS` seconds is refused with
@@ -46,6 +48,13 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: configuration, planned placement, full simulation of 16 / 32 / 64 ranks, whole `run`s of 2 + 4 simulations):
 #: 7-22 us of wall time per *estimated* event (the estimate is an upper bound, 4-8x the events that occur).
 DLRM_SECONDS_PER_EVENT = 20e-6
+#: A DLRM run's work per rank outside the simulations (placement, the planner's candidates with a planned
+#: placement, rank classes, per-rank arrays of the graph): what dominates at 16,384 nodes (131,072 ranks), where
+#: the simulations are a few classes.  Measured 2026-12-06 on the 2-core VM (CPU time of ``simfuse run`` at
+#: 16,384 nodes, ``uncertainty=none``, experiments/results/bench_targets.csv, beyond the per-event term):
+#: DLRM-DCNv2 table-wise ~47 us per rank, MLPerf DLRM-DCNv2 planned ~210 us per rank.
+DLRM_SECONDS_PER_RANK = 50e-6
+DLRM_PLANNED_SECONDS_PER_RANK = 160e-6
 #: A run estimated above this many seconds is refused (without ``force``) whatever its records and events.
 MAX_SECONDS = 1800.0
 #: A run estimated above this many seconds runs, with a note saying so and what would be cheaper.
@@ -206,6 +215,8 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
             events_m = sim_m * 2 * waves + 2 * flows_m
             flow_s += n_sims * events_m * DLRM_SECONDS_PER_EVENT
             simulated, flows, events = max(simulated, sim_m), max(flows, flows_m), max(events, events_m)
+        flow_s += ranks * (DLRM_SECONDS_PER_RANK + (DLRM_PLANNED_SECONDS_PER_RANK if spec.placement == "planned"
+                                                   and not (execution is not None and execution.plan_file) else 0.0))
         full = simulated == ranks and ranks > 1
         return CostEstimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs ({'full' if full else 'classes'})",
                             ranks, simulated, 2 * waves, 2 * waves, flows, events, flow_s)

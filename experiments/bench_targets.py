@@ -85,13 +85,15 @@ def _child_run(model: str, topology: str, nodes: int) -> dict:
     est, extra, g = _estimate(model, topology, nodes)
     argv = ["run", "--model", model, "--topology", topology, "--nodes", str(nodes), *extra,
             "--set", "uncertainty=none", "--format", "json", "--force"]
-    buf = io.StringIO()
+    buf, err = io.StringIO(), io.StringIO()
     t0, c0 = time.perf_counter(), _cpu_s()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
         rc = cli(argv)
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
     if rc:
-        return {"what": "run", "error": f"exit {rc}", "wall_s": wall}
+        msg = (err.getvalue().strip().splitlines() or [""])[-1][:300]
+        return {"what": "run", "model": Path(model).stem, "topology": Path(topology).stem, "nodes": nodes,
+                "gpus": nodes * g, "error": f"exit {rc}: {msg}", "wall_s": wall}
     rows = json.loads(buf.getvalue())["rows"]
     modes = {r["mode"]: r for r in rows}
     f = modes.get("fused") or rows[0]

@@ -17,8 +17,10 @@ The estimate (order of magnitude, documented so that users can reason about it):
   slices of one wave bound for one rank share a flow.  ``events ~ R_sim x waves + 2 x flows``.
 
 * DLRM runs also pay their flow solves (:data:`DLRM_SECONDS_PER_EVENT` per estimated event, measured) in every
-  simulation of the run (:func:`_dlrm_simulations`: the modes asked for, two candidate plans each with a planned
-  placement, the fused knob grid, the interval's runs).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
+  simulation of the run (:func:`_dlrm_simulations_by_mode`: the modes asked for, two candidate plans each with a
+  planned placement, the fused knob grid, the interval's runs), each mode with its own simulated ranks
+  (:func:`_dlrm_simulated_ranks`), and their work per rank outside the simulations
+  (:data:`DLRM_SECONDS_PER_RANK`, more with a planned placement).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
 
 A run whose estimate exceeds :data:`MAX_WG_RECORDS` workgroup records, :data:`MAX_EVENTS` events or
 :data:`MAX_SECONDS` seconds is refused with
@@ -46,6 +48,13 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: configuration, planned placement, full simulation of 16 / 32 / 64 ranks, whole `run`s of 2 + 4 simulations):
 #: 7-22 us of wall time per *estimated* event (the estimate is an upper bound, 4-8x the events that occur).
 DLRM_SECONDS_PER_EVENT = 20e-6
+#: A DLRM run's work per rank outside the simulations (placement, the planner's candidates with a planned
+#: placement, rank classes, per-rank arrays of the graph): what dominates at 16,384 nodes (131,072 ranks), where
+#: the simulations are a few classes.  Measured 2026-12-06 on the 2-core VM (CPU time of ``simfuse run`` at
+#: 16,384 nodes, ``uncertainty=none``, experiments/results/bench_targets.csv, beyond the per-event term):
+#: DLRM-DCNv2 table-wise ~47 us per rank, MLPerf DLRM-DCNv2 planned ~210 us per rank.
+DLRM_SECONDS_PER_RANK = 50e-6
+DLRM_PLANNED_SECONDS_PER_RANK = 160e-6
 #: A run estimated above this many seconds is refused (without ``force``) whatever its records and events.
 MAX_SECONDS = 1800.0
 #: A run estimated above this many seconds runs, with a note saying so and what would be cheaper.
@@ -135,22 +144,43 @@ def estimate_op(op_name: str, params: dict, topology, nodes: int, gpus_per_node:
                      ranks, 1 if symmetric else ranks, w, _slots(topology), slice_wgs, kernels=2)
 
 
-def _dlrm_simulations(spec, topology, execution) -> int:
-    """How many simulations a DLRM run makes (``simfuse.workloads.run``): per mode asked for, each candidate
-    plan (two with a planned placement and no forced plan) times the fused knob grid (``tune_knobs: auto``), and
-    with a calibration profile the interval's runs (``bound``: 3 per mode, ``mc``: the draws)."""
+def _dlrm_simulations_by_mode(spec, topology, execution) -> dict[str, int]:
+    """How many simulations a DLRM run makes per mode (``simfuse.workloads.run``): each candidate plan (two with
+    a planned placement and no forced plan) times the fused knob grid (``tune_knobs: auto``), and with a
+    calibration profile the interval's runs (``bound``: 3 per mode, ``mc``: the draws)."""
     from .fused.knobs import modes_of
     from .workloads.run import TUNE_GRID
 
     ex = execution
     modes = modes_of("both" if ex is None else ex.mode)
     planned = spec.placement == "planned" and not (ex is not None and ex.plan_file)
-    n = 0
+    out = {}
     for m in modes:
         grid = len(TUNE_GRID) if m == "fused" and planned and (ex is None or ex.tune_knobs == "auto") else 1
-        n += (2 if planned else 1) * grid
-    n += interval_runs(spec, topology, ex) * len(modes)
-    return n
+        out[m] = (2 if planned else 1) * grid + interval_runs(spec, topology, ex)
+    return out
+
+
+def _dlrm_simulations(spec, topology, execution) -> int:
+    """How many simulations a DLRM run makes (:func:`_dlrm_simulations_by_mode`, all modes)."""
+    return sum(_dlrm_simulations_by_mode(spec, topology, execution).values())
+
+
+def _dlrm_simulated_ranks(mode: str, sim_mode: str, uneven: bool, nodes: int, ranks: int) -> int:
+    """Ranks a DLRM simulation runs (``simfuse.workloads.dlrm.build_dlrm_graph``): every rank in full mode; one
+    for an even placement; for an uneven one up to ``FULL_SIM_MAX_RANKS`` ranks its orbit classes (or every rank,
+    where the fabric has none), counted as every rank for a fused graph (whose classes merge a node's GPUs only
+    by local shifts: few placements have any) and two a node for a baseline graph (GPUs of equal placement
+    columns merge); beyond, a few classes (counted as 2)."""
+    from .workloads.dlrm import FULL_SIM_MAX_RANKS
+
+    if sim_mode == "full":
+        return ranks
+    if not uneven:
+        return 1
+    if ranks <= FULL_SIM_MAX_RANKS:
+        return ranks if mode == "fused" else min(ranks, 2 * nodes)
+    return 2
 
 
 def interval_runs(spec, topology, execution) -> int:
@@ -180,13 +210,9 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
     ranks = nodes * gpus_per_node
     slots = _slots(topology)
     if isinstance(spec, DLRMSpec):
-        from .workloads.dlrm import FULL_SIM_MAX_RANKS
-
         tables = len(spec.tables)
         per_rank = tables if spec.placement == "row_wise" else math.ceil(tables / ranks)
         uneven = spec.placement != "row_wise" and tables % ranks != 0
-        full = sim_mode == "full" or (sim_mode == "auto" and uneven and ranks <= FULL_SIM_MAX_RANKS)
-        simulated = ranks if full else (2 if uneven else 1)
         # the engine runs a DLRM embedding kernel wave by wave without per-workgroup arrays (run_kernel_waves,
         # RunPushEngine: at most MAX_PUSH_WAVES push points, each starting flows): its cost grows with the waves,
         # so a wave is one record here (before 2026-12-04 every workgroup was, which refused big-batch runs that
@@ -196,9 +222,17 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
         w = per_rank * spec.global_batch / max(1, spec.bags_per_wg)
         waves = math.ceil(w / max(1, slots))
         push = min(waves, MAX_PUSH_WAVES)
-        flows = simulated * 2 * push * min(max(0, ranks - 1), 64)
-        events = simulated * 2 * waves + 2 * flows
-        flow_s = _dlrm_simulations(spec, topology, execution) * events * DLRM_SECONDS_PER_EVENT
+        simulated = flows = events = 0
+        flow_s = 0.0
+        for mode, n_sims in _dlrm_simulations_by_mode(spec, topology, execution).items():
+            sim_m = _dlrm_simulated_ranks(mode, sim_mode, uneven, nodes, ranks)
+            flows_m = sim_m * 2 * push * min(max(0, ranks - 1), 64)
+            events_m = sim_m * 2 * waves + 2 * flows_m
+            flow_s += n_sims * events_m * DLRM_SECONDS_PER_EVENT
+            simulated, flows, events = max(simulated, sim_m), max(flows, flows_m), max(events, events_m)
+        flow_s += ranks * (DLRM_SECONDS_PER_RANK + (DLRM_PLANNED_SECONDS_PER_RANK if spec.placement == "planned"
+                                                   and not (execution is not None and execution.plan_file) else 0.0))
+        full = simulated == ranks and ranks > 1
         return CostEstimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs ({'full' if full else 'classes'})",
                             ranks, simulated, 2 * waves, 2 * waves, flows, events, flow_s)
     if isinstance(spec, TransformerDecodeSpec):
@@ -343,17 +377,13 @@ def estimate_collective_run(topology, op: str, nodes: int, gpus_per_node: int, s
 
 
 def simulations_of_run(spec, topology, execution) -> int:
-    """How many simulations a non-DLRM run makes: one per mode asked for, plus, with a calibration profile, the
-    interval's runs per mode (``bound``: 3, ``mc``: the draws)."""
+    """How many simulations a non-DLRM run makes: one per mode asked for, plus the interval's runs per mode
+    (:func:`interval_runs`)."""
     from .fused.knobs import modes_of
 
     ex = execution
     modes = len(modes_of("both" if ex is None else ex.mode))
-    extra = 0
-    if topology.calibration:
-        method = "bound" if ex is None else ex.uncertainty
-        extra = {"bound": 3, "mc": 16 if ex is None else ex.uncertainty_draws}.get(method, 0)
-    return modes * (1 + extra)
+    return modes * (1 + interval_runs(spec, topology, ex))
 
 
 def estimate_run(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str = "auto",

@@ -247,7 +247,14 @@ def test_exported_chakra_graph_is_the_graph_the_run_simulated(tmp_path):
     assert main(["run", "--chakra", str(tmp_path / "et"), "--out", str(tmp_path / "b"), *common]) == 0
     a = pd.read_csv(tmp_path / "a" / "summary.csv")
     b = pd.read_csv(tmp_path / "b" / "summary.csv")
-    assert float(b.iteration_time_s.iloc[0]) == pytest.approx(float(a.iteration_time_s.iloc[0]), rel=1e-9)
+    # the run simulates orbit classes, the replay every rank: they agree to 0.03% here, not bit for bit (a known
+    # gap under the proxy's post rule, docs/design.md); the replay equals the run simulated in full
+    assert float(b.iteration_time_s.iloc[0]) == pytest.approx(float(a.iteration_time_s.iloc[0]), rel=3e-4)
+    c = tmp_path / "c"
+    assert main(["run", "--model", str(SMALL_DLRM), "--nodes", "2", "--global-batch", "1024", "--mode", "baseline",
+                 "--sim-mode", "full", "--out", str(c), *common]) == 0
+    full = pd.read_csv(c / "summary.csv")
+    assert float(b.iteration_time_s.iloc[0]) == pytest.approx(float(full.iteration_time_s.iloc[0]), rel=1e-9)
 
 
 # --- flags that were ignored or misreported (user trial, 2026-12-06) -------------------------------------------
@@ -322,7 +329,13 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
     said '~0 s' for a planned 8-node run that took minutes.  Above NOTE_SECONDS the run gets a note."""
     import dataclasses
 
-    from simfuse.guard import NOTE_SECONDS, cost_note, estimate_workload
+    from simfuse.guard import (
+        DLRM_PLANNED_SECONDS_PER_RANK,
+        DLRM_SECONDS_PER_RANK,
+        NOTE_SECONDS,
+        cost_note,
+        estimate_workload,
+    )
     from simfuse.spec import load_topology, load_workload
 
     topo = load_topology(H200)
@@ -331,13 +344,19 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
     planned = estimate_workload(spec, topo, 8, 8, execution=none)
     tw = estimate_workload(dataclasses.replace(spec, placement="table_wise"), topo, 8, 8, execution=none)
     assert planned.simulated_ranks == 64 and planned.seconds > NOTE_SECONDS
-    assert planned.extra_seconds == pytest.approx(3 * tw.extra_seconds)  # 2 + 2 x 2 simulations against 2
-    # one mode: its two plans (baseline) or two plans x two knob points (fused); bound adds 3 runs per mode
-    for mode, sims in (("baseline", 2), ("fused", 4)):
-        one = estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "none", "mode": mode}))
-        assert one.extra_seconds == pytest.approx(planned.extra_seconds * sims / 6)
+    # one mode: its two plans (baseline) or two plans x two knob points (fused); a baseline simulation runs fewer
+    # ranks (orbit classes of equal placement columns: two a node) than a fused one (every rank)
+    one = {mode: estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "none", "mode": mode}))
+           for mode in ("baseline", "fused")}
+    assert one["baseline"].simulated_ranks == 16 and one["fused"].simulated_ranks == 64
+    # beside the simulations, each run pays its work per rank once (more with a planned placement)
+    run_p = 64 * (DLRM_SECONDS_PER_RANK + DLRM_PLANNED_SECONDS_PER_RANK)
+    sims = {m: e.extra_seconds - run_p for m, e in one.items()}
+    assert planned.extra_seconds - run_p == pytest.approx(sims["baseline"] + sims["fused"])
+    per_sim = {"baseline": sims["baseline"] / 2, "fused": sims["fused"] / 4}
+    assert tw.extra_seconds - 64 * DLRM_SECONDS_PER_RANK == pytest.approx(sum(per_sim.values()))  # one per mode
     bound = estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "bound"}))
-    assert bound.extra_seconds == pytest.approx(planned.extra_seconds * 12 / 6)
+    assert bound.extra_seconds == pytest.approx(planned.extra_seconds + 3 * sum(per_sim.values()))
     assert "cheaper: --sim-mode classes" in cost_note(planned)
     assert cost_note(estimate_workload(spec, topo, 16, 8)) is None  # 128 ranks: rank classes, seconds
 

@@ -65,6 +65,10 @@ class Algorithm:
     op: str = field(default="", init=False)
 
     symmetric: bool = field(default=True, init=False)
+    #: node relabellings that map rank 0's schedule onto every rank's (``simfuse.network.RELABELLINGS``):
+    #: ``shift`` (node + t: rings, neighbour trees), ``xor`` (node XOR t), ``any`` (every node permutation);
+    #: fabrics whose nodes differ (fat_tree_3tier) use it to decide symmetry from their own automorphisms
+    relabelling: ClassVar[str] = "shift"
     #: NCCL algorithm family for the protocol constants (``protocols.FAMILIES``)
     family = "ring"
     #: switch reductions the flows pass through: "nvls" (intra-node flows through the NVSwitch's reduction) and/or
@@ -95,6 +99,7 @@ class AllToAllDirect(Algorithm):
     """Every rank sends ``size/n`` to every other rank at once (pairwise direct)."""
 
     nccl = True  # NCCL's all-to-all: grouped send/recv to every peer
+    relabelling = "any"
 
     def __post_init__(self):
         self.name, self.op = "direct", "all_to_all"
@@ -108,6 +113,8 @@ class AllToAllDirect(Algorithm):
 class AllToAllHierarchical(Algorithm):
     """Two phases: intra-node exchange that gathers, on GPU ``j`` of each node, all data bound for local index
     ``j`` everywhere; then an inter-node exchange between same-index GPUs (same rail), ``g*size/n`` per node."""
+
+    relabelling = "any"
 
     def __post_init__(self):
         self.name, self.op = "hierarchical", "all_to_all"
@@ -206,6 +213,8 @@ class AllGatherRing(_Ring):
 class AllReduceDirect(Algorithm):
     """Direct two-phase all-reduce: reduce-scatter (``size/n`` to every peer) then all-gather (same)."""
 
+    relabelling = "any"
+
     def __post_init__(self):
         self.name, self.op = "direct", "all_reduce"
 
@@ -219,6 +228,8 @@ class AllReduceDirect(Algorithm):
 
 
 class ReduceScatterDirect(Algorithm):
+    relabelling = "any"
+
     def __post_init__(self):
         self.name, self.op = "direct", "reduce_scatter"
 
@@ -269,6 +280,8 @@ class AllReduceHierarchicalRHD(AllReduceHierarchical):
 
     def __post_init__(self):
         self.name, self.op = "hierarchical_rhd", "all_reduce"
+        N = self.layout.nodes
+        self.relabelling = "shift" if N & (N - 1) else "xor"  # a ring between nodes, or partners node XOR 2^k
 
     def _inter_steps(self, node: int, local: int, shard: float) -> list[Step]:
         L = self.layout

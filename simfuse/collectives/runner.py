@@ -203,7 +203,7 @@ def simulate_group_collective(topology: TopologySpec, nodes: int, gpus_per_node:
         # bigger systems the tuner ranks candidates on the representative-rank approximation (a full simulation
         # of every candidate would dominate the run), which is also what the executor's fast path runs
         symmetric = Fabric.symmetry_problem(topology, nodes, gpus_per_node=gpus_per_node,
-                                            steps_of_rank=algo.steps) is None
+                                            steps_of_rank=algo.steps, relabelling=relabelling(algo)) is None
     fabric = Fabric(topology, nodes, gpus_per_node=gpus_per_node, symmetric=symmetric)
     sim = Simulation(seed=0, record=False)
     net = FlowNetwork(sim, fabric.capacities, fabric.names)
@@ -212,6 +212,14 @@ def simulate_group_collective(topology: TopologySpec, nodes: int, gpus_per_node:
                                           rank=group.ranks[0], record=False))
     sim.run(until=proc)
     return sim.now
+
+
+def relabelling(algo) -> str:
+    """The node relabellings ``algo``'s schedule is invariant under (:data:`simfuse.network.RELABELLINGS`); an
+    algorithm on a group is taken as ``shift`` (the group's own numbering is not the fabric's)."""
+    if hasattr(algo, "group"):
+        return "shift"
+    return getattr(algo, "relabelling", "shift")
 
 
 def check_hardware(algo, topology) -> None:
@@ -281,7 +289,8 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
     symmetric = algo.symmetric if mode == "auto" else mode == "symmetric"
     if symmetric:
         # fabrics whose nodes are not all alike (fat_tree_3tier) check the schedule itself; None elsewhere
-        problem = Fabric.symmetry_problem(topology, nodes, gpus_per_node=g, steps_of_rank=algo.steps)
+        problem = Fabric.symmetry_problem(topology, nodes, gpus_per_node=g, steps_of_rank=algo.steps,
+                                          relabelling=relabelling(algo))
         if problem is not None:
             if mode == "symmetric":
                 raise SpecError("<argument>", "mode", f"{op}:{algo.name} is not symmetric here: {problem}")

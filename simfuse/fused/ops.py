@@ -612,7 +612,10 @@ class PushKernel(FusedOp):
         dsts, sizes = self.dst_ranks[keep], self.send_bytes[keep]
         gi = ctx.topology.gpu_initiated
         relaying = self.relay_bytes is not None
-        symmetric = ctx.fabric.symmetric
+        # orbit classes (the executor's exact class mode) relay as full simulation does, at the representative of
+        # each receiver's class (``ctx.rep_of``; the identity in full simulation)
+        symmetric = ctx.fabric.symmetric and not getattr(ctx, "orbit_classes", False)
+        rep_of = getattr(ctx, "rep_of", int)
         relay_tag = f"{self.tag}:relay"
         if relaying:
             st = relay_channel(ctx.sim, self.relay_channel, env)
@@ -671,8 +674,8 @@ class PushKernel(FusedOp):
             for grp, done in rputs:
                 for d in np.asarray(grp.dsts).tolist():
                     rb = relay_of.get(int(d), 0.0) * f
-                    st["land"].setdefault(int(d), []).append(done)
-                    done.callbacks.append(lambda _ev, d=int(d), rb=rb: spawn(d, rb))
+                    st["land"].setdefault(rep_of(int(d)), []).append(done)
+                    done.callbacks.append(lambda _ev, d=rep_of(int(d)), rb=rb: spawn(d, rb))
 
         from ..engine import run_kernel
 
@@ -1078,7 +1081,10 @@ class TwrwEmbeddingPush(FusedOp):
             return env.now
         topology, g = ctx.topology, self.layout.gpus_per_node
         gi, dev = topology.gpu_initiated, topology.device
-        symmetric = ctx.fabric.symmetric
+        # a push to reducer h is credited to h's simulated stand-in: h in full simulation, the representative of
+        # h's class with orbit classes; rank 0's own state in the symmetric mode (relabelling)
+        rep_of = getattr(ctx, "rep_of", int)
+        symmetric = ctx.fabric.symmetric and not getattr(ctx, "orbit_classes", False)
         reduce_s = g * max(1, int(knobs.slice_wgs)) * self.wg_bytes / (
             dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units)
         tag = f"{self.name}:rail"
@@ -1148,7 +1154,7 @@ class TwrwEmbeddingPush(FusedOp):
             sizes = np.array([(sched.F(b[h]) - sched.F(a[h])) * self.wg_bytes for h in remote])
             for grp, ev in start_puts(ctx.net, ctx.fabric, gi, rank, dsts, sizes, self.name):
                 gd = set(np.asarray(grp.dsts).tolist())
-                entries = [(rank if symmetric else int(sched.reducers[h]), a[h], b[h]) for h in remote
+                entries = [(rank if symmetric else rep_of(int(sched.reducers[h])), a[h], b[h]) for h in remote
                            if int(sched.reducers[h]) in gd]
                 ev.callbacks.append(arrived(entries))
                 inst.register(grp, ev)

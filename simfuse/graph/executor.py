@@ -40,7 +40,14 @@ import simpy
 
 from ..collectives.exchange import BulkProtocols, ExchangeInstance
 from ..collectives.groups import GroupAlgorithms, Tuner
-from ..collectives.runner import FlowGroupCache, collective_process, start_groups
+from ..collectives.posting import bulk_rule
+from ..collectives.runner import (
+    FlowGroupCache,
+    ProtocolGroups,
+    collective_process,
+    protocol_cost,
+    start_groups,
+)
 from ..engine import Simulation, run_kernel
 from ..errors import SpecError
 from ..fused.knobs import FusedKnobs
@@ -82,10 +89,12 @@ class GraphResult:
 
 
 class _Ctx:
-    """What node implementations see: the simulation, fabric, network, cost model and topology."""
+    """What node implementations see: the simulation, fabric, network, cost model and topology; with orbit
+    classes (``orbit_classes``) ``rep_of(rank)``, the simulated rank standing for ``rank`` (identity otherwise)."""
 
-    def __init__(self, sim, fabric, net, cost, topology):
+    def __init__(self, sim, fabric, net, cost, topology, rep_of=int, orbit_classes: bool = False):
         self.sim, self.fabric, self.net, self.cost, self.topology = sim, fabric, net, cost, topology
+        self.rep_of, self.orbit_classes = rep_of, orbit_classes
 
 
 def _is_compute_stream(stream: str) -> bool:
@@ -140,6 +149,10 @@ class Executor:
                 raise SpecError("<graph>", "programs", f"class representative rank {missing[0]} has no program")
             self.ent_of_rank = cls
             self.members = np.bincount(cls).tolist()
+            # classes that are orbits of automorphisms of the graph and the fabric (graph.meta["orbit_classes"],
+            # e.g. :func:`simfuse.graph.symmetry.shift_classes`): collectives then run as in full simulation
+            # (:meth:`_class_collective`), and the run equals full simulation
+            self.exact_classes = bool(graph.meta.get("orbit_classes", False))
         else:
             self.sim_mode = "symmetric"
             self.fabric = Fabric(self.topology, N, gpus_per_node=g, symmetric=True)
@@ -147,6 +160,7 @@ class Executor:
             self.ent_of_rank = np.zeros(n, dtype=np.int64)
             self.members = [n]
         self.entity_of = {r: i for i, r in enumerate(self.ent_ranks)}
+        self.exact_classes = getattr(self, "exact_classes", False)
 
     # -- run ------------------------------------------------------------------------------------------------
     def run(self) -> GraphResult:
@@ -154,13 +168,23 @@ class Executor:
         sim = Simulation(seed=self.seed, record=self.record, progress=self.progress)
         net = FlowNetwork(sim, self.fabric.capacities, self.fabric.names, record_usage=self.record_usage)
         self.sim, self.net, self.env = sim, net, sim.env
-        self.ctx = _Ctx(sim, self.fabric, net, self.cost, self.topology)
+        orbit = self.sim_mode == "classes" and self.exact_classes
+        if orbit:
+            reps, ent = self.ent_ranks, self.ent_of_rank
+
+            def rep_of(rank: int) -> int:
+                return reps[int(ent[rank])]
+        else:
+            rep_of = int
+        self.ctx = _Ctx(sim, self.fabric, net, self.cost, self.topology, rep_of, orbit)
         self._instances: dict = {}
         self._parts: dict = {}
         self._group_ranks: dict = {}
         self._p2p: dict = {}
         self._algorithms: dict = {}
         self._flow_cache = FlowGroupCache(self.fabric)
+        self._class_flow_cache = FlowGroupCache(self.fabric)
+        self._class_flow_cache.same_class = False  # classes: a flow loads its destination's class links
         # one memo of the tuner's choices for the run: collectives and bulk exchanges (direct only) share it
         self._group_algorithms = GroupAlgorithms(self.tuner, self.graph.gpus_per_node,
                                                  self.topology.collectives.channels,
@@ -311,7 +335,13 @@ class Executor:
 
         inst = yield from self._rendezvous(("coll",) + key, len(parts))
         co = self.topology.collectives
-        if symmetric:
+        if self.sim_mode == "classes" and self.exact_classes:
+            if e == parts[0]:
+                yield env.process(self._class_collective(algo, parts, nd.name))
+                inst["finished"].succeed()
+            else:
+                yield inst["finished"]
+        elif symmetric:
             yield env.process(collective_process(self.sim, self.fabric, self.net, algo, launch_s=co.launch_s,
                                                  sync_s=co.sync_s, rank=self.ent_ranks[e], name=nd.name,
                                                  groups_fn=self._flow_cache, record=self.record))
@@ -323,6 +353,65 @@ class Executor:
                 inst["finished"].succeed()
             else:
                 yield inst["finished"]
+
+    def _class_collective(self, algo, parts: list[int], label: str):
+        """simpy process: ``algo`` run by the representatives of the entities ``parts`` on class links, as full
+        simulation runs it for every rank (:func:`~simfuse.collectives.runner.collective_process`'s full mode):
+        launch gap, then each representative's step ``s`` starts once its step ``s-1`` flows are done and every
+        flow group addressed to its class in step ``s-1`` has arrived; the collective ends when every
+        representative is done, plus ``sync_s``.  Flows go to their destinations' classes (a class's receive
+        links see what its members receive).  With classes that are orbits of automorphisms of the program and
+        the fabric (``exact_classes``) each representative's flows are those of every member, relabelled, so
+        this equals full simulation."""
+        env = self.env
+        t0 = env.now
+        co = self.topology.collectives
+        cost = protocol_cost(self.fabric, algo)
+        pg = ProtocolGroups(self._class_flow_cache, cost, getattr(algo, "via", ()), per_peer=algo.op == "all_to_all",
+                            rule=bulk_rule(co), n_ranks=self.fabric.n_ranks)
+        launch_s = cost.launch_gap_s(co.launch_s)
+        if launch_s > 0:
+            yield env.timeout(launch_s)
+        reps = [self.ent_ranks[c] for c in parts]
+        groups = [[pg(r, dsts, sizes) for dsts, sizes in algo.steps(r)] for r in reps]
+        n_steps = max((len(x) for x in groups), default=0)
+        if n_steps:
+            ent = self.ent_of_rank
+            remaining: dict = {}
+            for steps in groups:
+                for s, grps in enumerate(steps):
+                    for grp in grps:
+                        k = (int(ent[grp.dsts[0]]), s)
+                        remaining[k] = remaining.get(k, 0) + 1
+            recv = {k: env.event() for k in remaining}
+
+            def arrived(k):
+                def cb(_ev):
+                    remaining[k] -= 1
+                    if remaining[k] == 0:
+                        recv[k].succeed()
+                return cb
+
+            def member(c, r, steps):
+                for s, grps in enumerate(steps):
+                    if s > 0 and (c, s - 1) in recv:
+                        yield recv[(c, s - 1)]
+                    evs = []
+                    for grp, ev in pg.start(self.net, r, grps, tag=label):  # off-node sends gated by their posts
+                        ev.callbacks.append(arrived((int(ent[grp.dsts[0]]), s)))
+                        evs.append(ev)
+                    if evs:
+                        yield simpy.AllOf(env, evs)
+                if (c, n_steps - 1) in recv:
+                    yield recv[(c, n_steps - 1)]
+
+            yield simpy.AllOf(env, [env.process(member(c, r, st)) for c, r, st in zip(parts, reps, groups,
+                                                                                       strict=True)])
+        if co.sync_s > 0:
+            yield env.timeout(co.sync_s)
+        if self.record:
+            self.sim.recorder.add("collective", label, f"gpu{reps[0]}/comm", reps[0], t0, env.now,
+                                  size_bytes=algo.size_bytes, ranks=self.fabric.n_ranks)
 
     def _exchange(self, gname, key):
         return self._instance(("x",) + key, lambda: ExchangeInstance(self.env, self._participants(gname),

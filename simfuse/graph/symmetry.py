@@ -128,3 +128,83 @@ def fold(graph: Graph, *, allow_classes: bool = False) -> Graph:
     out.programs = {r: graph.programs[r] for r in first.values()}
     out.class_of_rank = cls
     return out
+
+
+
+def node_period(node_types, unit: int = 1) -> int:
+    """Smallest multiple ``p`` of ``unit`` dividing ``len(node_types)`` with ``node_types[i] ==
+    node_types[(i + p) % N]`` for all ``i``: shifting every rank by ``p`` nodes maps the sequence onto itself."""
+    t = np.asarray(node_types)
+    N = len(t)
+    for p in range(unit, N + 1, unit):
+        if N % p == 0 and np.array_equal(t, np.roll(t, -p)):
+            return p
+    return N
+
+
+def shift_classes(class_of_rank, nodes: int, gpus_per_node: int, node_unit: int = 1,
+                  locals_by: str = "columns") -> np.ndarray:
+    """Classes of ranks that see the same labels (``class_of_rank``) around them: rank ``(i, l)`` (node, local)
+    and ``(i', l')`` share a class when ``i' = i (mod p)`` -- ``p`` the period of the node sequence
+    (:func:`node_period`, a multiple of ``node_unit``; a node's type is its ranks' labels in local order) --
+    and locals ``l`` and ``l'`` carry the same label on every node (equal columns).
+
+    Two ranks of one class then see the same labels at every node offset, on their own rail and on their own
+    node, so a program built from the labels by node offsets, rails and node-local groups (uniform and uneven
+    all-to-alls, hierarchical exchanges, collectives whose schedules are invariant under permutations of the
+    local indices) is the same program for both, relabelled: node shifts by ``p`` and a permutation of the
+    locals of equal columns, applied on every node, map one onto the other.  What the relabelling does not
+    preserve: orders that depend on the local offset between two ranks (a fused kernel's remote-first tile
+    order visits a node's GPUs by local offset; a ring's successor is the next local index) -- those make the
+    classes an approximation, measured against full simulation in the tests.  ``locals_by="shift"`` merges
+    locals only by a cyclic shift of the local index that maps every node's labels onto themselves (period
+    ``q``: class ``(i mod p, l mod q)``), which keeps local offsets: exact for those orders too.  Classes are
+    numbered by first appearance (rank order)."""
+    c = np.asarray(class_of_rank, dtype=np.int64).reshape(nodes, gpus_per_node)
+    _, node_type = np.unique(c, axis=0, return_inverse=True)
+    p = node_period(node_type.reshape(-1), max(1, int(node_unit)))
+    if locals_by == "shift":
+        g = gpus_per_node
+        q = next(q for q in range(1, g + 1) if g % q == 0 and np.array_equal(c, np.roll(c, -q, axis=1)))
+        col = np.arange(g) % q
+    else:
+        _, col = np.unique(c[:p].T, axis=0, return_inverse=True)  # locals with the same labels on every node
+    key = (np.arange(nodes)[:, None] % p) * gpus_per_node + col.reshape(1, -1)
+    return _first_appearance(key.reshape(-1))
+
+
+def _first_appearance(key: np.ndarray) -> np.ndarray:
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    renum = np.empty(len(order), dtype=np.int64)
+    renum[order] = np.arange(len(order))
+    return renum[inv.reshape(-1)]
+
+
+def orbit_classes(class_of_rank, topology, nodes: int, gpus_per_node: int,
+                  locals_by: str = "columns") -> np.ndarray | None:
+    """:func:`shift_classes` of ``class_of_rank`` on ``topology``'s fabric, or ``None`` where the class links of
+    :meth:`~simfuse.network.Fabric.set_rank_classes` cannot stand for them: a node shift by the period must map
+    the fabric onto itself (its :meth:`~simfuse.network.Fabric.node_shift_unit`), and every physical link shared
+    by several ranks (a NIC of two GPUs, a node's or a leaf's uplinks) must be shared by ranks of one class
+    only (each class gets its own share of it).  With these classes the executor runs collectives as full
+    simulation does (``graph.meta["orbit_classes"]``)."""
+    from ..errors import SpecError
+    from ..network import Fabric
+
+    try:
+        fabric = Fabric(topology, nodes, gpus_per_node=gpus_per_node, symmetric=True)
+    except SpecError:
+        return None  # no symmetric form of this fabric at this node count (partial leaves or pods)
+    cls = shift_classes(class_of_rank, nodes, gpus_per_node, fabric.node_shift_unit(), locals_by)
+    ranks = np.arange(nodes * gpus_per_node, dtype=np.int64)
+    for fam in fabric.families.values():
+        unit = np.asarray(fam.unit_of(ranks), dtype=np.int64)
+        if len(np.unique(unit)) == len(unit):
+            continue  # one rank per link
+        order = np.lexsort((cls, unit))
+        u, c = unit[order], cls[order]
+        same_unit = u[1:] == u[:-1]
+        if np.any(same_unit & (c[1:] != c[:-1])):
+            return None
+    return cls

@@ -6,6 +6,7 @@ from .fabrics import (
     INTER_SPINE,
     INTER_XRAIL,
     INTRA,
+    RELABELLINGS,
     SELF,
     Fabric,
     FlowGroupSpec,
@@ -15,4 +16,4 @@ from .fabrics import (
 from .flows import FlowNetwork, max_min_rates, progressive_fill
 
 __all__ = ['Fabric', 'FlowGroupSpec', 'FlowNetwork', 'max_min_rates', 'progressive_fill', 'SELF', 'INTRA', 'INTER', 'INTER_XRAIL',
-           'INTER_LEAF', 'INTER_SPINE', 'INTER_CORE', 'CLASS_NAMES', 'fabric_class', 'registered_fabrics']
+           'INTER_LEAF', 'INTER_SPINE', 'INTER_CORE', 'CLASS_NAMES', 'RELABELLINGS', 'fabric_class', 'registered_fabrics']

@@ -35,11 +35,14 @@ reads count once per column-equivalent table, and a calibrated kernel model also
 (the per-row terms and the slots of a narrower compiled layout; roughly +10% pooling time for a 128-column fp32
 shard priced at ``dim_h`` 64, by the review of 2026-12-03 -- not measured).
 
-Simulation modes: ``classes``: ranks with the same table load (and node composition) form a class, one
-representative per class is simulated (exact for even placements, where there is one class; see
-:meth:`~simfuse.network.Fabric.set_rank_classes` for the uneven case); ``full``: every rank is simulated on the
-physical links; ``auto`` (default): ``classes`` when exact, ``full`` for uneven placements up to
-``FULL_SIM_MAX_RANKS`` ranks, ``classes`` beyond.
+Simulation modes: ``classes``: one representative per class of alike ranks is simulated: one class for even
+placements (exact); for uneven ones the *orbit classes* (:func:`~simfuse.graph.symmetry.orbit_classes`: ranks
+that see the same placement at every node offset, on their rail and on their node) when the fabric allows them
+and there are at most ``ORBIT_MAX_CLASSES``, which the executor runs as full simulation runs every rank (exact
+up to the local order of fused pushes, measured in the tests), else the ranks with the same table load (and node
+composition), an approximation (:meth:`~simfuse.network.Fabric.set_rank_classes`); ``full``: every rank is
+simulated on the physical links; ``auto`` (default): ``classes``, except ``full`` for uneven placements without
+orbit classes up to ``FULL_SIM_MAX_RANKS`` ranks.
 """
 
 from __future__ import annotations
@@ -97,8 +100,12 @@ def _pool_work(label: str, bags: int, lookups: float, dim: int, eb: int, tables:
                       + ((("rows", rows),) if rows else ()))
 
 
-#: ``sim_mode="auto"`` simulates every rank when placement is uneven and there are at most this many ranks.
+#: ``sim_mode="auto"`` simulates every rank when placement is uneven, its orbit classes are not available and
+#: there are at most this many ranks.
 FULL_SIM_MAX_RANKS = 64
+#: uneven placements simulate one representative per orbit class (:func:`simfuse.graph.symmetry.orbit_classes`,
+#: the executor's exact class mode) when there are at most this many; else the load classes (approximate)
+ORBIT_MAX_CLASSES = 64
 
 
 @dataclass
@@ -372,9 +379,9 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
                      sim_mode: str = "auto", knobs: FusedKnobs | None = None, plan=None) -> Graph:
     """The operator graph of one training iteration (a graph builder: nodes only, no simulation).
 
-    ``sim_mode``: ``classes`` emits one program per class of alike ranks (same table load and node
-    composition); ``full`` one per rank; ``auto``: ``classes`` when there is one class (exact), ``full`` for
-    uneven placements up to ``FULL_SIM_MAX_RANKS`` ranks, ``classes`` beyond.
+    ``sim_mode``: ``classes`` emits one program per class of alike ranks (orbit classes where available, else
+    same table load and node composition; see the module docstring); ``full`` one per rank; ``auto``:
+    ``classes``, except ``full`` for uneven placements without orbit classes up to ``FULL_SIM_MAX_RANKS`` ranks.
 
     ``plan``: a :class:`~simfuse.workloads.planner.Plan` (forced or planned elsewhere); without one,
     ``placement: planned`` plans here for ``mode`` and the other placements use :func:`place_tables`.  The plan
@@ -404,8 +411,21 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         per_rank = place_tables(spec, n, topology.device.memory_bytes)
     vec = isinstance(per_rank, RankUnits)  # a planned placement: per-rank summaries without per-rank lists
     cls_of_rank, sigs = per_rank.rank_classes(g) if vec else rank_classes(per_rank, g)
-    full = sim_mode == "full" or (sim_mode == "auto" and len(sigs) > 1 and n <= FULL_SIM_MAX_RANKS)
+    n_cls = len(sigs)
+    orbit = None  # uneven placements: classes that see the same placement around them (exact), when few enough
+    if n_cls > 1 and sim_mode != "full":
+        from ..graph.symmetry import orbit_classes
+
+        # fused kernels push to a node's GPUs by local offset (and reduce TWRW partials by it): their classes merge
+        # locals only by local shifts; the bulk exchanges of the baseline treat every local alike (equal columns)
+        orbit = orbit_classes(cls_of_rank, topology, nodes, g, "shift" if mode == "fused" else "columns")
+        if orbit is not None and int(orbit.max()) + 1 > ORBIT_MAX_CLASSES:
+            orbit = None
+        if orbit is not None:
+            cls_of_rank, n_cls = orbit, int(orbit.max()) + 1
+    full = sim_mode == "full" or (sim_mode == "auto" and n_cls > 1 and orbit is None and n <= FULL_SIM_MAX_RANKS)
     graph = Graph(nodes, g, name=spec.name)
+    graph.meta["orbit_classes"] = orbit is not None
     graph.add_group(world(n))
     if full:
         ranks = list(range(n))
@@ -415,7 +435,7 @@ def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int |
         for r, c in enumerate(cls_of_rank.tolist()):
             first.setdefault(c, r)
         ranks = [first[c] for c in sorted(first)]
-    graph.meta["classes"] = len(sigs)
+    graph.meta["classes"] = n_cls
     graph.meta["fused_waves"] = 0
     graph.meta["plan"] = plan
     layout = Layout(nodes, g)

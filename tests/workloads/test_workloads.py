@@ -165,6 +165,10 @@ def test_cli_run_trace_for_layer_workloads(root, tmp_path, name):
 
 def test_auto_mode_picks_exact_or_full(root, h200):
     dcn = load_workload(root / "models/dlrm_dcnv2_tablewise.yaml")
-    assert simulate_dlrm(dcn, h200, 2, mode="baseline").sim_mode == "full"        # uneven, 16 ranks
+    # uneven, 16 ranks: the orbit classes (exact), equal to full simulation
+    auto = simulate_dlrm(dcn, h200, 2, mode="baseline")
+    assert auto.sim_mode == "classes"
+    assert auto.iteration_time_s == pytest.approx(simulate_dlrm(dcn, h200, 2, mode="baseline",
+                                                                sim_mode="full").iteration_time_s, rel=1e-9)
     assert simulate_dlrm(dcn, h200, 16, mode="baseline").sim_mode == "classes"    # uneven, 128 ranks
     assert simulate_dlrm(_small_dlrm(), h200, 1, mode="baseline").sim_mode == "classes"  # even: exact

@@ -17,6 +17,7 @@ from .base import (
     INTER_SPINE,
     INTER_XRAIL,
     INTRA,
+    RELABELLINGS,
     SELF,
     Fabric,
     FlowGroupSpec,
@@ -30,5 +31,5 @@ from .fat_tree_3tier import FatTree3TierFabric
 from .rail_optimized import RailOptimizedFabric
 
 __all__ = ["CLASS_NAMES", "INTER", "INTER_CORE", "INTER_LEAF", "INTER_SPINE", "INTER_XRAIL", "INTRA", "SELF",
-           "Fabric", "FatTree3TierFabric", "FatTreeFabric", "FlowGroupSpec", "LinkFamily", "RailOptimizedFabric",
+           "Fabric", "FatTree3TierFabric", "FatTreeFabric", "FlowGroupSpec", "LinkFamily", "RELABELLINGS", "RailOptimizedFabric",
            "fabric_class", "register_fabric", "registered_fabrics"]

@@ -49,6 +49,15 @@ INTER_CORE = 6  # fat_tree_3tier: other pod (leaf -> spine -> core -> spine -> l
 CLASS_NAMES = {SELF: "self", INTRA: "intra", INTER: "inter", INTER_XRAIL: "inter_xrail",
                INTER_LEAF: "inter_leaf", INTER_SPINE: "inter_spine", INTER_CORE: "inter_core"}
 
+#: Node relabellings a per-rank schedule can be invariant under (every rank's schedule is the image of rank 0's):
+#: ``shift``: node -> node + t (mod nodes), the meaning of a collective algorithm's ``symmetric`` flag (rings
+#: over nodes, neighbour trees); ``xor``: node -> node XOR t, nodes a power of two (recursive halving/doubling);
+#: ``any``: every permutation of the nodes (schedules that treat every other node alike: direct all-to-all,
+#: direct reduce-scatter / all-gather, the rail exchanges of the hierarchical all-to-all).  In every case the
+#: local GPU indices are relabelled as the algorithm's ``symmetric`` flag says.  ``any`` includes ``xor`` and
+#: ``shift``.
+RELABELLINGS = ("shift", "xor", "any")
+
 _REGISTRY: dict[str, type[Fabric]] = {}
 #: symmetric flow_groups with at most this many destinations group them in plain Python (same result)
 _SMALL_FLOWS = 64
@@ -194,21 +203,30 @@ class Fabric:
 
     @classmethod
     def symmetry_problem(cls, topology: TopologySpec, nodes: int, *, gpus_per_node: int | None = None,
-                         steps_of_rank=None) -> str | None:
+                         steps_of_rank=None, relabelling: str = "shift") -> str | None:
         """Why the representative-rank mode would not be exact for this run, or ``None`` when it is.
 
         ``steps_of_rank(rank) -> [(dsts, sizes_bytes), ...]`` is the per-rank schedule (a collective
         algorithm's ``steps``), whose own ``symmetric`` flag already covers node-transitive fabrics (every node
         alike, as fat_tree and rail_optimized): there this returns ``None``.  Fabrics whose nodes differ
-        (fat_tree_3tier with more than one leaf) check the schedule against the fabric.  Called on
+        (fat_tree_3tier with more than one leaf) check the schedule against the fabric.  ``relabelling`` (one
+        of :data:`RELABELLINGS`) names the node relabellings that map the schedule onto itself, so that the
+        fabric can decide from its own automorphisms without reading every rank's schedule.  Called on
         ``Fabric`` it dispatches to the topology's fabric class."""
+        if relabelling not in RELABELLINGS:
+            raise ValueError(f"unknown relabelling {relabelling!r}; expected one of {', '.join(RELABELLINGS)}")
         if cls is Fabric:
             cls = fabric_class(topology.scale_out.fabric, topology.source)
-        return cls._symmetry_problem(topology, nodes, gpus_per_node, steps_of_rank)
+        return cls._symmetry_problem(topology, nodes, gpus_per_node, steps_of_rank, relabelling)
 
     @classmethod
-    def _symmetry_problem(cls, topology, nodes, gpus_per_node, steps_of_rank) -> str | None:
+    def _symmetry_problem(cls, topology, nodes, gpus_per_node, steps_of_rank, relabelling="shift") -> str | None:
         return None
+
+    def node_shift_unit(self) -> int:
+        """The smallest node shift ``u`` such that shifting every rank by a multiple of ``u`` nodes maps this
+        fabric onto itself: 1 where every node is alike (``node_transitive``)."""
+        return 1 if self.node_transitive else self.nodes
 
     def schedule_problem(self, steps_of_rank) -> str | None:
         """Check (on a fabric of either mode) that every rank's schedule looks like rank 0's to the fabric: in

@@ -35,6 +35,10 @@ from .base import INTER_CORE, INTER_LEAF, INTER_SPINE, INTRA, SELF, Fabric, Link
 _HOPS = {INTER_LEAF: 0, INTER_SPINE: 2, INTER_CORE: 4}  # switch hops beyond the first leaf's
 
 
+def _pow2(x: int) -> bool:
+    return x >= 1 and not x & (x - 1)
+
+
 @register_fabric("fat_tree_3tier")
 class FatTree3TierFabric(Fabric):
     CLASS_TIER = {SELF: "self", INTRA: "nvlink", INTER_LEAF: "leaf", INTER_SPINE: "spine", INTER_CORE: "core"}
@@ -67,16 +71,37 @@ class FatTree3TierFabric(Fabric):
         self.node_transitive = self.n_leaves == 1
 
     @classmethod
-    def _symmetry_problem(cls, topology, nodes, gpus_per_node, steps_of_rank) -> str | None:
-        """Whole leaves and pods are needed; with more than one leaf the nodes are not all alike, so the
-        schedule (when given) must pass :meth:`Fabric.schedule_problem`."""
+    def _symmetry_problem(cls, topology, nodes, gpus_per_node, steps_of_rank, relabelling="shift") -> str | None:
+        """Whole leaves and pods are needed.  With more than one leaf, shifting nodes cyclically is no
+        automorphism (the last node of a leaf has its successor under another leaf), but these are, and each
+        group of them moves any node onto any other (transitive), so a schedule invariant under one is
+        symmetric without reading any rank's schedule:
+
+        * any permutation of the nodes within a leaf, of the leaves within a pod and of the pods (the switch
+          hierarchy is preserved): a schedule invariant under every node permutation (``relabelling="any"``);
+        * node -> node XOR t when nodes per leaf, leaves per pod and the node count are powers of two (bit
+          ``k`` of the node index then says at which tier two nodes meet): ``"xor"`` and ``"any"`` schedules.
+
+        Other schedules (``"shift"``: rings and trees over neighbouring nodes) must pass
+        :meth:`Fabric.schedule_problem`, which reads every rank's schedule and fails at the first rank whose
+        hop crosses a leaf boundary that rank 0's does not."""
         try:
             fabric = cls(topology, nodes, gpus_per_node=gpus_per_node, symmetric=True)
         except SpecError as exc:
             return exc.message
-        if fabric.node_transitive or steps_of_rank is None:
+        if fabric.node_transitive or steps_of_rank is None or relabelling == "any":
+            return None
+        if relabelling == "xor" and all(_pow2(x) for x in (fabric.nodes, fabric.nodes_per_leaf,
+                                                           fabric.leaves_per_pod)):
             return None
         return fabric.schedule_problem(steps_of_rank)
+
+    def node_shift_unit(self) -> int:
+        """Whole pods (several pods) or whole leaves (one pod): such shifts map leaves onto leaves and pods onto
+        pods (needs whole leaves and pods, as the symmetric mode does)."""
+        if self.node_transitive:
+            return 1
+        return self.nodes_per_pod if self.n_pods > 1 else self.nodes_per_leaf
 
     def leaf_of(self, rank):
         """Leaf switch index of a rank."""

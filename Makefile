@@ -27,9 +27,9 @@ $(FULL): pyproject.toml $(CORE)
 
 venv: $(FULL)
 
-# The DLRM projection: MLPerf DLRM-DCNv2 with planned sharding on H100 and H200 nodes, 8..1,024 nodes, strong
-# scaling, bands from the files' input ranges, the tornado at 128 nodes (experiments/dlrm_projection.py --demo).
-# The README's headline is the same script without --demo (weak scaling too, more draws).
+# The DLRM projection: MLPerf DLRM-DCNv2 with planned sharding on H100 and H200 nodes, 16 to 1,024 nodes, strong
+# scaling, bands from 8 draws of the files' input ranges (experiments/dlrm_projection.py --demo).  The README's
+# headline is the same script without --demo (weak scaling too, 16 draws, tornados at 128 and 1,024 nodes).
 demo: $(CORE)
 	$(PY) experiments/dlrm_projection.py --demo --out runs/demo
 

@@ -63,25 +63,70 @@ def block(directory: Path) -> str:
     return text
 
 
-def rewrite(readme: Path, text: str) -> str:
-    src = readme.read_text(encoding="utf-8")
-    if START not in src or END not in src:
-        raise SystemExit(f"{readme}: no {START} ... {END} block")
-    head, rest = src.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return head + START + "\n" + text + END + tail
+def rewrite(readme: Path, text: str, name: str = "headline", src: str | None = None) -> str:
+    """``readme``'s text with the block ``<!-- name:start -->`` ... ``<!-- name:end -->`` replaced by ``text``."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    src = readme.read_text(encoding="utf-8") if src is None else src
+    if start not in src or end not in src:
+        raise SystemExit(f"{readme}: no {start} ... {end} block")
+    head, rest = src.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return head + start + "\n" + text + end + tail
+
+
+def _md(df: pd.DataFrame, floats: dict[str, str]) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        lines.append("| " + " | ".join(format(r[c], floats[c]) if c in floats and pd.notna(r[c]) else str(r[c])
+                                      for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def results_blocks(root: Path) -> dict[str, str]:
+    """The generated blocks of docs/results.md, from the committed CSVs (a block whose CSV is absent is left
+    out)."""
+    res = root / "experiments/results"
+    out = {}
+    proj = res / "dlrm_projection"
+    if (proj / "projection.csv").exists():
+        out["headline"] = block(proj)
+        t = pd.read_csv(proj / "projection.csv")
+        t = t[["gpu", "scaling", "nodes", "global_batch", "baseline_ms", "fused_ms", "speedup", "speedup_p10",
+               "speedup_p90"]]
+        out["projection"] = _md(t, {"baseline_ms": ".3f", "fused_ms": ".3f", "speedup": ".3f",
+                                    "speedup_p10": ".3f", "speedup_p90": ".3f"})
+    wf = res / "paper_waterfall"
+    if (wf / "waterfall.csv").exists():
+        w = pd.read_csv(wf / "waterfall.csv")[["step", "label", "change", "baseline_ms", "fused_ms", "speedup",
+                                              "delta_speedup"]]
+        out["waterfall"] = _md(w, {"baseline_ms": ".3f", "fused_ms": ".3f", "speedup": ".3f",
+                                   "delta_speedup": "+.3f"})
+    if (wf / "transport_whatif.csv").exists():
+        out["transport"] = _md(pd.read_csv(wf / "transport_whatif.csv"),
+                               {"net_overhead_us": ".3f", "baseline_ms": ".3f", "fused_ms": ".3f", "speedup": ".3f"})
+    if (wf / "hugectr_fused.csv").exists():
+        out["hugectr"] = _md(pd.read_csv(wf / "hugectr_fused.csv"),
+                             {"baseline_ms": ".3f", "fused_ms": ".3f", "speedup": ".3f"})
+    return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", default=str(ROOT / "experiments/results/dlrm_projection"))
     p.add_argument("--readme", default=None)
+    p.add_argument("--results", default=None, help="docs/results.md: rewrite its generated blocks too")
     args = p.parse_args(argv)
     text = block(Path(args.dir))
-    if args.readme:
-        from simfuse.results.io import atomic_write_text
+    from simfuse.results.io import atomic_write_text
 
+    if args.readme:
         atomic_write_text(args.readme, rewrite(Path(args.readme), text))
+    if args.results:
+        src = Path(args.results).read_text(encoding="utf-8")
+        for name, body in results_blocks(ROOT).items():
+            src = rewrite(Path(args.results), body, name, src)
+        atomic_write_text(args.results, src)
     print(text, end="")
     return 0
 

@@ -139,7 +139,7 @@ def test_run_reports_each_simulation_and_its_events(monkeypatch):
     from simfuse.system import System
     from simfuse.workloads.run import simulate_workload
 
-    monkeypatch.setattr(prog, "SIMULATION_EVERY_EVENTS", 1000)
+    monkeypatch.setattr(prog, "SIMULATION_EVERY_EVENTS", 100)  # the runs make ~700 events each
     spec, system = load_workload(ROOT_MODEL), System.load(H100)
     rec = Recorder()
     res = simulate_workload(spec, system, 2, progress=rec)

@@ -33,7 +33,7 @@ def test_bad_campaign_rows_name_file_line_and_column(tmp_path, body, field, word
 def test_corrupt_gzip_and_binary_are_refused(tmp_path):
     bad = tmp_path / "c.csv.gz"
     bad.write_bytes(b"\x1f\x8b" + b"garbage")
-    with pytest.raises(SpecError, match="not a readable campaign file"):
+    with pytest.raises(SpecError, match="corrupt or truncated gzip"):
         read_campaign(bad)
     binary = tmp_path / "b.csv"
     binary.write_bytes(b"\xff\xfe\x00\x81" * 8)

@@ -1,0 +1,40 @@
+"""The README's headline table and docs/results.md's tables are exactly what experiments/headline.py makes of the
+committed CSVs (a result quoted in a doc is a result in the repository)."""
+
+import sys
+
+import pandas as pd
+
+
+def _headline(root):
+    sys.path.insert(0, str(root / "experiments"))
+    import headline
+
+    return headline
+
+
+def _block(text: str, name: str) -> str:
+    start, end = f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
+    assert start in text and end in text, name
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def test_readme_headline_is_the_committed_csv(root):
+    h = _headline(root)
+    proj = root / "experiments/results/dlrm_projection"
+    assert _block((root / "README.md").read_text(), "headline") == h.block(proj)
+    t = pd.read_csv(proj / "projection.csv")
+    # the table has every (GPU, scaling) series at every node count, with a band around each point
+    assert set(t["gpu"]) == {"H100", "H200"} and set(t["scaling"]) == {"strong", "weak"}
+    assert t.groupby(["gpu", "scaling"])["nodes"].apply(frozenset).nunique() == 1
+    assert (t["speedup_p10"] <= t["speedup_p90"]).all()
+    assert ((t["speedup"] - t["baseline_ms"] / t["fused_ms"]).abs() < 1e-9).all()
+
+
+def test_results_doc_blocks_are_the_committed_csvs(root):
+    h = _headline(root)
+    text = (root / "docs/results.md").read_text()
+    blocks = h.results_blocks(root)
+    assert {"headline", "projection", "waterfall", "transport", "hugectr"} <= set(blocks)
+    for name, body in blocks.items():
+        assert _block(text, name) == body, name

@@ -19,7 +19,8 @@ the README shows, made by experiments/headline.py).  Finished points are reused 
 simfuse sweep under DIR/<topology>__<scaling>/).  ``--demo`` is what ``make demo`` runs: strong scaling only,
 8 draws, 16 to 1,024 nodes; ``--tiny`` is the smoke configuration of the tests.  8 nodes (64 GPUs) is left out
 by default: there the fused graph has no exact rank classes and every rank is simulated (about 3.5 minutes for
-the point estimate alone on 2 cores); ``--nodes 8,...`` adds it.
+the point estimate alone on 2 cores); ``--nodes 8,...`` adds it.  Weak scaling runs at ``--weak-nodes`` (128 to
+1,024 by default): at 1,056 per GPU its smaller node counts are the slowest points to simulate.
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ def main(argv=None) -> int:
     p.add_argument("--topologies", default="h100_nvl8_ib_ndr,h200_nvl8_ib_ndr")
     p.add_argument("--scaling", default="strong,weak")
     p.add_argument("--nodes", default="16,32,64,128,256,512,1024")
+    p.add_argument("--weak-nodes", default="128,256,512,1024",
+                   help="node counts of the weak-scaling series (its small node counts run at 1,056 per GPU "
+                        "on uneven placements, the slowest points to simulate)")
     p.add_argument("--oat-nodes", default="128,1024")
     p.add_argument("--draws", type=int, default=16)
     p.add_argument("--global-batch", type=int, default=STRONG_GLOBAL_BATCH)
@@ -134,7 +138,7 @@ def main(argv=None) -> int:
     if args.tiny:
         args.model, args.topologies, args.nodes, args.oat_nodes = (str(ROOT / "models/dlrm_synthetic.yaml"),
                                                                    "h100_nvl8_ib_ndr", "1,2", "2")
-        args.draws, args.global_batch, args.batch_per_gpu = 4, 4096, 256
+        args.draws, args.global_batch, args.batch_per_gpu, args.weak_nodes = 4, 4096, 256, ""
     out = Path(args.out)
     nodes = parse_nodes(args.nodes)
     oat_nodes = [int(n) for n in args.oat_nodes.split(",") if n.strip()] if args.oat_nodes else []
@@ -144,7 +148,8 @@ def main(argv=None) -> int:
     for scaling in args.scaling.split(","):
         for topo_name in args.topologies.split(","):
             topo = ROOT / "topologies" / f"{topo_name}.yaml"
-            df = _series(model, topo, scaling, nodes, args, out)
+            series_nodes = nodes if scaling == "strong" or not args.weak_nodes else parse_nodes(args.weak_nodes)
+            df = _series(model, topo, scaling, series_nodes, args, out)
             rows += projection_rows(df, topo_name, scaling)
             for n in oat_nodes:
                 if scaling == "strong" and n in nodes:

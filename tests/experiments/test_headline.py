@@ -24,9 +24,9 @@ def test_readme_headline_is_the_committed_csv(root):
     proj = root / "experiments/results/dlrm_projection"
     assert _block((root / "README.md").read_text(), "headline") == h.block(proj)
     t = pd.read_csv(proj / "projection.csv")
-    # the table has every (GPU, scaling) series at every node count, with a band around each point
+    # both GPUs under both scalings, each GPU at the same node counts, with a band around each point
     assert set(t["gpu"]) == {"H100", "H200"} and set(t["scaling"]) == {"strong", "weak"}
-    assert t.groupby(["gpu", "scaling"])["nodes"].apply(frozenset).nunique() == 1
+    assert t.groupby(["scaling", "gpu"])["nodes"].apply(frozenset).groupby(level=0).nunique().max() == 1
     assert (t["speedup_p10"] <= t["speedup_p90"]).all()
     assert ((t["speedup"] - t["baseline_ms"] / t["fused_ms"]).abs() < 1e-9).all()
 

@@ -10,7 +10,7 @@ import time
 from ..collectives.groups import Tuner, world
 from ..errors import SpecError
 from ..fused import make_op
-from ..fused.knobs import ExecutionSpec, modes_of
+from ..fused.knobs import DTYPE_BYTES, ExecutionSpec, modes_of
 from ..graph import CollectiveNode, ComputeNode, Graph
 from ..graph.executor import Executor
 from ..spec import MoESpec, TransformerDecodeSpec
@@ -58,7 +58,7 @@ def build_moe_graph(spec: MoESpec, system, nodes: int, mode: str, *, gpus_per_no
     g = gpus_per_node or system.gpus_per_node
     n = nodes * g
     rows = spec.tokens_per_gpu * spec.top_k
-    eb = 2 if spec.dtype in ("bf16", "fp16") else 4
+    eb = DTYPE_BYTES[spec.dtype]  # fp8 dispatch tokens are 1 byte (they were counted as 4)
     sym = symmetric_ok(ex.knobs, "full" if ex.sim_mode == "full" else "auto")
     graph = Graph(nodes, g, repeat=spec.layers, name=spec.name)
     graph.add_group(world(n))

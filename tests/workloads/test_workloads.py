@@ -172,3 +172,22 @@ def test_auto_mode_picks_exact_or_full(root, h200):
                                                                 sim_mode="full").iteration_time_s, rel=1e-9)
     assert simulate_dlrm(dcn, h200, 16, mode="baseline").sim_mode == "classes"    # uneven, 128 ranks
     assert simulate_dlrm(_small_dlrm(), h200, 1, mode="baseline").sim_mode == "classes"  # even: exact
+
+
+def test_moe_dispatch_bytes_follow_the_dtype(root):
+    """The MoE dispatch All-to-All carries tokens x hidden x the dtype's bytes (fp8: 1, bf16: 2, fp32: 4)."""
+    import dataclasses
+
+    from simfuse.graph import CollectiveNode
+    from simfuse.system import System
+    from simfuse.workloads.models import build_moe_graph
+
+    spec = load_workload(root / "models/moe_layer.yaml")
+    sizes = {}
+    for dt in ("fp8", "bf16", "fp32"):
+        g = build_moe_graph(dataclasses.replace(spec, dtype=dt), System.load(root / "topologies/h100_nvl8_ib_ndr.yaml"),
+                            1, "baseline")
+        nd = next(n for rg in g.programs.values() for n in rg.nodes
+                  if isinstance(n, CollectiveNode) and n.phase == "dispatch_a2a")
+        sizes[dt] = nd.size_bytes
+    assert sizes["fp8"] * 2 == sizes["bf16"] and sizes["bf16"] * 2 == sizes["fp32"]

@@ -44,7 +44,7 @@ def one(model: Path, topo: Path, nodes: int, draws: int, sensitivity: str, worke
     ex = parse_execution({"uncertainty": "inputs", "uncertainty_draws": draws, "sensitivity": sensitivity,
                           "global_batch": gb})
     g = system.gpus_per_node
-    est = estimate_workload(scaled_spec(spec, nodes, g, ex), system.nominal, nodes, g, "auto", ex)
+    est = estimate_workload(scaled_spec(spec, nodes, g, ex), system.nominal, nodes, g, "auto", ex, workers)
     t0 = time.perf_counter()
     res = simulate_workload(spec, system, nodes, execution=ex, workers=workers)
     wall = time.perf_counter() - t0

@@ -130,11 +130,11 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--demo", action="store_true",
-                   help="make demo: strong scaling, 16, 64, 128 and 1,024 nodes, 8 draws, no tornado")
+                   help="make demo: strong scaling, 16, 128, 256, 512 and 1,024 nodes, 8 draws, no tornado")
     p.add_argument("--tiny", action="store_true", help="smoke configuration: synthetic model, 1-2 nodes")
     args = p.parse_args(argv)
     if args.demo:
-        args.scaling, args.draws, args.oat_nodes, args.nodes = "strong", 8, "", "16,64,128,1024"
+        args.scaling, args.draws, args.oat_nodes, args.nodes = "strong", 8, "", "16,128,256,512,1024"
     if args.tiny:
         args.model, args.topologies, args.nodes, args.oat_nodes = (str(ROOT / "models/dlrm_synthetic.yaml"),
                                                                    "h100_nvl8_ib_ndr", "1,2", "2")

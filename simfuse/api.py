@@ -55,7 +55,8 @@ def run(model, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mo
     spec = load_workload(model) if isinstance(model, (str, Path)) else model
     system = _system(topology)
     ex = parse_execution({**settings, "mode": mode, "sim_mode": sim_mode}, source="<api>")
-    g, _est = check_run(spec, system.topology, nodes, gpus_per_node, ex, sim_mode=sim_mode, force=force, names=API)
+    g, _est = check_run(spec, system.topology, nodes, gpus_per_node, ex, sim_mode=sim_mode, force=force, names=API,
+                        workers=workers)
     res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers)
     return pd.DataFrame(summary_rows(spec.name, system.name, nodes, nodes * g, res))
 

@@ -56,7 +56,7 @@ def collective_size(size, names: dict = CLI) -> int:
 
 
 def check_run(spec, topology, nodes, gpus_per_node, execution, *, sim_mode: str = "auto", force: bool = False,
-              names: dict = CLI):
+              names: dict = CLI, workers: int = 1):
     """What ``simfuse run`` checks of a workload run before simulating it (nodes, GPUs per node, the cost guard,
     every simulation of the run counted); returns ``(gpus_per_node, estimate)``."""
     from .checks import check_nodes, resolve_gpus_per_node
@@ -65,8 +65,8 @@ def check_run(spec, topology, nodes, gpus_per_node, execution, *, sim_mode: str 
 
     check_nodes(nodes, names["nodes"])
     g = resolve_gpus_per_node(topology, gpus_per_node, names["gpus_per_node"])
-    est = check_cost(estimate_run(scaled_spec(spec, nodes, g, execution), topology, nodes, g, sim_mode, execution),
-                     force, field=names["force"])
+    est = check_cost(estimate_run(scaled_spec(spec, nodes, g, execution), topology, nodes, g, sim_mode, execution,
+                                  workers), force, field=names["force"])
     return g, est
 
 

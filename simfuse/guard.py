@@ -202,9 +202,10 @@ def interval_runs(spec, topology, execution) -> int:
 
 
 def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str = "auto",
-                      execution=None) -> CostEstimate:
+                      execution=None, workers: int = 1) -> CostEstimate:
     """Estimate ``simfuse run`` / one ``sweep`` point of a workload spec (``execution``: the run's settings, for
-    how many simulations it makes; None: the defaults)."""
+    how many simulations it makes; None: the defaults).  ``workers``: processes the run's interval runs share
+    (they run in parallel, :mod:`~simfuse.workloads.parallel`)."""
     from .spec import DLRMSpec, LLMSpec, MoESpec, TransformerDecodeSpec
 
     ranks = nodes * gpus_per_node
@@ -224,11 +225,13 @@ def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: 
         push = min(waves, MAX_PUSH_WAVES)
         simulated = flows = events = 0
         flow_s = 0.0
+        parallel = interval_runs(spec, topology, execution)  # per mode, shared by the workers
         for mode, n_sims in _dlrm_simulations_by_mode(spec, topology, execution).items():
             sim_m = _dlrm_simulated_ranks(mode, sim_mode, uneven, nodes, ranks)
             flows_m = sim_m * 2 * push * min(max(0, ranks - 1), 64)
             events_m = sim_m * 2 * waves + 2 * flows_m
-            flow_s += n_sims * events_m * DLRM_SECONDS_PER_EVENT
+            n_wall = n_sims - parallel + parallel / max(1, min(workers, parallel or 1))
+            flow_s += n_wall * events_m * DLRM_SECONDS_PER_EVENT
             simulated, flows, events = max(simulated, sim_m), max(flows, flows_m), max(events, events_m)
         flow_s += ranks * (DLRM_SECONDS_PER_RANK + (DLRM_PLANNED_SECONDS_PER_RANK if spec.placement == "planned"
                                                    and not (execution is not None and execution.plan_file) else 0.0))
@@ -387,7 +390,7 @@ def simulations_of_run(spec, topology, execution) -> int:
 
 
 def estimate_run(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str = "auto",
-                 execution=None) -> CostEstimate:
+                 execution=None, workers: int = 1) -> CostEstimate:
     """:func:`estimate_workload` with every simulation of the run counted (``simfuse run`` / a sweep point): DLRM
     counts its own; other workloads pay :func:`simulations_of_run` simulations of at least :data:`SIM_FLOOR_S`
     (:data:`LLM_SECONDS_PER_LAYER` a layer for LLMs)."""
@@ -395,7 +398,7 @@ def estimate_run(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str =
 
     from .spec import DLRMSpec, LLMSpec
 
-    est = estimate_workload(spec, topology, nodes, gpus_per_node, sim_mode, execution)
+    est = estimate_workload(spec, topology, nodes, gpus_per_node, sim_mode, execution, workers)
     if isinstance(spec, DLRMSpec):
         return est
     per_sim = max(SIM_FLOOR_S, est.seconds)

@@ -70,7 +70,8 @@ def cmd_run(args) -> int:
         from ..arguments import check_run
 
         # nodes, GPUs per node and the cost guard: the checks simfuse.api.run makes too
-        g, est = check_run(spec, topo, nodes, args.gpus_per_node, ex, sim_mode=args.sim_mode, force=args.force)
+        g, est = check_run(spec, topo, nodes, args.gpus_per_node, ex, sim_mode=args.sim_mode, force=args.force,
+                           workers=_workers(args.workers))
         note = cost_note(est)
         if note:
             print(f"simfuse: note: {note}", file=sys.stderr)

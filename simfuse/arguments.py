@@ -65,6 +65,13 @@ def check_run(spec, topology, nodes, gpus_per_node, execution, *, sim_mode: str 
 
     check_nodes(nodes, names["nodes"])
     g = resolve_gpus_per_node(topology, gpus_per_node, names["gpus_per_node"])
+    scaled = scaled_spec(spec, nodes, g, execution)
+    from .spec import DLRMSpec
+
+    if isinstance(scaled, DLRMSpec):  # an input error is reported before any note on the run's cost
+        from .workloads.planner import check_batch_split
+
+        check_batch_split(scaled, nodes, g)
     est = check_cost(estimate_run(scaled_spec(spec, nodes, g, execution), topology, nodes, g, sim_mode, execution,
                                   workers), force, field=names["force"])
     return g, est

@@ -458,14 +458,14 @@ def estimate_graph(graph, topology, sim_mode: str = "auto") -> CostEstimate:
                         + other * GRAPH_SECONDS_PER_NODE)
 
 
-#: fit-fabric, measured on a 2-node all-reduce log (2-core dev VM): 12 / 50 / 200 distinct sizes took 18.6 / 30 /
-#: 97 s under load, 12 / 50 sizes 5.0 / 7.4 s idle.  The fit's search makes ~1,250 simulations at its (at most 12)
-#: sizes; each distinct size of the log costs ~25 more (the tuner's candidates in every refit round); each row one
+#: fit-fabric, measured on a 2-node all-reduce log (2-core dev VM, idle, 2026-12-07, NCCL's algorithm set):
+#: 12 / 50 / 200 distinct sizes took 0.92 / 2.19 / 10.3 s.  The fit's search costs ~75 simulations at its (at most
+#: 12) sizes; each distinct size of the log ~7 more (the tuner's candidates in every refit round); each row one
 #: tenth of one (the residuals; repeated sizes are memoised by the tuner).  A simulation of a small
 #: collective on the symmetric path costs about FIT_SECONDS_PER_SIMULATION (measured, 2 x 8 all-reduce); one that
 #: simulates every rank costs what its flows say (:data:`COLLECTIVE_SECONDS_PER_FLOW`).
-FIT_SEARCH_SIMULATIONS = 1250
-FIT_SIMULATIONS_PER_SIZE = 25
+FIT_SEARCH_SIMULATIONS = 75
+FIT_SIMULATIONS_PER_SIZE = 7
 FIT_SIMULATIONS_PER_ROW = 0.1
 FIT_SECONDS_PER_SIMULATION = 0.006
 

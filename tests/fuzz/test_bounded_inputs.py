@@ -133,7 +133,7 @@ CASES = [
     ("guard-collective-full-1000-nodes", lambda d: ["collective", "--topology", TOPO, "--op", "all_to_all",
                                                     "--size", "1MiB", "--mode", "full", "--nodes", "1000"],
      "cost guard"),
-    ("guard-fit-fabric-many-sizes", lambda d: _fit(d, all_reduce_log(20000)), "cost guard"),
+    ("guard-fit-fabric-many-sizes", lambda d: _fit(d, all_reduce_log(60000)), "cost guard"),  # ~50 min of fitting
     # --- tracebacks ---
     ("plan-table-superscript", lambda d: RUN + ["--plan", _plan(d, _plan_all("t\u00b2,table_wise,0\n"))],
      "unknown table"),

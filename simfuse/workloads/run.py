@@ -236,16 +236,17 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
         method, why = _interval_method(ex, spec, system)
         chosen = {m: _Chosen(getattr(r, "plan", None), getattr(r, "knobs", None), getattr(r, "tuned", False))
                   for m, r in res.items()}
-        runs_in = _interval_runs(method, spec, system, ex.uncertainty_draws, ex.seed if seed is None else seed,
-                                 oat=ex.sensitivity == "oat")
+        run_seed = ex.seed if seed is None else seed
+        design = _input_design(spec, system, ex.uncertainty_draws, run_seed, ex.sensitivity == "oat") \
+            if method == "inputs" else None
+        runs_in = _interval_runs(method, spec, system, ex.uncertainty_draws, run_seed, design)
         tasks = [(sp, s, nodes, mode, gpus_per_node, sim_mode, seed, ex, chosen) for sp, s in runs_in]
         if tasks:
             progress.begin("interval run", len(tasks))
         runs = pool.map(_interval_times, tasks, pool.parallel(len(tasks), max(r.wall_s for r in res.values())),
                         progress=progress)
     if method == "inputs":
-        _attach_input_analysis(res, spec, system, runs, ex.uncertainty_draws, ex.seed if seed is None else seed,
-                               oat=ex.sensitivity == "oat")
+        _attach_input_analysis(res, design, runs)
         runs = runs[:ex.uncertainty_draws]
     _attach_intervals(res, runs, method)
     for r in res.values():
@@ -280,9 +281,19 @@ def _input_seed(seed: int):
     return np.random.default_rng([int(seed), 0x1A7E])  # a stream of its own: the LHS never shares draws
 
 
-def _interval_runs(method: str, spec, system, draws: int, seed: int, oat: bool = True) -> list[tuple]:
-    """The (spec, system) of every run an interval makes (``inputs``: the Latin hypercube draws, each joint
-    with a residual draw where the profile has residuals, then the one-at-a-time runs at nominal residuals)."""
+def _input_design(spec, system, draws: int, seed: int, oat: bool) -> tuple[list, list, list]:
+    """``(inputs, joint draws, one-at-a-time runs)`` of ``uncertainty=inputs``, made once: the interval's runs
+    and its analysis both read them."""
+    from ..uncertainty import lhs_design, oat_design, run_inputs
+
+    inputs = run_inputs(spec, system)
+    return inputs, lhs_design(inputs, draws, _input_seed(seed)), (oat_design(inputs) if oat else [])
+
+
+def _interval_runs(method: str, spec, system, draws: int, seed: int, design=None) -> list[tuple]:
+    """The (spec, system) of every run an interval makes (``inputs``: the Latin hypercube draws of ``design``,
+    each joint with a residual draw where the profile has residuals, then the one-at-a-time runs at nominal
+    residuals)."""
     import numpy as np
 
     if method == "bound":
@@ -292,31 +303,28 @@ def _interval_runs(method: str, spec, system, draws: int, seed: int, oat: bool =
         return [(spec, system.draw(rng)) for _ in range(draws)]
     if method != "inputs":
         return []
-    from ..uncertainty import apply_values, lhs_design, oat_design, run_inputs
+    from ..uncertainty import apply_values
 
-    inputs = run_inputs(spec, system)
-    rng = _input_seed(seed)
+    _inputs, joint, one_at_a_time = design
     out = []
     resid = np.random.default_rng([int(seed), 0x2E51])
-    for values in lhs_design(inputs, draws, rng):
+    for values in joint:
         sp, sy = apply_values(spec, system, values)
         out.append((sp, sy.draw(resid) if system.has_residuals else sy))
-    for name, v in (oat_design(inputs) if oat else []):
+    for name, v in one_at_a_time:
         out.append(apply_values(spec, system, {name: v}))
     return out
 
 
-def _attach_input_analysis(res: dict, spec, system, runs: list[dict], draws: int, seed: int,
-                           oat: bool = True) -> None:
+def _attach_input_analysis(res: dict, design, runs: list[dict]) -> None:
     """An :class:`~simfuse.uncertainty.InputAnalysis` on every result (``input_analysis``) from the runs
-    :func:`_interval_runs` listed for ``inputs``."""
-    from ..uncertainty import InputAnalysis, lhs_design, oat_design, run_inputs
+    :func:`_interval_runs` made of ``design`` (:func:`_input_design`)."""
+    from ..uncertainty import InputAnalysis
 
-    inputs = run_inputs(spec, system)
-    design = lhs_design(inputs, draws, _input_seed(seed))  # the same draws (same seed) as the runs
-    lhs = [{"values": v, "times": t} for v, t in zip(design, runs[:draws], strict=True)]
-    design_oat = oat_design(inputs) if oat else []
-    one = [{"input": n, "value": v, "times": t} for (n, v), t in zip(design_oat, runs[draws:], strict=True)]
+    inputs, joint, one_at_a_time = design
+    draws = len(joint)
+    lhs = [{"values": v, "times": t} for v, t in zip(joint, runs[:draws], strict=True)]
+    one = [{"input": n, "value": v, "times": t} for (n, v), t in zip(one_at_a_time, runs[draws:], strict=True)]
     analysis = InputAnalysis(inputs, lhs, one, {m: r.iteration_time_s for m, r in res.items()})
     for r in res.values():
         r.input_analysis = analysis

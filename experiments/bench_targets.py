@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_planner import _commit  # the commit a row was measured at (one helper for both benchmarks)
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TOPOLOGY = ROOT / "topologies/h100_nvl8_ib_ndr.yaml"
 RUN_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -155,17 +157,6 @@ def reestimate(path: Path) -> None:
 
 def _machine() -> str:
     return f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()})"
-
-
-def _commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-    return sha + ("+dirty" if dirty else "")
 
 
 def main(argv=None) -> int:

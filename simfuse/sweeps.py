@@ -402,7 +402,9 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
             from .results.tornado import plot_tornado
 
             atomic_write_df(sens, inside(out, "sensitivity.csv"))
+            # one-at-a-time points where there are any, else the draws' conditional ends
             oat = sens[sens["method"] == "oat"]
+            oat = oat if len(oat) else sens[sens["method"] == "conditional"]
             if plots and len(oat):
                 sens = oat
                 show = _tornado_nodes(sorted(set(sens["nodes"])))

@@ -134,26 +134,34 @@ class InputAnalysis:
         return "speedup" if {"baseline", "fused"} <= set(self.nominal) else "iteration_time_s"
 
     def sensitivity_rows(self) -> list[dict]:
-        """One row per input, most influential first (by the one-at-a-time swing of the metric)."""
+        """One row per input, most influential first.  With one-at-a-time runs (``sensitivity=oat``) the swing is
+        the metric from the input's least to its most favourable end, the others nominal.  Without them
+        (``sensitivity=rank``) it is read off the joint draws: the mean metric of the draws in the input's lowest
+        and highest quarter (a categorical input: of each choice's draws), so every input still gets a swing and
+        a tornado bar at no extra run; the other inputs vary in those draws, so this swing is noisier and is
+        labelled ``conditional``.  ``spearman``: the rank correlation of the input with the metric over the
+        draws."""
         point = self.metric(self.nominal)
         ys = np.array([self.metric(d["times"]) for d in self.draws], dtype=float)
         rows = []
         for inp in self.inputs:
-            runs = [o for o in self.oat if o["input"] == inp.name]
-            vals = [self.metric(o["times"]) for o in runs]
-            lo_run = min(runs, key=lambda o: self.metric(o["times"])) if runs else None
-            hi_run = max(runs, key=lambda o: self.metric(o["times"])) if runs else None
             x = coded(inp, [d["values"][inp.name] for d in self.draws]) if self.draws else np.zeros(0)
+            runs = [o for o in self.oat if o["input"] == inp.name]
+            ends = [(o["value"], self.metric(o["times"])) for o in runs]
+            if not self.oat and len(ys) >= 4:
+                ends = _conditional_ends(inp, x, ys)
+            lo, hi = (min(ends, key=lambda e: e[1]), max(ends, key=lambda e: e[1])) if ends else (None, None)
+            vals = [m for _, m in ends]
             r = inp.range
             rows.append({
                 "input": inp.name, "file": inp.owner, "path": r.path, "nominal": r.nominal,
                 "range": r.describe(), "source": r.source, "metric": self.metric_name, "metric_nominal": point,
                 "metric_min": min(vals + [point]), "metric_max": max(vals + [point]),
-                "value_at_min": lo_run["value"] if lo_run and min(vals) < point else r.nominal,
-                "value_at_max": hi_run["value"] if hi_run and max(vals) > point else r.nominal,
+                "value_at_min": lo[0] if lo and lo[1] < point else r.nominal,
+                "value_at_max": hi[0] if hi and hi[1] > point else r.nominal,
                 "swing": max(vals + [point]) - min(vals + [point]),
                 "spearman": spearman(x, ys) if len(ys) else 0.0,
-                "method": "oat" if self.oat else "rank",
+                "method": "oat" if self.oat else ("conditional" if ends else "rank"),
             })
         rows.sort(key=lambda row: (-row["swing"], -abs(row["spearman"]), row["input"]))
         for i, row in enumerate(rows, 1):
@@ -170,6 +178,20 @@ class InputAnalysis:
                 row["speedup"] = self.metric(d["times"])
             out.append(row)
         return out
+
+
+def _conditional_ends(inp: Input, x: np.ndarray, ys: np.ndarray) -> list[tuple[object, float]]:
+    """``(value, mean metric)`` of the draws at each end of an input: a categorical input's choices (each with
+    draws), or a continuous input's lowest and highest quarter of draws (value: the quarter's mean input)."""
+    if inp.range.categorical:
+        return [(c, float(ys[x == i].mean())) for i, c in enumerate(inp.range.choices) if (x == i).any()]
+    order = np.argsort(x, kind="stable")
+    q = max(1, len(x) // 4)
+    out = []
+    for part in (order[:q], order[-q:]):
+        v = float(x[part].mean())
+        out.append((float(f"{v:.4g}"), float(ys[part].mean())))
+    return out
 
 
 def quantiles(values) -> dict[str, float]:

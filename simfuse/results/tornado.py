@@ -49,6 +49,8 @@ def plot_tornado(df, path: Path | str, *, group: str | None = None, title: str |
         if key is not None:
             ax.set_title(f"{group} = {key}", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(title or f"What moves the {metric} (one input at a time)", fontsize=10)
+    how = ("one input at a time" if (df.get("method", "oat") == "oat").all()
+           else "mean of the draws at each input's low and high quarter")
+    fig.suptitle(title or f"What moves the {metric} ({how})", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -633,6 +633,6 @@ def write_input_analysis(out: Path, analysis, title: str | None = None) -> list[
     atomic_write_df(pd.DataFrame(analysis.draw_rows()), out / "uncertainty_draws.csv")
     atomic_write_df(sens, out / "sensitivity.csv")
     written = [out / "uncertainty_draws.csv", out / "sensitivity.csv"]
-    if analysis.oat:  # a tornado needs the one-at-a-time runs (sensitivity=oat)
+    if len(sens) and (sens["method"] != "rank").any():  # one-at-a-time runs, or enough draws for conditional ends
         written.append(plot_tornado(sens, out / "tornado.png", title=title))
     return written

@@ -402,88 +402,161 @@ def _hier_option(ctx: _Ctx, t: int, kind: str, k: int) -> _Option:
 
 
 # ---------------------------------------------------------------------------------------------------- partitioner
+#: the per-rank loads the partitioner keeps (rows of :attr:`_Loads.rows`): compute, bytes sent and received per
+#: tier (intra / inter node), memory, and the prefetched ids received and sent per tier
+_FIELDS = ("comp", "si", "se", "ri", "re", "mem", "ki", "ke", "ksi", "kse")
+_F = {name: i for i, name in enumerate(_FIELDS)}
+
+
 class _Loads:
+    """The loads of every rank, kept once per *class* of ranks that received the same placements.
+
+    Every rank starts in one class; placing a shard on some ranks of a class splits it.  Members of a class have
+    had the same additions in the same order, so their loads are bitwise equal, and a per-rank formula evaluated
+    on a class row gives each member's value exactly: the partitioner's numbers equal those of per-rank arrays,
+    while a placement costs O(classes) instead of O(ranks) per field (131,072 ranks hold a few hundred classes).
+    ``lab[r]``: rank ``r``'s class; ``rows[:, c]``: class ``c``'s loads (:data:`_FIELDS`); ``size[c]``: its
+    ranks."""
+
     def __init__(self, ctx: _Ctx):
-        n = ctx.n
         self.ctx = ctx
-        self.comp, self.si, self.se, self.ri, self.re, self.mem = (np.zeros(n) for _ in range(6))
-        self.ki, self.ke, self.ksi, self.kse = (np.zeros(n) for _ in range(4))  # prefetched ids per tier
+        self.lab = np.zeros(ctx.n, dtype=np.int64)
+        self.rows = np.zeros((len(_FIELDS), 8))
+        self.size = np.zeros(8, dtype=np.int64)
+        self.size[0] = ctx.n
+        self.n_cls = 1
         self.dp_s = 0.0
+        self.cost_sum: float | None = None  # the summed rank costs, kept until the next _apply
+
+    def field(self, name: str) -> np.ndarray:
+        """One load per class (a view)."""
+        return self.rows[_F[name], :self.n_cls]
 
     def ids(self, ksi, kse, kri, kre):
         """The ids' bound's argument to :meth:`_Ctx.rank_cost` (None unless the ids are prefetched)."""
         return (ksi, kse, kri, kre) if self.ctx.ids == "prefetch" else None
 
+    def class_costs(self) -> np.ndarray:
+        f = self.field
+        return self.ctx.rank_cost(f("comp"), f("si"), f("se"), f("ri"), f("re"), self.dp_s,
+                                  self.ids(f("ksi"), f("kse"), f("ki"), f("ke")))
+
     def costs(self) -> np.ndarray:
-        return self.ctx.rank_cost(self.comp, self.si, self.se, self.ri, self.re, self.dp_s,
-                                  self.ids(self.ksi, self.kse, self.ki, self.ke))
+        """Every rank's cost."""
+        return self.class_costs()[self.lab]
+
+    def split(self, holders: np.ndarray, delta: np.ndarray) -> None:
+        """Add ``delta`` (one value per field) to the loads of ``holders``: a class whose ranks are all holders
+        changes in place, one with some holders gives them a new class."""
+        h_lab = self.lab[holders]
+        cls, cnt = np.unique(h_lab, return_counts=True)
+        whole = cnt == self.size[cls]
+        if whole.any():
+            self.rows[:, cls[whole]] += delta[:, None]
+        part = cls[~whole]
+        if not len(part):
+            return
+        k, c0 = len(part), self.n_cls
+        if c0 + k > self.rows.shape[1]:
+            cap = max(2 * self.rows.shape[1], c0 + k)
+            self.rows = np.concatenate([self.rows, np.zeros((len(_FIELDS), cap - self.rows.shape[1]))], axis=1)
+            self.size = np.concatenate([self.size, np.zeros(cap - len(self.size), dtype=np.int64)])
+        new_ids = np.arange(c0, c0 + k)
+        self.rows[:, new_ids] = self.rows[:, part] + delta[:, None]
+        self.size[new_ids] = cnt[~whole]
+        self.size[part] -= cnt[~whole]
+        self.n_cls = c0 + k
+        remap = np.full(c0, -1, dtype=np.int64)
+        remap[part] = new_ids
+        moved = remap[h_lab]
+        sel = moved >= 0
+        self.lab[holders[sel]] = moved[sel]
 
 
 def _try(opt: _Option, L: _Loads):
-    """Place ``opt`` against loads ``L`` (not modified): (critical cost, summed increase, holder ranks) or None."""
+    """Place ``opt`` against loads ``L`` (not modified): (critical cost, summed increase, holder ranks) or None.
+    Costs are computed per class of ranks (:class:`_Loads`) and read per rank only where ranks are chosen."""
     ctx = L.ctx
     n, g = ctx.n, ctx.g
-    ok = L.mem + opt.storage <= ctx.budget * (1 + 1e-9)
-    comp = L.comp + opt.u_comp_s
-    ri, re = L.ri + opt.u_recv_intra, L.re + opt.u_recv_inter
+    f = L.field
+    ok = f("mem") + opt.storage <= ctx.budget * (1 + 1e-9)
+    comp = f("comp") + opt.u_comp_s
+    ri, re = f("ri") + opt.u_recv_intra, f("re") + opt.u_recv_inter
     dp = L.dp_s + opt.u_dp_s
-    si, se = L.si + opt.u_send_intra, L.se + opt.u_send_inter
-    ksi, kse = L.ksi + opt.u_ids_send_intra, L.kse + opt.u_ids_send_inter
-    before = L.costs().sum()
-    base = ctx.rank_cost(comp, si, se, ri, re, dp, L.ids(ksi, kse, L.ki, L.ke))
+    si, se = f("si") + opt.u_send_intra, f("se") + opt.u_send_inter
+    ksi, kse = f("ksi") + opt.u_ids_send_intra, f("kse") + opt.u_ids_send_inter
+    if L.cost_sum is None:
+        L.cost_sum = L.costs().sum()
+    before = L.cost_sum
+    base = ctx.rank_cost(comp, si, se, ri, re, dp, L.ids(ksi, kse, f("ki"), f("ke")))
     hri, hre = ri + opt.recv_intra_holder, re + opt.recv_inter_holder  # on a holder
-    hids = L.ids(ksi, kse, L.ki + opt.ids_recv_intra_holder, L.ke + opt.ids_recv_inter_holder)
+    hids = L.ids(ksi, kse, f("ki") + opt.ids_recv_intra_holder, f("ke") + opt.ids_recv_inter_holder)
+    cand = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre, dp, hids)
+    lab = L.lab
     if opt.kind in ("row_wise", "data_parallel"):
         if not ok.all():
             return None
-        holders = np.arange(n)
-        after = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre, dp, hids)
-        return float(after.max()), float(after.sum() - before), holders
-    cand = ctx.rank_cost(comp + opt.comp_s, si + opt.send_intra, se + opt.send_inter, hri, hre, dp, hids)
+        after = cand[lab]
+        return float(after.max()), float(after.sum() - before), np.arange(n)
+    base_r = base[lab]
     if opt.kind in HIER_SHARDINGS:  # whole nodes: the k nodes whose most-loaded rank ends lowest
         N, k = ctx.N, opt.shards // g
-        node_ok = ok.reshape(N, g).all(axis=1)
+        node_ok = ok[lab].reshape(N, g).all(axis=1)
         if int(node_ok.sum()) < k:
             return None
-        node_max = np.where(node_ok, cand.reshape(N, g).max(axis=1), np.inf)
+        node_max = np.where(node_ok, cand[lab].reshape(N, g).max(axis=1), np.inf)
         if k == 1:
             sel = np.array([int(np.argmin(node_max))])
         else:  # ties to the lower node; column shard i on the i-th selected node in node order
             sel = np.sort(np.argsort(node_max, kind="stable")[:k])
         holders = (sel[:, None] * g + np.arange(g)).reshape(-1)
         crit = max(float(base.max()), float(node_max[sel].max()))
-        inc = float(base.sum() - before + (cand[holders] - base[holders]).sum())
+        inc = float(base_r.sum() - before + (cand[lab[holders]] - base_r[holders]).sum())
         return crit, inc, holders
     # table_wise / column_wise: shards one by one on the rank where the cost ends lowest
-    if int(ok.sum()) < opt.shards:
+    if int(L.size[:L.n_cls][ok].sum()) < opt.shards:
         return None
     masked = np.where(ok, cand, np.inf)
-    if opt.shards == 1:
-        holders = np.array([int(np.argmin(masked))])
-    else:
-        holders = np.argsort(masked, kind="stable")[:opt.shards]
-    crit = max(float(base.max()), float(cand[holders].max()))
-    inc = float(base.sum() - before + (cand[holders] - base[holders]).sum())
-    return crit, inc, np.sort(holders)
+    holders = _lowest_ranks(masked, L, opt.shards)
+    crit = max(float(base.max()), float(cand[lab[holders]].max()))
+    inc = float(base_r.sum() - before + (cand[lab[holders]] - base_r[holders]).sum())
+    return crit, inc, holders
+
+
+def _lowest_ranks(value: np.ndarray, L: _Loads, k: int) -> np.ndarray:
+    """The ``k`` ranks of lowest ``value`` (one per class), ties to the lower rank, in rank order: the set
+    ``np.argsort(value[L.lab], kind="stable")[:k]`` selects, found from the classes (the k-th lowest value by
+    class sizes) with two passes over the ranks instead of a sort of them."""
+    lab = L.lab
+    if k == 1:
+        return np.array([int(np.argmin(value[lab]))])
+    size = L.size[:L.n_cls]
+    order = np.argsort(value, kind="stable")
+    at = int(np.searchsorted(np.cumsum(size[order]), k))  # the class holding the k-th lowest rank
+    v = value[order[at]]
+    per_rank = value[lab]
+    less = np.flatnonzero(per_rank < v)
+    return np.sort(np.concatenate([less, np.flatnonzero(per_rank == v)[:k - len(less)]]))
+
+
+#: where each field's per-holder (``_Option`` attribute) and uniform (every rank) additions come from
+_HOLDER = {"comp": "comp_s", "re": "recv_inter_holder", "si": "send_intra", "se": "send_inter",
+           "ri": "recv_intra_holder", "mem": "storage", "ki": "ids_recv_intra_holder",
+           "ke": "ids_recv_inter_holder"}
+_UNIFORM = {"comp": "u_comp_s", "ri": "u_recv_intra", "re": "u_recv_inter", "si": "u_send_intra",
+            "se": "u_send_inter", "ksi": "u_ids_send_intra", "kse": "u_ids_send_inter"}
 
 
 def _apply(opt: _Option, holders: np.ndarray, L: _Loads) -> None:
-    L.comp += opt.u_comp_s
-    L.ri += opt.u_recv_intra
-    L.re += opt.u_recv_inter
+    """Add ``opt``'s loads: its uniform part to every rank, then its per-shard part to ``holders``."""
+    L.cost_sum = None
+    for name, attr in _UNIFORM.items():
+        L.field(name)[...] += getattr(opt, attr)
     L.dp_s += opt.u_dp_s
-    L.si += opt.u_send_intra
-    L.se += opt.u_send_inter
-    L.comp[holders] += opt.comp_s
-    L.re[holders] += opt.recv_inter_holder
-    L.si[holders] += opt.send_intra
-    L.se[holders] += opt.send_inter
-    L.ri[holders] += opt.recv_intra_holder
-    L.mem[holders] += opt.storage
-    L.ksi += opt.u_ids_send_intra
-    L.kse += opt.u_ids_send_inter
-    L.ki[holders] += opt.ids_recv_intra_holder
-    L.ke[holders] += opt.ids_recv_inter_holder
+    holders = np.asarray(holders, dtype=np.int64).reshape(-1)
+    delta = np.array([float(getattr(opt, _HOLDER[name])) if name in _HOLDER else 0.0 for name in _FIELDS])
+    if len(holders) and delta.any():
+        L.split(holders, delta)
 
 
 def _option_cost_alone(ctx: _Ctx, opt: _Option) -> float:

@@ -64,20 +64,29 @@ class Group:
         return rank in self._index_map()
 
     def shape(self, gpus_per_node: int) -> tuple[int, int] | None:
-        """``(nodes, ranks_per_node)`` if the group is regular on nodes of ``gpus_per_node`` GPUs, else None."""
+        """``(nodes, ranks_per_node)`` if the group is regular on nodes of ``gpus_per_node`` GPUs, else None:
+        node-major, every node with the same count of members in the same local order.  Kept on the group (a
+        world group of 131,072 ranks is asked once per collective of a run): one pass over the ranks, no sort."""
+        memo = self.__dict__.setdefault("_shapes", {})
+        if gpus_per_node not in memo:
+            memo[gpus_per_node] = self._regular_shape(gpus_per_node)
+        return memo[gpus_per_node]
+
+    def _regular_shape(self, gpus_per_node: int) -> tuple[int, int] | None:
         r = np.asarray(self.ranks, dtype=np.int64)
         nodes = r // gpus_per_node
-        uniq, counts = np.unique(nodes, return_counts=True)
+        step = np.diff(nodes)
+        if np.any(step < 0):  # members of a node are consecutive, nodes in increasing order
+            return None
+        bounds = np.concatenate([[0], np.flatnonzero(step) + 1, [len(r)]])
+        counts = np.diff(bounds)
         k = int(counts[0])
         if np.any(counts != k):
             return None
-        # node-major: members of a node are consecutive and in the same local order on every node
-        if np.any(np.diff(nodes) < 0):
-            return None
-        local = (r % gpus_per_node).reshape(len(uniq), k)
+        local = (r % gpus_per_node).reshape(len(counts), k)
         if np.any(local != local[0]) or np.any(np.diff(local[0]) <= 0):
             return None
-        return len(uniq), k
+        return len(counts), k
 
     def key(self, gpus_per_node: int) -> tuple:
         """What the tuner's choice depends on: the regular shape and the local indices' spacing, else the size."""

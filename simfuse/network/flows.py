@@ -87,6 +87,8 @@ class FlowNetwork:
         self._np_layouts: dict = {}  # active bundles -> their entries as arrays (the vectorised path)
         self._np_layout_entries = 0
         self._bcount: dict[int, float] = {}  # active bundle -> flows in it (sum of its groups' counts)
+        self._bc_arr = np.zeros(64)  # the same counts by bundle id (the vectorised path reads them at once)
+        self._active: tuple | None = None  # sorted active bundles, kept until a bundle joins or leaves
         self._b_entries = 0  # entries (links) of the active bundles: picks the solver without a pass over them
         self._layouts: dict = {}  # active bundles (sorted ids) -> their rate problem's layout
         self._layout_entries = 0  # entries in the kept layouts
@@ -141,6 +143,8 @@ class FlowNetwork:
                 bid = self._bundle_ids[key] = len(self._b_links)
                 self._b_links.append(links_t)
                 self._b_w.append(unitw)
+                if bid >= len(self._bc_arr):
+                    self._bc_arr = np.concatenate([self._bc_arr, np.zeros(len(self._bc_arr))])
             if raw is not None:
                 self._raw_ids[raw] = bid
         # rates are recomputed at this same instant (zero-delay wake-up) before any time passes, so the new group
@@ -207,9 +211,10 @@ class FlowNetwork:
                     self._finish_later(done[i], lat, nbytes)
                     left = bcount[b] - cnt
                     if left > 0:
-                        bcount[b] = left
+                        bcount[b] = self._bc_arr[b] = left
                     else:
                         del bcount[b]
+                        self._active = None
                         self._b_entries -= len(self._b_links[b])
                 keep = ~fin
                 self._g, self._bid, self._done = g[:, keep], self._bid[keep], done[keep]
@@ -226,10 +231,11 @@ class FlowNetwork:
                     fresh.append((sz, thr, lat, sz * cnt, cnt, b, done))
                     had = bcount.get(b)
                     if had is None:
-                        bcount[b] = cnt
+                        bcount[b] = self._bc_arr[b] = cnt
+                        self._active = None
                         self._b_entries += len(self._b_links[b])
                     else:
-                        bcount[b] = had + cnt
+                        bcount[b] = self._bc_arr[b] = had + cnt
             if fresh:
                 size_l, thr_l, lat_l, nb_l, cnt_l, bid_l, done_l = zip(*fresh, strict=True)
                 self._g = np.concatenate([self._g, np.array([size_l, thr_l, lat_l, nb_l, cnt_l])], axis=1)
@@ -258,7 +264,9 @@ class FlowNetwork:
         (unit weight x the bundle's flow count) are new.  (Solutions themselves recur for 11%: not worth their
         memory.)"""
         bcount = self._bcount
-        active = tuple(sorted(bcount))
+        active = self._active
+        if active is None:
+            active = self._active = tuple(sorted(bcount))
         if self._b_entries >= NUMPY_MIN_ENTRIES:  # (layouts are kept for the plain-Python path only below it)
             return self._compute_rates_numpy(active)
         kept = self._layouts.get(active)
@@ -319,8 +327,7 @@ class FlowNetwork:
                 self._np_layout_entries = len(e_link)
             self._np_layouts[active] = lay
         e_link, e_uw, e_group, active_idx, e_local, cap_local = lay
-        bcount = self._bcount
-        cs = np.fromiter(map(bcount.__getitem__, active), dtype=float, count=len(active))
+        cs = self._bc_arr[active_idx]
         e_w = e_uw * cs[e_group]
         rates = _fill_local(cap_local, e_group, e_local, e_w, len(active))
         if rates.min() <= 0:

@@ -98,7 +98,7 @@ def _child_run(nodes: int, model: str, topology: str, uncertainty: str, batch_pe
         raise SystemExit(f"simfuse {' '.join(argv)} exited with {rc}")
     out = {r["mode"]: r for r in json.loads(buf.getvalue())["rows"]}
     b, f = out["baseline"], out["fused"]
-    from simfuse.workloads.cli import _workers
+    from simfuse.cli.run import _workers
 
     workers = _workers(None)  # the CLI's default --workers
     # an upper bound on the peak of the whole process tree: this process plus every worker at the largest

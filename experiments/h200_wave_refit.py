@@ -41,7 +41,7 @@ def _rel(p: Path) -> str:
 
 def fit(out_cv: Path) -> None:
     from simfuse.calibrate.build import _sha256, write_yaml_atomic
-    from simfuse.calibrate.cli import print_campaign_summary
+    from simfuse.cli.calibrate import print_campaign_summary
     from simfuse.calibrate.validate import campaign_validation
     from simfuse.calibrate.wavefit import fit_campaign, read_campaign
 
@@ -70,7 +70,7 @@ def fit(out_cv: Path) -> None:
 
 
 def test(out: Path) -> None:
-    from simfuse.calibrate.cli import print_campaign_summary
+    from simfuse.cli.calibrate import print_campaign_summary
     from simfuse.calibrate.profile import load_profile
     from simfuse.calibrate.validate import campaign_validation
 

@@ -10,7 +10,7 @@ import math
 import pandas as pd
 import pytest
 
-from simfuse.calibrate.cli import add_calibrate_parser, add_validate_parser
+from simfuse.cli.calibrate import add_calibrate_parser, add_validate_parser
 from simfuse.calibrate.profile import load_profile
 from simfuse.calibrate.validate import read_measurements
 from simfuse.costs.base import KernelWork

@@ -6,7 +6,7 @@
 * :mod:`.build` -- ``simfuse calibrate``: inputs -> profile YAML;
 * :mod:`.profile` -- :func:`load_profile`, :func:`apply_to_topology`, :func:`cost_model_for`;
 * :mod:`.validate` -- ``simfuse validate``: simulated vs measured, calibration and held-out points;
-* :mod:`.cli` -- argparse wiring (:func:`add_calibrate_parser`, :func:`add_validate_parser`).
+* :mod:`simfuse.cli.calibrate` -- argparse wiring (:func:`add_calibrate_parser`, :func:`add_validate_parser`).
 """
 
 from .profile import CalibrationProfile, apply_to_topology, cost_model_for, load_profile

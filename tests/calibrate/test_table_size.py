@@ -164,7 +164,7 @@ def test_heldout_campaign_is_predicted_by_the_training_fit(tmp_path):
 
 
 def test_heldout_family_without_a_model_is_a_clear_error(tmp_path):
-    from simfuse.calibrate.cli import main
+    from simfuse.cli.calibrate import main
 
     train, held = tmp_path / "train.csv.gz", tmp_path / "held.csv.gz"
     _write(train, _gemm_rows((512, 2048, 8192), TRUE))

@@ -17,7 +17,7 @@ def cmd_run(args) -> int:
     from ..guard import check_cost, cost_note, estimate_graph
     from ..spec import load_workload
     from ..system import System
-    from .run import simulate_workload, summary_rows, write_run_outputs
+    from ..workloads.run import simulate_workload, summary_rows, write_run_outputs
 
     # every argument checked before simulating: a bad --out fails now, not after the simulation
     if args.nodes is not None:
@@ -35,7 +35,7 @@ def cmd_run(args) -> int:
         if args.model:
             raise SpecError("<argument>", "--chakra", "give either --model or --chakra, not both")
         from ..graph.chakra import import_et
-        from .run import simulate_graph
+        from ..workloads.run import simulate_graph
 
         # the topology's GPUs per node unless the trace records its own or --gpus-per-node says (issue 35)
         graph = import_et(args.chakra, gpus_per_node=args.gpus_per_node,
@@ -180,7 +180,7 @@ def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str, plan=No
     import dataclasses
 
     from ..graph.chakra import export_et
-    from .run import workload_graph
+    from ..workloads.run import workload_graph
 
     graph = workload_graph(spec, system, nodes, "baseline", gpus_per_node=g,
                            execution=dataclasses.replace(ex, sim_mode="full"), plan=plan)
@@ -210,7 +210,7 @@ def cmd_sweep(args) -> int:
     spec = load_workload(args.model)
     topo = System.load(args.topology).topology
     g = resolve_gpus_per_node(topo, args.gpus_per_node)
-    from .run import scaled_spec
+    from ..workloads.run import scaled_spec
 
     for n in nodes:  # the guard looks at every point, at its scaled batch, before the first one starts
         check_cost(estimate_run(scaled_spec(spec, n, g, ex), topo, n, g, args.sim_mode, ex), args.force)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .fabric_fit import LARGE_BYTES, calibrated_topology_yaml, fit_fabric
+from ..calibrate.fabric_fit import LARGE_BYTES, calibrated_topology_yaml, fit_fabric
 
 
 def cmd_fit_fabric(args) -> int:
@@ -14,13 +14,13 @@ def cmd_fit_fabric(args) -> int:
     from ..checks import check_out_file
     from ..results.io import atomic_write_text
     from ..system import System
-    from .nccl_tests import read_nccl_tests
+    from ..calibrate.nccl_tests import read_nccl_tests
 
     out = check_out_file(args.out)
     _check_log_sizes(args.ranks, args.nodes, "<argument>", "--ranks", "--nodes")  # before the log is read
     system = System.load(args.topology)
-    from .corpus import corpus_folder, load_corpus, topology_for_run
-    from .detect import TORCH_PROFILER
+    from ..calibrate.corpus import corpus_folder, load_corpus, topology_for_run
+    from ..calibrate.detect import TORCH_PROFILER
 
     topology = system.topology
     if corpus_folder(args.log) is not None:  # a run of the public network corpus (data/network_corpus/)
@@ -34,7 +34,7 @@ def cmd_fit_fabric(args) -> int:
         for note in assumptions:
             print(f"simfuse: note: {note}", file=sys.stderr)
     elif _format(args) == TORCH_PROFILER:  # a Kineto trace: its NCCL kernels as nccl-tests rows
-        from .kineto_nccl import read_kineto_nccl
+        from ..calibrate.kineto_nccl import read_kineto_nccl
 
         log = read_kineto_nccl(args.log, args.collective, ranks=args.ranks, nodes=args.nodes)
         for note in log.notes:
@@ -76,7 +76,7 @@ def _format(args) -> str | None:
     """The input's detected format; None for an unrecognised file when ``--ranks`` is given (read as result rows
     pasted without their header)."""
     from ..errors import TraceError
-    from .detect import detect_format
+    from ..calibrate.detect import detect_format
 
     try:
         return detect_format(args.log)

@@ -38,7 +38,7 @@ def split_knobs(sets: dict):
     """Split ``--set`` pairs into operator parameters and fused-operator knobs (validated)."""
     import dataclasses
 
-    from .knobs import FusedKnobs, parse_execution
+    from ..fused.knobs import FusedKnobs, parse_execution
 
     knob_names = {f.name for f in dataclasses.fields(FusedKnobs)}
     params = {k: v for k, v in sets.items() if k not in knob_names}
@@ -59,8 +59,8 @@ def cmd_op(args) -> int:
     from ..guard import check_cost, estimate_op
     from ..system import System
     from ..workloads.op import run_op
-    from .knobs import fused_knob_names
-    from .ops import OPS, make_op
+    from ..fused.knobs import fused_knob_names
+    from ..fused.ops import OPS, make_op
 
     check_nodes(args.nodes)
     params, knobs = split_knobs(parse_sets(args.set))
@@ -112,8 +112,8 @@ def op_help() -> str:
     docstring and its parameters with their defaults, then the fused-operator knobs (all from the code)."""
     import textwrap
 
-    from .knobs import FusedKnobs, _scalar_fields
-    from .ops import OPS
+    from ..fused.knobs import FusedKnobs, _scalar_fields
+    from ..fused.ops import OPS
 
     lines = ["operators and their parameters (--set NAME=VALUE; default in parentheses):"]
     for name in sorted(OPS):
@@ -135,7 +135,7 @@ def add_op_parser(sub) -> None:
     import argparse
 
     from ..spec.workload import LAUNCHES
-    from .ops import OPS
+    from ..fused.ops import OPS
 
     p = sub.add_parser("op", help="simulate a fused operator against its bulk-synchronous baseline",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=op_help())

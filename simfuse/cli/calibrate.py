@@ -102,7 +102,7 @@ def _fail(exc: BaseException) -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from ..checks import check_out_file
-    from .build import calibrate
+    from ..calibrate.build import calibrate
 
     if args.compute_units is not None and not 1 <= args.compute_units <= 100_000:
         return _fail(ValueError("--compute-units must be in 1..100000"))
@@ -178,7 +178,7 @@ def _calibrate_summary(out, profile: dict, skipped: list[str], warnings: list[st
 
 def _validate_campaign(args: argparse.Namespace) -> int:
     from ..progress import command_progress, ticking
-    from .validate import campaign_validation
+    from ..calibrate.validate import campaign_validation
 
     try:
         with command_progress(args, "simfuse validate") as progress, \
@@ -249,7 +249,7 @@ def _fmt_rate(x, unit: str) -> str:
 
 def _validate(args: argparse.Namespace) -> int:
     from ..checks import check_out_dir
-    from .validate import run_validation
+    from ..calibrate.validate import run_validation
 
     if args.campaign:
         return _validate_campaign(args)
@@ -311,7 +311,7 @@ def validation_lines(summary: dict, makespan: bool = False) -> list[str]:
 
 def _validate_corpus(args: argparse.Namespace) -> int:
     from ..checks import check_out_dir
-    from .validate import corpus_validation
+    from ..calibrate.validate import corpus_validation
 
     try:
         check_out_dir(args.out)

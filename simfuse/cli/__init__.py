@@ -11,20 +11,20 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import SimfuseError, SpecError, short_repr
-from .units import parse_size_bytes, seed_arg
+from ..errors import SimfuseError, SpecError, short_repr
+from ..units import parse_size_bytes, seed_arg
 
 
 def _load_topology(path: str):
-    from .spec import load_topology
+    from ..spec import load_topology
 
     return load_topology(path)
 
 
 def cmd_collective(args) -> int:
-    from .checks import check_nodes, check_out_file, size_range
-    from .collectives import REGISTRY, run_collective
-    from .system import System
+    from ..checks import check_nodes, check_out_file, size_range
+    from ..collectives import REGISTRY, run_collective
+    from ..system import System
 
     # bounds on every argument before loading or simulating anything
     check_nodes(args.nodes)
@@ -45,8 +45,8 @@ def cmd_collective(args) -> int:
     else:
         sizes = [parse_size_bytes(args.size, "<argument>", "--size")]
     topo = System.load(args.topology).topology
-    from .arguments import check_collective
-    from .guard import cost_note, estimate_collective_run
+    from ..arguments import check_collective
+    from ..guard import cost_note, estimate_collective_run
 
     g = check_collective(topo, args.nodes, args.op, sizes, algorithm=args.algorithm, gpus_per_node=args.gpus_per_node,
                          mode=args.mode, protocol=args.protocol, force=args.force)  # the API's checks too
@@ -54,7 +54,7 @@ def cmd_collective(args) -> int:
                                              args.protocol), "collective")
     if note:
         print(f"simfuse: note: {note}", file=sys.stderr)
-    from .progress import command_progress
+    from ..progress import command_progress
 
     rows = []
     with command_progress(args, "simfuse collective") as progress:
@@ -94,7 +94,7 @@ def cmd_collective(args) -> int:
 def output_units(row: dict) -> dict:
     """Output columns with unambiguous unit names (:data:`simfuse.units.OUTPUT_RENAMES`: ``*_gbps`` -> GB/s is
     written ``*_gbyte_per_s``)."""
-    from .units import OUTPUT_RENAMES
+    from ..units import OUTPUT_RENAMES
 
     return {OUTPUT_RENAMES.get(k, k): v for k, v in row.items()}
 
@@ -102,7 +102,7 @@ def output_units(row: dict) -> dict:
 def write_table(df, path: Path) -> Path:
     """Write ``df`` by extension: ``.parquet`` real Parquet (needs pyarrow: the ``parquet`` extra), anything
     else CSV; atomically."""
-    from .results.io import atomic_write_df
+    from ..results.io import atomic_write_df
 
     if path.suffix.lower() in (".parquet", ".pq"):
         try:
@@ -110,15 +110,15 @@ def write_table(df, path: Path) -> Path:
         except ImportError:
             raise SpecError("<argument>", "--out", "writing Parquet needs pyarrow: pip install 'simfuse[parquet]' "
                                                    "(or name the file .csv)") from None
-        from .results.io import atomic_write
+        from ..results.io import atomic_write
 
         return atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
     return atomic_write_df(df, path)
 
 
 def _collective_arg(value: str) -> str:
-    from .collectives import OPS
-    from .names import canonical_collective
+    from ..collectives import OPS
+    from ..names import canonical_collective
 
     try:
         name = canonical_collective(value)
@@ -130,7 +130,7 @@ def _collective_arg(value: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .collectives import OPS
+    from ..collectives import OPS
 
     p = argparse.ArgumentParser(prog="simfuse", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -162,10 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "1 s on a terminal, 10 s elsewhere)")
     c.set_defaults(func=cmd_collective)
 
-    for mod, fn in (("simfuse.fused.cli", "add_op_parser"), ("simfuse.workloads.cli", "add_run_parser"),
-                    ("simfuse.workloads.cli", "add_sweep_parser"), ("simfuse.calibrate.cli", "add_calibrate_parser"),
-                    ("simfuse.calibrate.cli", "add_validate_parser"),
-                    ("simfuse.calibrate.fabric_cli", "add_fit_fabric_parser")):
+    for mod, fn in (("simfuse.cli.op", "add_op_parser"), ("simfuse.cli.run", "add_run_parser"),
+                    ("simfuse.cli.run", "add_sweep_parser"), ("simfuse.cli.calibrate", "add_calibrate_parser"),
+                    ("simfuse.cli.calibrate", "add_validate_parser"),
+                    ("simfuse.cli.fit_fabric", "add_fit_fabric_parser")):
         try:
             module = __import__(mod, fromlist=[fn])
         except ImportError:
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        from .checks import check_finite_number
+        from ..checks import check_finite_number
 
         for name in ("factor", "seed"):  # argparse's float() accepts nan/inf and int() any size
             if isinstance(getattr(args, name, None), (int, float)):

@@ -101,8 +101,8 @@ def _fail(exc: BaseException) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from ..checks import check_out_file
     from ..calibrate.build import calibrate
+    from ..checks import check_out_file
 
     if args.compute_units is not None and not 1 <= args.compute_units <= 100_000:
         return _fail(ValueError("--compute-units must be in 1..100000"))
@@ -177,8 +177,8 @@ def _calibrate_summary(out, profile: dict, skipped: list[str], warnings: list[st
 
 
 def _validate_campaign(args: argparse.Namespace) -> int:
-    from ..progress import command_progress, ticking
     from ..calibrate.validate import campaign_validation
+    from ..progress import command_progress, ticking
 
     try:
         with command_progress(args, "simfuse validate") as progress, \
@@ -248,8 +248,8 @@ def _fmt_rate(x, unit: str) -> str:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from ..checks import check_out_dir
     from ..calibrate.validate import run_validation
+    from ..checks import check_out_dir
 
     if args.campaign:
         return _validate_campaign(args)
@@ -310,8 +310,8 @@ def validation_lines(summary: dict, makespan: bool = False) -> list[str]:
 
 
 def _validate_corpus(args: argparse.Namespace) -> int:
-    from ..checks import check_out_dir
     from ..calibrate.validate import corpus_validation
+    from ..checks import check_out_dir
 
     try:
         check_out_dir(args.out)
@@ -340,8 +340,8 @@ def _validate_corpus(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m simfuse.calibrate calibrate|validate ...``)."""
-    parser = argparse.ArgumentParser(prog="python -m simfuse.calibrate")
+    """``calibrate`` and ``validate`` alone (the same subcommands as ``simfuse calibrate|validate``)."""
+    parser = argparse.ArgumentParser(prog="simfuse")
     sub = parser.add_subparsers(dest="command", required=True)
     add_calibrate_parser(sub)
     add_validate_parser(sub)

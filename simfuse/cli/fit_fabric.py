@@ -11,10 +11,10 @@ def cmd_fit_fabric(args) -> int:
     import json
     import sys
 
+    from ..calibrate.nccl_tests import read_nccl_tests
     from ..checks import check_out_file
     from ..results.io import atomic_write_text
     from ..system import System
-    from ..calibrate.nccl_tests import read_nccl_tests
 
     out = check_out_file(args.out)
     _check_log_sizes(args.ranks, args.nodes, "<argument>", "--ranks", "--nodes")  # before the log is read
@@ -75,8 +75,8 @@ def cmd_fit_fabric(args) -> int:
 def _format(args) -> str | None:
     """The input's detected format; None for an unrecognised file when ``--ranks`` is given (read as result rows
     pasted without their header)."""
-    from ..errors import TraceError
     from ..calibrate.detect import detect_format
+    from ..errors import TraceError
 
     try:
         return detect_format(args.log)

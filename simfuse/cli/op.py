@@ -8,62 +8,19 @@ from ..errors import SpecError, short_repr
 from ..units import seed_arg
 
 
-def parse_sets(pairs: list[str]) -> dict:
-    """``key=value`` pairs; numbers become int/float (finite, magnitude <= 2**53); a key given twice is an error."""
-    from ..checks import check_finite_number
-
-    out: dict = {}
-    for pair in pairs or []:
-        if "=" not in pair:
-            raise SpecError("<argument>", "--set", f"expected key=value, got {short_repr(pair)}")
-        key, value = pair.split("=", 1)
-        key = key.strip()
-        if not key:
-            raise SpecError("<argument>", "--set", f"empty key in {short_repr(pair)}")
-        if key in out:
-            raise SpecError("<argument>", f"--set {short_repr(key)}", "given twice")
-        v: object = value.strip()
-        if len(value) <= 64:
-            for conv in (int, float):
-                try:
-                    v = conv(value)
-                    break
-                except ValueError:
-                    continue
-        out[key] = check_finite_number(v, f"--set {short_repr(key)}")
-    return out
-
-
-def split_knobs(sets: dict):
-    """Split ``--set`` pairs into operator parameters and fused-operator knobs (validated)."""
-    import dataclasses
-
-    from ..fused.knobs import FusedKnobs, parse_execution
-
-    knob_names = {f.name for f in dataclasses.fields(FusedKnobs)}
-    params = {k: v for k, v in sets.items() if k not in knob_names}
-    knobs = parse_execution({k: v for k, v in sets.items() if k in knob_names}).knobs
-    for k, v in params.items():  # operator parameters: numbers where they parse
-        for conv in (int, float):
-            try:
-                params[k] = conv(v)
-                break
-            except (TypeError, ValueError):
-                continue
-    return params, knobs
-
-
 def cmd_op(args) -> int:
+    from ..arguments import refuse_repeated_keys, split_knobs
     from ..checks import check_nodes, resolve_gpus_per_node
     from ..collectives import REGISTRY
+    from ..fused.knobs import fused_knob_names, parse_set_pairs
+    from ..fused.ops import OPS, make_op
     from ..guard import check_cost, estimate_op
     from ..system import System
     from ..workloads.op import run_op
-    from ..fused.knobs import fused_knob_names
-    from ..fused.ops import OPS, make_op
 
     check_nodes(args.nodes)
-    params, knobs = split_knobs(parse_sets(args.set))
+    refuse_repeated_keys(args.set)
+    params, knobs = split_knobs(parse_set_pairs(args.set))
     unknown = set(params) - set(OPS[args.op].defaults) if args.op in OPS else set()
     if unknown:
         raise SpecError("<argument>", "--set", f"unknown parameter {short_repr(sorted(unknown)[0])} for {args.op}; "
@@ -134,8 +91,8 @@ def op_help() -> str:
 def add_op_parser(sub) -> None:
     import argparse
 
-    from ..spec.workload import LAUNCHES
     from ..fused.ops import OPS
+    from ..spec.workload import LAUNCHES
 
     p = sub.add_parser("op", help="simulate a fused operator against its bulk-synchronous baseline",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=op_help())

@@ -41,9 +41,9 @@ def _rel(p: Path) -> str:
 
 def fit(out_cv: Path) -> None:
     from simfuse.calibrate.build import _sha256, write_yaml_atomic
-    from simfuse.cli.calibrate import print_campaign_summary
     from simfuse.calibrate.validate import campaign_validation
     from simfuse.calibrate.wavefit import fit_campaign, read_campaign
+    from simfuse.cli.calibrate import print_campaign_summary
 
     paths = [Path(_rel(CAMPAIGN_DIR / c)) for c in TRAIN]
     rows = []
@@ -70,9 +70,9 @@ def fit(out_cv: Path) -> None:
 
 
 def test(out: Path) -> None:
-    from simfuse.cli.calibrate import print_campaign_summary
-    from simfuse.calibrate.profile import load_profile
     from simfuse.calibrate.validate import campaign_validation
+    from simfuse.cli.calibrate import print_campaign_summary
+    from simfuse.profile.load import load_profile
 
     fits = [w for _, w in sorted(load_profile(PROFILE).wave_fits.items())]
     summary = campaign_validation([_rel(CAMPAIGN_DIR / c) for c in TRAIN], out, heldout=_rel(CAMPAIGN_DIR / TEST),

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from simfuse.calibrate.build import write_yaml_atomic  # noqa: E402
 from simfuse.calibrate.dense import dense_section, read_dense_samples  # noqa: E402
-from simfuse.calibrate.profile import load_profile  # noqa: E402
+from simfuse.profile.load import load_profile  # noqa: E402
 
 
 def main(argv=None) -> int:

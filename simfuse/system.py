@@ -32,7 +32,7 @@ class System:
     def from_topology(cls, topology: TopologySpec, *, calibrated: bool = True) -> System:
         """Resolve ``topology``: apply its calibration profile (if it names one and ``calibrated``)."""
         if calibrated and topology.calibration:
-            from .calibrate.profile import apply_to_topology, cost_model_for, load_profile
+            from .profile.load import apply_to_topology, cost_model_for, load_profile
 
             profile = load_profile(topology.calibration)
             return cls(apply_to_topology(topology, profile), FusedFloor(cost_model_for(topology, profile=profile)),
@@ -49,7 +49,7 @@ class System:
         """This system rebuilt from a changed file topology (an input-range draw), with the same calibration
         profile (not read again) and the same kernel launch mode."""
         if self.profile is not None:
-            from .calibrate.profile import apply_to_topology, cost_model_for
+            from .profile.load import apply_to_topology, cost_model_for
 
             inner = cost_model_for(topology, profile=self.profile)
             resolved = apply_to_topology(topology, self.profile)

@@ -16,9 +16,9 @@ import yaml
 
 from simfuse.calibrate.dense import fit_saturating, gemm_shape, read_dense_samples
 from simfuse.calibrate.kineto_nccl import read_kineto_nccl
-from simfuse.calibrate.profile import load_profile, profile_from_dict
 from simfuse.cli import main
 from simfuse.errors import SpecError
+from simfuse.profile.load import load_profile, profile_from_dict
 from simfuse.spec import load_topology, load_workload
 from simfuse.system import System
 from simfuse.workloads.dense import elementwise_work, gemm_work

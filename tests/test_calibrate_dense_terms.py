@@ -18,10 +18,10 @@ from simfuse.calibrate.dense import (
     read_dense_samples,
     select_model,
 )
-from simfuse.calibrate.profile import load_profile, profile_from_dict
 from simfuse.cli import main
 from simfuse.costs.calibrated import gemm_flop_term
 from simfuse.errors import SpecError
+from simfuse.profile.load import load_profile, profile_from_dict
 from simfuse.system import System
 from simfuse.workloads.dense import gemm_work
 

@@ -17,12 +17,12 @@ from .. import __version__
 from ..costs.analytic import PER_CU_BW_HEADROOM
 from ..costs.calibrated import occupancy_scales
 from ..errors import TraceError
+from ..profile.fit import COLLECTIVE_FACTORS, fit_alpha_beta, nnls_relative, quality
+from ..profile.load import FORMAT_VERSION, profile_from_dict
 from ._io import not_a_file
 from .detect import CAMPAIGN, HELDOUT_CSV, KERNEL_TRACE, NCCL_TESTS, TORCH_PROFILER, detect_format
-from .fit import COLLECTIVE_FACTORS, fit_alpha_beta, nnls_relative, quality
 from .kernel_trace import KernelRun, iter_kernel_runs
 from .nccl_tests import NcclTestLog, read_nccl_tests
-from .profile import FORMAT_VERSION, profile_from_dict
 from .torch_trace import OpStat, read_torch_trace
 
 #: Preferred collective for a fabric level's latency/bandwidth (the fused operators' point-to-point pattern).

@@ -1,7 +1,7 @@
 """Plausibility of a fabric fit: refuse what cannot be physical before it reaches a profile.
 
 ``simfuse calibrate`` maps each nccl-tests log onto one level's alpha-beta parameters (see
-:func:`simfuse.calibrate.build.fabric_section`, applied by :func:`simfuse.calibrate.profile.apply_to_topology`).
+:func:`simfuse.calibrate.build.fabric_section`, applied by :func:`simfuse.profile.apply_to_topology`).
 That mapping is only meaningful when the log's bus bandwidth is one link's bandwidth; for hierarchical collectives
 it is not, and the result was silently impossible (a 2-node H100 all-reduce set the NIC to 196 GB/s).  The checks
 here need no simulator internals:
@@ -124,7 +124,7 @@ def _line_rate(level: str, topology) -> tuple[float, str]:
 
 def _residual_problems(where: str, coll: str, c: dict, logs: Sequence[NcclTestLog]) -> list[str]:
     """The fit-quality rule (module doc), from the logs' rows; without logs from the profile's recorded maximum."""
-    from .fit import alpha_beta_time_s
+    from ..profile.fit import alpha_beta_time_s
 
     alpha, beta = c.get("alpha_s"), c.get("beta_bytes_per_s")
     res_large, res_all = [], []

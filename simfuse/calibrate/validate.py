@@ -22,12 +22,12 @@ import pandas as pd
 
 from ..costs.base import CostModel, KernelWork
 from ..errors import SpecError, TraceError, short_repr
+from ..profile.fit import alpha_beta_time_s
+from ..profile.load import CalibrationProfile, apply_to_topology, cost_model_for, load_profile
 from ..spec import load_topology
 from ..spec.topology import DTYPES as TOPOLOGY_DTYPES
 from ._io import GZIP_ERRORS, not_a_file, open_text
-from .fit import alpha_beta_time_s
 from .kernel_trace import format_shape, parse_shape
-from .profile import CalibrationProfile, apply_to_topology, cost_model_for, load_profile
 
 MEASUREMENT_COLUMNS = ("kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps",
                        "median_s", "p10_s", "p90_s", "flops", "bytes", "device", "date")

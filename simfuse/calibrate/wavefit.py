@@ -58,7 +58,7 @@ from ..costs.calibrated import (
     waves,
 )
 from ..errors import SpecError
-from .fit import nnls_relative
+from ..profile.fit import nnls_relative
 
 _DEV = ("dev2", "dev4", "dev8", "dev16", "cu")
 #: Per family: slot -> the options cross-validation may choose from: None = leave the slot out, a sigma kind = the

@@ -621,7 +621,7 @@ class CalibratedCostModel:
     @classmethod
     def from_profile(cls, profile, fallback: RooflineCostModel,
                      extrapolation: float | None = EXTRAPOLATION_FACTOR) -> CalibratedCostModel:
-        """Build from a :class:`simfuse.calibrate.profile.CalibrationProfile`."""
+        """Build from a :class:`simfuse.profile.CalibrationProfile`."""
         return cls(profile.kernel_fits(), fallback, profile.fused_slowdown_map(), profile.compute_units,
                    traced_ranges(profile.points), extrapolation, getattr(profile, "wave_fits", None) or {},
                    getattr(profile, "dense", None) or {})

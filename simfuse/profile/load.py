@@ -332,7 +332,7 @@ def apply_to_topology(spec: TopologySpec, profile: CalibrationProfile) -> Topolo
     latency above :data:`~simfuse.calibrate.plausibility.MAX_ALPHA_S` raise :class:`SpecError` naming the profile
     and the level (the profile was measured on other hardware, or its alpha-beta fit is not physical); within the
     tolerance the efficiency is 1."""
-    from .plausibility import MAX_ALPHA_S, per_nic_rate
+    from ..calibrate.plausibility import MAX_ALPHA_S, per_nic_rate
 
     overrides: dict[str, float | str] = {}
     if profile.kernel_launch_latency_s is not None:
@@ -357,7 +357,7 @@ def apply_to_topology(spec: TopologySpec, profile: CalibrationProfile) -> Topolo
 
 
 def _bw_overrides(src, level: str, nominal: float, fitted: float) -> dict[str, float]:
-    from .plausibility import LINE_RATE_TOLERANCE
+    from ..calibrate.plausibility import LINE_RATE_TOLERANCE
 
     if not math.isfinite(fitted):
         return {}

@@ -25,6 +25,15 @@ COLLECTIVE_FACTORS = {
     "reduce_scatter": (lambda n: float(n - 1), lambda n: (n - 1) / n),
 }
 
+#: Canonical collective name (simfuse.names) -> key of the profile format's ``fabric.<level>.collectives``.
+PROFILE_COLLECTIVE = {"all_to_all": "alltoall"}
+
+
+def profile_collective(name: str) -> str:
+    """The profile format's key for a canonical collective name (the format still spells all-to-all
+    ``alltoall``; readers accept both)."""
+    return PROFILE_COLLECTIVE.get(name, name)
+
 
 @dataclass(frozen=True)
 class FitQuality:

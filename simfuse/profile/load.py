@@ -328,11 +328,11 @@ def apply_to_topology(spec: TopologySpec, profile: CalibrationProfile) -> Topolo
       (``ranks / hosts``), which share ``min(nics_per_node, G)`` NICs.
 
     Wherever a profile is applied, a link is never raised above its line rate: a fitted rate above the topology's
-    line rate (beyond :data:`~simfuse.calibrate.plausibility.LINE_RATE_TOLERANCE`, measurement noise) and a fitted
-    latency above :data:`~simfuse.calibrate.plausibility.MAX_ALPHA_S` raise :class:`SpecError` naming the profile
+    line rate (beyond :data:`~simfuse.profile.bounds.LINE_RATE_TOLERANCE`, measurement noise) and a fitted
+    latency above :data:`~simfuse.profile.bounds.MAX_ALPHA_S` raise :class:`SpecError` naming the profile
     and the level (the profile was measured on other hardware, or its alpha-beta fit is not physical); within the
     tolerance the efficiency is 1."""
-    from ..calibrate.plausibility import MAX_ALPHA_S, per_nic_rate
+    from .bounds import MAX_ALPHA_S, per_nic_rate
 
     overrides: dict[str, float | str] = {}
     if profile.kernel_launch_latency_s is not None:
@@ -357,7 +357,7 @@ def apply_to_topology(spec: TopologySpec, profile: CalibrationProfile) -> Topolo
 
 
 def _bw_overrides(src, level: str, nominal: float, fitted: float) -> dict[str, float]:
-    from ..calibrate.plausibility import LINE_RATE_TOLERANCE
+    from .bounds import LINE_RATE_TOLERANCE
 
     if not math.isfinite(fitted):
         return {}

@@ -59,6 +59,7 @@ from ..costs.calibrated import (
 )
 from ..errors import SpecError
 from ..profile.fit import nnls_relative
+from ..units import DTYPE_BYTES
 
 _DEV = ("dev2", "dev4", "dev8", "dev16", "cu")
 #: Per family: slot -> the options cross-validation may choose from: None = leave the slot out, a sigma kind = the
@@ -260,7 +261,6 @@ def is_campaign(text_head: str) -> bool:
 SHAPE_KEY = ("kernel", "variant", "dtype", "world", "dim", "pooling", "bags", "m", "n", "k", "tokens", "bags_per_wg",
              "block_m", "block_n", "block_k", "split_k", "num_warps", "num_stages", "table_rows")
 
-_ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 def table_rows(row: dict) -> int:
@@ -273,7 +273,7 @@ def table_rows(row: dict) -> int:
     if given and float(given) > 0:
         return int(float(given))
     dim = int(float(row.get("dim") or 0))
-    eb = _ELEM_BYTES.get(str(row.get("dtype")), 4)
+    eb = DTYPE_BYTES.get(str(row.get("dtype")), 4)
     return int(min(16 * 2**20, max(2**20, 512 * 2**20 // max(1, dim * eb))))
 
 

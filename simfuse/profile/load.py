@@ -229,7 +229,7 @@ def _wave_fit(item, source: str, where: str):
 def _dense_fits(d: Fields, source: str) -> dict:
     """The ``dense:`` section (simfuse.calibrate.dense): validated fits keyed by (family, dtype)."""
     from ..costs.calibrated import DenseFit
-    from ..fused.knobs import DTYPE_BYTES
+    from ..units import DTYPE_BYTES
 
     out: dict = {}
     if not d.data:

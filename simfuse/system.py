@@ -21,12 +21,25 @@ from .spec.workload import LAUNCHES
 class System:
     """``topology``: resolved (calibration applied); ``cost``: the kernel cost model (a fused kernel's workgroup
     is never priced below the plain kernel's: :class:`~simfuse.costs.base.FusedFloor`); ``profile``: the loaded
-    calibration profile or None; ``nominal``: the topology as written in its file."""
+    calibration profile or None; ``nominal``: the topology as written in its file.
+
+    Every construction goes through :meth:`__post_init__`, which wraps a bare cost model in ``FusedFloor``: a
+    ``System`` built by hand (``System(topology, cost)``) keeps the floor too."""
 
     topology: TopologySpec
     cost: CostModel
     profile: object | None = None
     nominal: TopologySpec | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.cost, FusedFloor):
+            object.__setattr__(self, "cost", FusedFloor(self.cost))
+
+    def with_cost(self, cost: CostModel) -> System:
+        """This system with another kernel cost model (wrapped in ``FusedFloor``; the launch mode kept)."""
+        from dataclasses import replace
+
+        return replace(self, cost=FusedFloor(getattr(cost, "inner", cost))).with_launch(self.launch)
 
     @classmethod
     def from_topology(cls, topology: TopologySpec, *, calibrated: bool = True) -> System:
@@ -56,7 +69,7 @@ class System:
         else:
             resolved = topology.replace(calibration=None) if topology.calibration else topology
             inner = RooflineCostModel(resolved.device)
-        sys = System(resolved, FusedFloor(inner), self.profile, topology)
+        sys = System(resolved, inner, self.profile, topology)
         return sys.with_launch(self.launch)
 
     @property

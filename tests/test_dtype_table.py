@@ -17,7 +17,7 @@ def _byte_tables(path: Path):
     """Dict literals that map a dtype name (bf16, fp16, float16, bfloat16) to an integer."""
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Dict):
-            pairs = [(k.value, v.value) for k, v in zip(node.keys, node.values)
+            pairs = [(k.value, v.value) for k, v in zip(node.keys, node.values, strict=True)
                      if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)]
             if any(k in ("bf16", "fp16", "float16", "bfloat16") and isinstance(v, int) and not isinstance(v, bool)
                    for k, v in pairs):

@@ -138,7 +138,7 @@ def read_inputs(paths: Sequence[str | Path], collective: str | None = None, *, r
             inp.runs.extend(runs)
             items = len(runs)
         elif fmt == CAMPAIGN:
-            from .wavefit import read_campaign
+            from .campaign import read_campaign
 
             rows = read_campaign(p)
             inp.campaign.extend(rows)

@@ -359,7 +359,8 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
     rows, to report them again (e.g. against a second held-out campaign) without refitting; None: fit them."""
     import math
 
-    from .wavefit import fit_campaign, read_campaign
+    from .campaign import read_campaign
+    from .wavefit import fit_campaign
 
     rows: list[dict] = []
     for p in paths:
@@ -417,7 +418,7 @@ HELDOUT_COLUMNS = ("family", "kernel", "variant", "dtype", "dim", "pooling", "ba
 def repeat_spreads(rows: list[dict]) -> dict[tuple, tuple[int, float]]:
     """Shape key (``wavefit.SHAPE_KEY``) -> (measurements, spread in %: slowest / fastest - 1) of the rows of a
     campaign that measured some shapes more than once (``--repeats``: fresh allocations); one measurement: 0."""
-    from .wavefit import SHAPE_KEY, with_table_rows
+    from .campaign import SHAPE_KEY, with_table_rows
 
     by: dict[tuple, list[float]] = {}
     for r in with_table_rows(rows):
@@ -433,7 +434,7 @@ def heldout_predictions(fits, rows: list[dict]) -> pd.DataFrame:
     accumulator registers per thread than any fitted configuration -- it would spill); ``fitted_config`` is False
     for those and for a configuration that spilled beyond what is fitted (``wavefit.MAX_FIT_SPILLS``).  Every shape
     is predicted all the same (the formula, for the record).  A shape whose family has no model is an error naming it."""
-    from .wavefit import SHAPE_KEY, campaign_points, merge_repeats, spills_too_much
+    from .campaign import SHAPE_KEY, campaign_points, merge_repeats, spills_too_much
 
     by = {(w.kernel, w.variant, w.dtype): w for w in fits}
     spreads = repeat_spreads(rows)

@@ -137,7 +137,7 @@ def test_repeats_are_merged_by_median():
 
 CAMPAIGNS = ("campaign.csv.gz", "repeat/campaign.csv.gz", "v2/campaign.csv.gz", "v3/campaign.csv.gz",
              "v4/campaign.csv.gz", "v5/campaign.csv.gz", "heldout2/campaign.csv.gz", "heldout3/campaign.csv.gz",
-             "heldout4/campaign.csv.gz")  # experiments/h200_wave_refit.py TRAIN
+             "heldout4/campaign.csv.gz")  # experiments/calibration/h200_wave_refit.py TRAIN
 #: families cheap enough to refit in the default run (~15 s); the full set is the slow variant
 FAST_FAMILIES = ("gemm_all_to_all/compute/fp16", "gemm_all_to_all/compute/fp32", "gemv_all_reduce/compute/fp16",
                  "gemv_all_reduce/compute/fp32")

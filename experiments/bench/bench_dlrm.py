@@ -1,6 +1,6 @@
 """Benchmark: wall time, events and peak memory of `simfuse run` for DLRM-DCNv2 (both modes).
 
-Usage: python experiments/bench_dlrm.py [--nodes 128,1024]
+Usage: python experiments/bench/bench_dlrm.py [--nodes 128,1024]
 Targets (2-core machine): both modes <= 5 s at every node count from 1 to 1,024, peak memory < 4 GiB.  Each node count runs in
 a fresh process so that the peak resident memory is that run's.
 """
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def one(nodes: int, model: str, topology: str, uncertainty: str = "none") -> dict:

@@ -1,6 +1,6 @@
 """Benchmark: simulator wall time and events per second for bulk collectives at 1..1,024 nodes.
 
-Usage: python experiments/bench_engine.py [--nodes 1,16,128,1024] [--size 64MiB] [--out FILE.csv]
+Usage: python experiments/bench/bench_engine.py [--nodes 1,16,128,1024] [--size 64MiB] [--out FILE.csv]
 Targets (2-core CI machine): 128 nodes (1,024 GPUs) all-to-all of 64 MiB per GPU < 2 s; 1,024 nodes < 10 s.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.collectives import run_collective  # noqa: E402

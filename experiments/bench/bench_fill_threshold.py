@@ -8,7 +8,7 @@ the layout built every time, and the vectorised fill (:func:`simfuse.network.flo
 that all three give the same rates bit for bit.  The crossover (the first size from which numpy is no slower)
 is what ``NUMPY_MIN_ENTRIES`` should sit near.
 
-Usage: python experiments/bench_fill_threshold.py [--entries 96,...] [--links 40] [--repeat 5] [--out FILE.csv]
+Usage: python experiments/bench/bench_fill_threshold.py [--entries 96,...] [--links 40] [--repeat 5] [--out FILE.csv]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.network import flows  # noqa: E402

@@ -1,7 +1,7 @@
 """Benchmark: wall time of ``simulate_llm`` (one training step, baseline and fused) for the Llama-3 8B and 70B
 configurations at several node counts.
 
-Usage: python experiments/bench_llm.py [--nodes 1,8,128,1024] [--models models/llm_tp_dp.yaml,...]
+Usage: python experiments/bench/bench_llm.py [--nodes 1,8,128,1024] [--models models/llm_tp_dp.yaml,...]
        [--out experiments/results/bench_llm.csv]
 Target (2-core machine): one mode of the step at 1,024 nodes in <= 10 s.  Each point runs in a fresh process
 (no tuner memo or import carried over); the CSV records the machine and the date.
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = f"{ROOT / 'models/llm_tp_dp.yaml'},{ROOT / 'models/llm_tp_dp_70b.yaml'}"
 
 

@@ -16,7 +16,7 @@ fused candidates and the interval's runs; a run point's ``peak_rss_gib`` bounds 
 process plus every worker at the largest worker's peak).  Rows are appended to
 ``experiments/results/bench_planner.csv`` with the machine, the date and the commit::
 
-    python experiments/bench_planner.py [--points planner:1024,run:1024:none,run:1024:bound,...] [--out CSV]
+    python experiments/bench/bench_planner.py [--points planner:1024,run:1024:none,run:1024:bound,...] [--out CSV]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models/dlrm_dcnv2_mlperf_16n.yaml"
 TOPOLOGY = ROOT / "topologies/h200_nvl8_ib_ndr.yaml"
 BATCH_PER_GPU = 1056  # the 16-node MLPerf batch per GPU (the model file's header)

@@ -13,7 +13,7 @@
 resident set (a ``run`` point also counts its largest worker: forked workers share pages, so this bounds the
 tree).  Rows go to ``experiments/results/bench_targets.csv`` with the machine, the date and the commit::
 
-    python experiments/bench_targets.py [--what run,collective] [--nodes 1,8,128] [--models a.yaml,...] [--out CSV]
+    python experiments/bench/bench_targets.py [--what run,collective] [--nodes 1,8,128] [--models a.yaml,...] [--out CSV]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from bench_planner import _commit  # the commit a row was measured at (one helper for both benchmarks)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUN_TOPOLOGY = ROOT / "topologies/h100_nvl8_ib_ndr.yaml"
 RUN_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 COLLECTIVE_NODES = (512, 1024)

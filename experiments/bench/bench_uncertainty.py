@@ -2,7 +2,7 @@
 2 cores), and the cost guard's estimate beside the measured time.
 
 Usage:
-    python experiments/bench_uncertainty.py [--nodes 128] [--draws 64] [--workers 2]
+    python experiments/bench/bench_uncertainty.py [--nodes 128] [--draws 64] [--workers 2]
         [--topologies h100_nvl8_ib_ndr,h200_nvl8_ib_ndr] [--sensitivity rank,oat] [--out CSV]
 
 Each row: the model, topology, node count, draws, sensitivity method, the number of simulations, wall time,
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.fused.knobs import parse_execution  # noqa: E402

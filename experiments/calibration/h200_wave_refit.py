@@ -1,9 +1,9 @@
 """Refit the shipped H200 profile's ``wave_kernels`` on the training campaigns, write the cross-validation outputs,
 and (a separate, later stage) predict the held-out test campaign with the frozen shipped models.
 
-    python experiments/h200_wave_refit.py fit    # fit on TRAIN; write profiles/h200_calibration.yaml's
+    python experiments/calibration/h200_wave_refit.py fit    # fit on TRAIN; write profiles/h200_calibration.yaml's
                                                  # wave_kernels + sources and cv/ (campaign_cv.*, validate_campaign.txt)
-    python experiments/h200_wave_refit.py test   # predict TEST with the wave models the shipped profile holds
+    python experiments/calibration/h200_wave_refit.py test   # predict TEST with the wave models the shipped profile holds
                                                  # (no refit); write cv/heldout5/
 
 Issue 12, sixth pass: TRAIN is v1, its repeat, v2, v3, v4, v5 and the former held-out campaigns heldout2, heldout3
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGN_DIR = ROOT / "experiments/results/h200_campaign"
 TRAIN = ("campaign.csv.gz", "repeat/campaign.csv.gz", "v2/campaign.csv.gz", "v3/campaign.csv.gz",
          "v4/campaign.csv.gz", "v5/campaign.csv.gz", "heldout2/campaign.csv.gz", "heldout3/campaign.csv.gz",

@@ -1,7 +1,7 @@
 """Put the dense GEMM fits of a Kineto trace into a calibration profile, keeping only the families whose
 leave-shape-out error is small enough; everything else in the profile stays as it is (byte for byte).
 
-    python experiments/ship_dense_fit.py [--trace T.json.gz] [--profile P.yaml] [--max-cv-rms 0.15]
+    python experiments/calibration/ship_dense_fit.py [--trace T.json.gz] [--profile P.yaml] [--max-cv-rms 0.15]
 
 Defaults: the team's H200 trace with shapes (experiments/results/h200_traces/torch_profiler_dense_h200.json.gz)
 into profiles/h200_calibration.yaml.  The fits are those of ``simfuse calibrate T --kind kineto``
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.calibrate.build import write_yaml_atomic  # noqa: E402

@@ -14,8 +14,8 @@ per-GPU batches (6,912 / 2,112 / 1,056), bf16, on the backward GEMMs of the dens
 Each variant is one CUDA graph, the median of 5 timings of 50 replays (launch gaps inside the graph included, as in
 a graphed step).  Operands are distinct per GEMM and together larger than the L2 at 6,912 per GPU.
 
-* ``python experiments/async_wgrad.py measure OUT_DIR`` (GPU): ``async_wgrad_<gpu>.csv``.
-* ``python experiments/async_wgrad.py predict CSV [--model M] [--topology T] [--out CSV]``: the simulator's
+* ``python experiments/gpu_campaigns/async_wgrad.py measure OUT_DIR`` (GPU): ``async_wgrad_<gpu>.csv``.
+* ``python experiments/gpu_campaigns/async_wgrad.py predict CSV [--model M] [--topology T] [--out CSV]``: the simulator's
   one-stream sum of the same GEMMs (the builder's KernelWork, each priced alone with launch latency) next to the
   measured times.  Nothing is fitted.
 """
@@ -26,7 +26,7 @@ import csv
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # dlrm_dense_step (shared helpers)
 sys.path.insert(0, str(ROOT))  # simfuse, for predict (measure runs without it)
 BATCHES = (6912, 2112, 1056)

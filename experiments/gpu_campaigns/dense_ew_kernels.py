@@ -22,10 +22,10 @@ bottom2_mask_copy          the last ReLU layer's mask copy             ``mask.co
 bottom2_reverse_relu       reverse_relu_kernel                         a Triton kernel: dY * (mask > 0)
 =========================  ==========================================  ======================================
 
-* ``python experiments/dense_ew_kernels.py measure OUT_DIR`` (GPU): each kernel 20 times in a CUDA graph,
+* ``python experiments/gpu_campaigns/dense_ew_kernels.py measure OUT_DIR`` (GPU): each kernel 20 times in a CUDA graph,
   5 replays under the Kineto profiler; the device duration per call (kernel events only: no launch gap) ->
   ``dense_ew_kernels_<gpu>.csv``.
-* ``python experiments/dense_ew_kernels.py predict CSV [--topology T] [--out CSV]``: simfuse's time for the
+* ``python experiments/gpu_campaigns/dense_ew_kernels.py predict CSV [--topology T] [--out CSV]``: simfuse's time for the
   same kernel (the builder's KernelWork, priced alone, launch latency left out) and the ratio.  Nothing here is
   fitted: the builder's byte counts come from HugeCTR's source, the bandwidth from the topology.
 """
@@ -37,7 +37,7 @@ import csv
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BATCHES = (6912, 2112, 1056)
 T, D = 26, 128
 X = (T + 1) * D

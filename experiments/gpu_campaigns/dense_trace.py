@@ -1,6 +1,6 @@
 """Record a PyTorch profiler (Kineto) trace of dense kernels with shapes, for ``simfuse calibrate --kind kineto``.
 
-Run on the GPU machine: ``python3 experiments/dense_trace.py OUT_DIR`` (not run yet: no GPU was lent when it was
+Run on the GPU machine: ``python3 experiments/gpu_campaigns/dense_trace.py OUT_DIR`` (not run yet: no GPU was lent when it was
 written; the trace it writes has not been looked at).  Writes ``torch_profiler_dense_<gpu>.json.gz``:
 ``torch.profiler`` with ``record_shapes=True`` (so every CPU op carries ``Input Dims`` / ``Input type``, and the
 kernels it launches are linked to it by ``External id``) over

@@ -9,12 +9,12 @@ every GEMM of that step alone.  It is a measurement: nothing is fitted to MLPerf
 
 Two parts:
 
-* ``python experiments/dlrm_dense_step.py measure OUT_DIR`` (GPU machine): writes ``dense_step_<gpu>.csv`` --
+* ``python experiments/gpu_campaigns/dlrm_dense_step.py measure OUT_DIR`` (GPU machine): writes ``dense_step_<gpu>.csv`` --
   per batch, the whole step under a CUDA graph (``what=step``), the sum of its kernels by class from a Kineto
   trace of graph replays (``what=kernels_gemm`` / ``kernels_other``) and every GEMM of the step isolated
   (``what=gemm``: ``torch.mm`` of the layer's forward, dgrad and wgrad shapes, CUDA graph of 20 calls, warm L2);
   and ``dense_step_kernels_<gpu>.csv``: the graphed step's kernels by name (calls and time per step).
-* ``python experiments/dlrm_dense_step.py predict CSV --model M --topology T [--out CSV]`` (any machine): the
+* ``python experiments/gpu_campaigns/dlrm_dense_step.py predict CSV --model M --topology T [--out CSV]`` (any machine): the
   simulator's kernel time (launch included) for every ``gemm`` row, from the topology's cost model -- the
   same :func:`simfuse.workloads.dense.gemm_work` shapes the DLRM graph builder emits -- and the step sums.
 """
@@ -26,7 +26,7 @@ import csv
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BATCHES = (6912, 2112, 1056)  # MLPerf DGX H100 per-GPU batches at 1, 8, 16 nodes (models/dlrm_dcnv2_mlperf*.yaml)
 FIELDS = ["gpu", "batch", "what", "label", "m", "n", "k", "time_s", "reps"]
 

@@ -9,13 +9,13 @@ table and fp32 accumulator, one state element per element: HugeCTR's ``optimizer
 :func:`simfuse.workloads.dlrm.sparse_update_work` (bytes: per lookup its row and state read and written, each
 bag's gradient once) and does not price the sort.
 
-* ``python experiments/embedding_backward.py measure OUT_DIR`` (GPU; torch + Triton): checks the fused kernel
+* ``python experiments/gpu_campaigns/embedding_backward.py measure OUT_DIR`` (GPU; torch + Triton): checks the fused kernel
   against a PyTorch reference on a small case, then times ``sort`` and ``update`` (each in a CUDA graph, median of
   5 timings of 20 replays) per case: ``embedding_backward_<gpu>.csv``.
-* ``python experiments/embedding_backward.py measure-sort OUT_DIR`` (GPU and nvcc): CUB's radix sort of the
+* ``python experiments/gpu_campaigns/embedding_backward.py measure-sort OUT_DIR`` (GPU and nvcc): CUB's radix sort of the
   (id, position) pairs over the bits the shard's rows need and over 32, and the run-length encoding of the sorted
   ids, as HugeCTR's index calculation runs them: ``embedding_sort_<gpu>.csv``.
-* ``python experiments/embedding_backward.py predict CSV [--model M] [--topology T] [--out CSV]``: the simulator's
+* ``python experiments/gpu_campaigns/embedding_backward.py predict CSV [--model M] [--topology T] [--out CSV]``: the simulator's
   kernel for the same shards (launch included) next to the measured ``sort + update``.  Nothing is fitted.
 """
 
@@ -25,7 +25,7 @@ import csv
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # dlrm_dense_step (shared helpers)
 sys.path.insert(0, str(ROOT))
 DIM = 128

@@ -1,12 +1,12 @@
 """Measure bf16 torch.matmul at the DLRM MLP shapes over small batch sizes (M) on the GPU, and fit the
 small-M efficiency curve (``device.gemm_efficiency``) of the topology from the table.
 
-Measure (on the GPU): ``python experiments/gemm_small_m.py [OUT.csv]`` ->
+Measure (on the GPU): ``python experiments/gpu_campaigns/gemm_small_m.py [OUT.csv]`` ->
 experiments/results/gemm_small_m_h200.csv (m, n, k, median_us, tflops, device, torch, date).  CUDA graphs over 4
 input sets, medians of 50 replays (the method the re-measurement of docs/sources.md S10 used); ``median_us`` is one call's share
 of a replay, so it holds the kernel and its per-call floor (in-graph launch, prologue, epilogue).
 
-Fit (anywhere): ``python experiments/gemm_small_m.py --fit [CSV] [--topology T]`` prints the
+Fit (anywhere): ``python experiments/gpu_campaigns/gemm_small_m.py --fit [CSV] [--topology T]`` prints the
 ``gemm_efficiency`` block for T's device (default the shipped H200 topology) and its errors.  Model
 (simfuse.costs.analytic.gemm_curve_time_s), with L the in-graph launch latency of T's device
 (``device.graph_launch_latency_us``: the table is measured in CUDA graphs, so L is what each call's share holds
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 M = [64, 128, 256, 528, 1056, 2112, 4224, 6912, 16384]
 # (n, k) of DLRM-DCNv2's layers (docs/sources.md S52): bottom 13-512-256-128, DCN low rank 512 over 3456 features, top
@@ -174,7 +174,7 @@ def fit_main(args):
           f"curve in-sample {ins[0]:.3f} / {ins[1]:.3f}; leave-shape-out {cv[0]:.3f} / {cv[1]:.3f}; "
           f"simulator with the curve {after[0]:.3f} / {after[1]:.3f}")
     print("gemm_efficiency:")
-    print(f"  source: {os.path.relpath(args.csv, ROOT)} (experiments/gemm_small_m.py --fit)")
+    print(f"  source: {os.path.relpath(args.csv, ROOT)} (experiments/gpu_campaigns/gemm_small_m.py --fit)")
     print("  dtype: bf16")
     print(f"  floor_us: {floor_s * 1e6:.3f}")
     print(f"  overhead_us: {overhead_s * 1e6:.2f}")

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The H100 measurements in device calls (inside the 10-minute call limit):  bash experiments/h100_campaign.sh [PART]
+# The H100 measurements in device calls (inside the 10-minute call limit):  bash experiments/gpu_campaigns/h100_campaign.sh [PART]
 # What the H100 topology (topologies/h100_nvl8_ib_ndr.yaml) took over from the H200 until 2026-12-05, measured
 # on an H100 SXM. PART 1: the small-M GEMM curve (3 runs) and the embedding backward; PART 2: the dense step,
 # HugeCTR's concat kernels (strided copy; nvcc compile of about a minute), the element-wise kernels, the async
@@ -7,7 +7,7 @@
 # others. Writes $OUT/machine.txt, $OUT/logs.txt and $OUT/results.tar.gz (every CSV: the device tool returns at
 # most 8 files). Run from a folder that holds simfuse/ and experiments/ (the script puts it on PYTHONPATH).
 set -u
-HERE=$(cd "$(dirname "$0")/.." && pwd)
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
 export PYTHONPATH=$HERE PYTHONUNBUFFERED=1 MAX_JOBS=16
 OUT=${OUT:-/tmp/simfuse_h100}
 PART=${1:-2}
@@ -18,7 +18,7 @@ mkdir -p "$R"
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0))'
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
-E=$HERE/experiments
+E=$HERE/experiments/gpu_campaigns
 step() {  # step NAME LIMIT_S COMMAND...
   local name=$1 lim=$2; shift 2
   echo "== $name $(date -u +%H:%M:%S)" | tee -a "$OUT/logs.txt"

@@ -18,8 +18,8 @@ Kernels: ``torch_add1`` (``x.add_(1)`` on one element: one block), ``triton_stor
 programs (one store each), and ``torch_add_16mb`` (a bandwidth-bound add over 16 MiB, as a sanity row: its
 per-kernel time is its makespan plus the gap).
 
-Measure (GPU): ``python experiments/launch_latency.py measure OUT.csv``.
-Summary (anywhere): ``python experiments/launch_latency.py summary CSV...`` prints the two estimates simfuse
+Measure (GPU): ``python experiments/gpu_campaigns/launch_latency.py measure OUT.csv``.
+Summary (anywhere): ``python experiments/gpu_campaigns/launch_latency.py summary CSV...`` prints the two estimates simfuse
 uses, each the median over the trivial one-block kernels (``torch_add1``, ``triton_store`` x1) and every table
 given: ``queued`` -> ``device.kernel_launch_latency_us`` (eager launches), ``graph`` ->
 ``device.graph_launch_latency_us`` (kernels replayed from a CUDA graph).  On the lent H100 SXM (2026-12-06) the
@@ -35,7 +35,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.errors import SimfuseError  # noqa: E402

@@ -2,7 +2,7 @@
 its band and its drivers, on H100 and H200 nodes, strong and weak scaling, 16 to 1,024 nodes.
 
 Usage:
-    python experiments/dlrm_projection.py [--out experiments/results/dlrm_projection] [--draws 16]
+    python experiments/scaling/dlrm_projection.py [--out experiments/results/dlrm_projection] [--draws 16]
         [--topologies h100_nvl8_ib_ndr,h200_nvl8_ib_ndr] [--scaling strong,weak] [--nodes 16..1024]
         [--oat-nodes 128,1024] [--workers 2] [--demo | --tiny]
 
@@ -15,7 +15,7 @@ add the tornado (which input moves the speedup most).  Strong scaling holds the 
 Writes DIR/projection.csv (one row per GPU, scaling and node count: both modes' times, the speedup and its band,
 the top drivers by rank correlation), DIR/sensitivity.csv (the one-at-a-time table at --oat-nodes),
 DIR/projection.png (speedup against nodes with p10-p90 bands), DIR/tornado.png and DIR/headline.md (the table
-the README shows, made by experiments/headline.py).  Finished points are reused when rerun (each series is a
+the README shows, made by experiments/scaling/headline.py).  Finished points are reused when rerun (each series is a
 simfuse sweep under DIR/<topology>__<scaling>/).  ``--demo`` is what ``make demo`` runs: strong scaling only,
 8 draws, 16 to 1,024 nodes; ``--tiny`` is the smoke configuration of the tests.  8 nodes (64 GPUs) is left out
 by default: there the fused graph has no exact rank classes and every rank is simulated (about 3.5 minutes for
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.results.io import atomic_write_df, atomic_write_text  # noqa: E402
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
         st = st.assign(panel=st["gpu"] + ", " + st["nodes"].astype(str) + " nodes")
         plot_tornado(st, out / "tornado.png", group="panel",
                      title="What moves the speedup (strong scaling; one input at a time)")
-    from headline import headline_table  # experiments/headline.py
+    from headline import headline_table  # experiments/scaling/headline.py
 
     atomic_write_text(out / "headline.md", headline_table(table))
     print(headline_table(table))

@@ -1,7 +1,7 @@
 """DLRM scaling report: projected fused-vs-baseline speedup over node counts, across models and topologies.
 
 Usage:
-    python experiments/dlrm_scaling.py [--models dlrm_dcnv2,dlrm_v1] [--topologies h200_nvl8_ib_ndr,h100_nvl8_ib_ndr]
+    python experiments/scaling/dlrm_scaling.py [--models dlrm_dcnv2,dlrm_v1] [--topologies h200_nvl8_ib_ndr,h100_nvl8_ib_ndr]
                                        [--nodes 8..1024] [--out experiments/results/dlrm_scaling] [--tiny]
                                        [--set placement=planned --set global_batch=135168 ...]
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.results.io import atomic_write_df  # noqa: E402

@@ -2,7 +2,7 @@
 of table-row-wise shards (knob ``twrw_fused``).
 
 Usage:
-    python experiments/dlrm_twrw_fused.py [--nodes 1,2,8,16,128] [--topologies h200_nvl8_ib_ndr,h100_nvl8_ib_ndr]
+    python experiments/scaling/dlrm_twrw_fused.py [--nodes 1,2,8,16,128] [--topologies h200_nvl8_ib_ndr,h100_nvl8_ib_ndr]
                                           [--set twrw_fused=off] [--out experiments/results/dlrm_twrw_fused.csv]
                                           [--machine "2-core VM, x86_64, Python 3.11"]
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.fused.knobs import parse_execution, parse_set_pairs  # noqa: E402

@@ -1,7 +1,7 @@
 """The README's headline table, generated from the committed projection CSVs.
 
 Usage:
-    python experiments/headline.py [--dir experiments/results/dlrm_projection] [--readme README.md]
+    python experiments/scaling/headline.py [--dir experiments/results/dlrm_projection] [--readme README.md]
 
 Prints the table (speedup at the nominal inputs, with the p10-p90 of the input draws, per node count, for H100
 and H200 nodes under strong and weak scaling) and the top drivers; with ``--readme`` it rewrites the block
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 
 

@@ -18,7 +18,7 @@ directory and imports them (nothing of NVIDIA's code is kept in this repository)
 * the ``dp`` group (tables under ``DP_SHARDING_THRESHOLD`` GiB): ``data_parallel``.
 
 Usage:
-    python experiments/hugectr_plans.py --mirror /work/.mirror [--out models/plans]
+    python experiments/scaling/hugectr_plans.py --mirror /work/.mirror [--out models/plans]
 
 The plans written on 2026-12-03 are committed in models/plans/ (README there lists their sources).
 """
@@ -34,14 +34,14 @@ import tempfile
 from argparse import Namespace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.errors import SpecError  # noqa: E402
 from simfuse.workloads.planner import format_ranks  # noqa: E402
 
 #: (plan name, repository, commit, implementation folder, config file, nodes); the commits are those of
-#: experiments/dlrm_validation.py's SUBMISSIONS
+#: experiments/validation/dlrm_validation.py's SUBMISSIONS
 CONFIGS = [
     ("hugectr_v3.0_1n", "mlcommons/training_results_v3.0", "63e326c400f5d8bb8c6070a9ab08332d4931152e",
      "NVIDIA/benchmarks/dlrm_dcnv2/implementations/hugectr", "config_DGXH100_1x8x6912.sh", 1),

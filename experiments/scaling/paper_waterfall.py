@@ -2,7 +2,7 @@
 nodes is not the paper's "up to 21%".
 
 Usage:
-    python experiments/paper_waterfall.py [--nodes 128] [--topology h100_nvl8_ib_ndr]
+    python experiments/scaling/paper_waterfall.py [--nodes 128] [--topology h100_nvl8_ib_ndr]
         [--out experiments/results/paper_waterfall] [--workers 2] [--tiny]
 
 Starts from ``models/dlrm_dcnv2_paper_setting.yaml`` (table-wise, global batch 65,536, no ids' exchange; each
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.fused.knobs import parse_execution  # noqa: E402

@@ -2,8 +2,8 @@
 kernels lie inside the traced range of the calibration profile.
 
     grep -v '^calibration:' topologies/h200_nvl8_ib_ndr.yaml > /tmp/h200_roofline.yaml
-    .venv/bin/python experiments/fused_ops.py --topology /tmp/h200_roofline.yaml --out /tmp/fo_roofline
-    .venv/bin/python experiments/calibration_effect.py --roofline /tmp/fo_roofline
+    .venv/bin/python experiments/fused_ops/fused_ops.py --topology /tmp/h200_roofline.yaml --out /tmp/fo_roofline
+    .venv/bin/python experiments/validation/calibration_effect.py --roofline /tmp/fo_roofline
 
 Writes ``calibration_effect.csv`` (per operator and regime: time reduction with the roofline and with the profile,
 mean calibrated/roofline ratio of the baseline and fused kernel times) and ``calibration_coverage.csv`` (per
@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HERE = REPO / "experiments" / "results" / "fused_ops"
 sys.path.insert(0, str(REPO))
 
@@ -33,7 +33,7 @@ TOL = 0.10
 
 
 def load_fused_ops():
-    spec = importlib.util.spec_from_file_location("fused_ops", REPO / "experiments" / "fused_ops.py")
+    spec = importlib.util.spec_from_file_location("fused_ops", REPO / "experiments" / "fused_ops" / "fused_ops.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

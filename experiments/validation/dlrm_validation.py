@@ -2,13 +2,13 @@
 
 A test of the model, never a fit: no simfuse parameter was set from these logs (the topologies, the calibration
 profile and the model files predate this script and are used unchanged).  The derivation of a step time from a
-log is in experiments/mllog.py.  The logs are not redistributed: the per-run step times derived from them are
+log is in experiments/validation/mllog.py.  The logs are not redistributed: the per-run step times derived from them are
 committed in experiments/results/dlrm_validation/derived_steps.csv, one row per run with its repository, commit,
 path and git blob; ``--extract`` re-derives that CSV from mirrored repositories.
 
 Usage:
-    python experiments/dlrm_validation.py [--out experiments/results/dlrm_validation] [--smoke]
-    python experiments/dlrm_validation.py --extract /work/.mirror   # re-derive derived_steps.csv from mirrored repos
+    python experiments/validation/dlrm_validation.py [--out experiments/results/dlrm_validation] [--smoke]
+    python experiments/validation/dlrm_validation.py --extract /work/.mirror   # re-derive derived_steps.csv from mirrored repos
 
 Simulation: baseline (bulk-synchronous) mode, as the submissions run; two placements: ``planned`` (the sharding
 planner, simfuse/workloads/planner.py) and ``table_wise``; the model file whose per-GPU batch matches the
@@ -16,7 +16,7 @@ submission (models/dlrm_dcnv2_mlperf*.yaml) on topologies/h100_nvl8_ib_ndr.yaml 
 A third column set, ``hugectr``: the HugeCTR execution the submissions run, every setting read from HugeCTR's
 source and the submission's scripts (docs/hugectr_baseline.md): models/dlrm_dcnv2_mlperf_hugectr*.yaml (fp16
 All-to-All payload and gradients, intra-iteration overlap, one grouped all-reduce, dense Adagrad), the submission's
-own sharding plan (models/plans/hugectr_<round>_<n>n.csv, experiments/hugectr_plans.py) and, on several nodes, IB
+own sharding plan (models/plans/hugectr_<round>_<n>n.csv, experiments/scaling/hugectr_plans.py) and, on several nodes, IB
 SHARP (topologies/h100_nvl8_ib_ndr_sharp.yaml; the configs set NCCL_COLLNET_ENABLE=1).  ``--ablation`` also writes
 ablation.csv: each HugeCTR setting added in turn to the ``planned`` baseline, and each removed from the full one.
 """
@@ -36,9 +36,9 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "experiments"))
+sys.path.insert(0, str(ROOT / "experiments" / "validation"))  # mllog
 
 from mllog import MLLogError, RunSteps, parse_runs, step_times  # noqa: E402
 

@@ -3,10 +3,10 @@ executor leaves results unchanged (issue 11: the flow-network speed-up must not 
 
 Each case is a ``simfuse`` CLI command (``--format json``); every finite float of its JSON output is kept under a
 dotted path.  ``--compare OLD.json`` checks the new values against an earlier recording (one made by running the
-old code, e.g. ``PYTHONPATH=<old checkout> python experiments/flows_equivalence.py --out old.json``) and reports
+old code, e.g. ``PYTHONPATH=<old checkout> python experiments/validation/flows_equivalence.py --out old.json``) and reports
 the largest relative difference; it exits 1 above ``--rtol`` (default 1e-12)::
 
-    python experiments/flows_equivalence.py --out NEW.json [--compare OLD.json] [--cases dlrm_full,...]
+    python experiments/validation/flows_equivalence.py --out NEW.json [--compare OLD.json] [--cases dlrm_full,...]
 
 The cases cover DLRM planned (both modes, rank classes, and every rank in full simulation), the TP decode step,
 the MoE layer and the LLM TP+DP step on the fast path and in full simulation, and collectives and fused operators
@@ -23,7 +23,7 @@ import math
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOPO = "topologies/h200_nvl8_ib_ndr.yaml"
 TOPO3 = "topologies/h200_3tier_pods.yaml"
 

@@ -9,7 +9,7 @@ The all-to-all row (added 2026-12-05) is the only published multi-node ``alltoal
 a DLRM-like size we found (8 MiB per rank over 64 GPUs: DLRM-DCNv2's forward pooled embeddings are 7 MB per GPU
 at 1,056 samples); its cluster (H800, NIC count and rate not stated) is not the topology file's, so it is weak.
 
-Usage: ``python experiments/nccl_validation.py [--out experiments/results/nccl_validation.csv] [--smoke]``
+Usage: ``python experiments/validation/nccl_validation.py [--out experiments/results/nccl_validation.csv] [--smoke]``
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.collectives import run_collective  # noqa: E402

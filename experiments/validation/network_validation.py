@@ -22,7 +22,7 @@ step further each way for the grid's resolution; nominal = the fit on every sour
 Runs not simulated: ``quality = anomalous`` (the source reports a broken setup), single-node runs, GPUs without a
 known NVLink rate (AMD).  They stay in the corpus and are listed in ``skipped.csv``.
 
-Usage: ``python experiments/network_validation.py [--out DIR] [--jobs N] [--smoke]``
+Usage: ``python experiments/validation/network_validation.py [--out DIR] [--jobs N] [--smoke]``
 (``--smoke``: two sources, a 2 x 2 x 2 grid, seconds; used by tests/experiments/test_network_validation.py).
 """
 
@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simfuse.calibrate.corpus import CorpusRun, load_corpus, simulation_problem, topology_for_run  # noqa: E402
@@ -227,7 +227,7 @@ def main(argv=None) -> int:
         lo_i, hi_i = g.index(float(fold[k].min())), g.index(float(fold[k].max()))
         ranges.append({"parameter": k.replace("_s", "_us") if k.endswith("_s") else k,
                        "low": g[max(0, lo_i - 1)], "nominal": all_fit[k], "high": g[min(len(g) - 1, hi_i + 1)],
-                       "source": "experiments/network_validation.py: nominal = fit on every corpus source; low/high "
+                       "source": "experiments/validation/network_validation.py: nominal = fit on every corpus source; low/high "
                                  "= the range of the leave-one-source-out refits widened by one grid step each way "
                                  "(the grid's resolution)"})
     rdf = pd.DataFrame(ranges)

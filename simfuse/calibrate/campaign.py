@@ -1,4 +1,4 @@
-"""Kernel campaign rows (``experiments/trace_campaign.py``'s CSV: one row per measured launch configuration) read,
+"""Kernel campaign rows (``experiments/gpu_campaigns/trace_campaign.py``'s CSV: one row per measured launch configuration) read,
 merged and turned into fit points for :mod:`.wavefit`; the occupancy a configuration gets on an H100/H200."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Point:
     time_s: float
 
 
-#: columns every campaign row needs (experiments/trace_campaign.py writes them; the rest default to 0)
+#: columns every campaign row needs (experiments/gpu_campaigns/trace_campaign.py writes them; the rest default to 0)
 #: the kernel families and dtypes a campaign may hold (the bundled kernels')
 CAMPAIGN_KERNELS = ("embedding_all_to_all", "gemv_all_reduce", "gemm_all_to_all")
 CAMPAIGN_DTYPES = ("fp32", "bf16", "fp16")
@@ -120,7 +120,7 @@ SHAPE_KEY = ("kernel", "variant", "dtype", "world", "dim", "pooling", "bags", "m
 
 def table_rows(row: dict) -> int:
     """Rows per embedding table of a campaign row: its ``table_rows`` column, or for campaigns before v2 (no such
-    column) the rule those used (``experiments/trace_campaign.py`` ``Campaign.embedding``): about 512 MiB a table,
+    column) the rule those used (``experiments/gpu_campaigns/trace_campaign.py`` ``Campaign.embedding``): about 512 MiB a table,
     ``clip(512 MiB / (dim x element bytes), 1 Mi, 16 Mi)`` rows; 0 for other kernels."""
     if row.get("kernel") != "embedding_all_to_all":
         return 0

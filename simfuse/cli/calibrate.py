@@ -67,7 +67,7 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
                     "measurement, and report the absolute percentage errors.")
     p.add_argument("--topology", default=None, metavar="FILE", help="topology YAML with a `calibration:` profile")
     p.add_argument("--campaign", metavar="CSV", nargs="+", action="extend", default=None,
-                   help="kernel timing campaign(s) (experiments/trace_campaign.py; several after one --campaign "
+                   help="kernel timing campaign(s) (experiments/gpu_campaigns/trace_campaign.py; several after one --campaign "
                         "or --campaign repeated, all merged): refit the "
                         "wave models and report leave-region-out errors per family and per region")
     p.add_argument("--heldout-campaign", metavar="CSV", default=None,

@@ -41,7 +41,7 @@ def _emb_row(dim, pooling, bags, dtype="fp32", table_rows=None, alloc=None, medi
 
 
 def test_v1_rows_get_the_v1_table_size_rule():
-    # clip(512 MiB / (dim x element bytes), 1 Mi, 16 Mi) rows (experiments/trace_campaign.py, Campaign.embedding)
+    # clip(512 MiB / (dim x element bytes), 1 Mi, 16 Mi) rows (experiments/gpu_campaigns/trace_campaign.py, Campaign.embedding)
     assert wf.table_rows(_emb_row(128, 4, 1024)) == 2**20  # 512 MiB / 512 B = 1 Mi
     assert wf.table_rows(_emb_row(32, 4, 1024)) == 4 * 2**20
     assert wf.table_rows(_emb_row(8, 4, 1024)) == 16 * 2**20

@@ -28,10 +28,10 @@ $(FULL): pyproject.toml $(CORE)
 venv: $(FULL)
 
 # The DLRM projection: MLPerf DLRM-DCNv2 with planned sharding on H100 and H200 nodes, 16 to 1,024 nodes, strong
-# scaling, bands from 8 draws of the files' input ranges (experiments/dlrm_projection.py --demo).  The README's
+# scaling, bands from 8 draws of the files' input ranges (experiments/scaling/dlrm_projection.py --demo).  The README's
 # headline is the same script without --demo (weak scaling too, 16 draws, tornados at 128 and 1,024 nodes).
 demo: $(CORE)
-	$(PY) experiments/dlrm_projection.py --demo --out runs/demo
+	$(PY) experiments/scaling/dlrm_projection.py --demo --out runs/demo
 
 test: $(FULL)
 	TRITON_INTERPRET=1 $(PY) -m pytest
@@ -40,7 +40,7 @@ test-all: $(FULL)
 	TRITON_INTERPRET=1 $(PY) -m pytest -m "slow or not slow"
 
 bench: $(CORE)
-	$(PY) experiments/bench_engine.py
+	$(PY) experiments/bench/bench_engine.py
 
 lint: $(FULL)
 	$(VENV)/bin/ruff check simfuse tests experiments
@@ -50,4 +50,4 @@ clean:
 
 # On a GPU machine: compile every accepted kernel configuration class, check against float64, time headline shapes.
 gpu-check:
-	PYTHONPATH=$(CURDIR) python3 experiments/gpu_check.py --out experiments/results/h200_gpu_check_new
+	PYTHONPATH=$(CURDIR) python3 experiments/gpu_campaigns/gpu_check.py --out experiments/results/h200_gpu_check_new

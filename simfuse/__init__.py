@@ -13,7 +13,7 @@ Layers (data flows one way): specs -> System -> graph builders -> executor (simp
 kernels (``simfuse.kernels``) are an optional extra imported lazily.
 """
 
-__version__ = "0.2.0"
+from .version import __version__  # noqa: F401
 
 __all__ = ["collective", "load_topology", "load_workload", "op", "run", "sweep"]
 

@@ -107,8 +107,8 @@ def op(name: str, topology, nodes: int = 1, *, gpus_per_node: int | None = None,
        launch: str = "eager", force: bool = False, **params_and_knobs) -> pd.DataFrame:
     """One fused operator against its baseline (``simfuse op``): one row with both times and the speedup.
     ``launch``: ``eager`` | ``graph`` (kernels replayed from a CUDA graph)."""
+    from .arguments import split_knobs
     from .checks import check_nodes, resolve_gpus_per_node
-    from .fused.cli import split_knobs
     from .fused.ops import make_op
     from .guard import check_cost, estimate_op
     from .workloads.op import run_op

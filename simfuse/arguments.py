@@ -78,3 +78,36 @@ def check_run(spec, topology, nodes, gpus_per_node, execution, *, sim_mode: str 
 
 
 __all__ = ["API", "CLI", "check_collective", "check_run", "check_workers", "collective_size"]
+
+
+def refuse_repeated_keys(pairs: list[str] | None, source: str = "--set") -> None:
+    """A key given twice in ``key=value`` pairs is an error (``simfuse op``: the later value would hide the first)."""
+    seen: set[str] = set()
+    for pair in pairs or []:
+        key = pair.split("=", 1)[0].strip()
+        if "=" in pair and key in seen:
+            raise SpecError("<argument>", f"{source} {short_repr(key)}", "given twice")
+        seen.add(key)
+
+
+def split_knobs(sets: dict, source: str = "--set"):
+    """Split ``key=value`` settings (``simfuse op --set``, parsed by :func:`simfuse.fused.knobs.parse_set_pairs`,
+    or the API's keyword arguments) into operator parameters and validated fused-operator knobs.  Parameters
+    become int/float where they parse (finite, magnitude <= 2**53); knobs go through ``parse_execution``."""
+    import dataclasses
+
+    from .checks import check_finite_number
+    from .fused.knobs import FusedKnobs, parse_execution
+
+    knob_names = {f.name for f in dataclasses.fields(FusedKnobs)}
+    params = {k: v for k, v in sets.items() if k not in knob_names}
+    knobs = parse_execution({k: v for k, v in sets.items() if k in knob_names}).knobs
+    for k, v in params.items():  # operator parameters: numbers where they parse
+        for conv in (int, float):
+            try:
+                params[k] = conv(v)
+                break
+            except (TypeError, ValueError):
+                continue
+        params[k] = check_finite_number(params[k], f"{source} {short_repr(k)}")
+    return params, knobs

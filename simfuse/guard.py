@@ -333,7 +333,8 @@ def _collective_flows(topology, op: str, nodes: int, g: int, size: float, mode: 
     """Flows of rank 0 in the schedule the collective will run (the tuner's choice; no simulation), and whether
     that schedule is symmetric."""
     from .collectives.algorithms import Layout, make_algorithm
-    from .collectives.groups import Tuner, world
+    from .collectives.groups import world
+    from .collectives.tuner import Tuner
 
     layout = Layout(nodes, g)
     if layout.n < 2:
@@ -358,7 +359,7 @@ def estimate_collective_run(topology, op: str, nodes: int, gpus_per_node: int, s
     """Estimate ``simfuse collective`` from the schedule it will run: every rank is simulated in ``full`` mode (and
     in ``auto`` when the chosen algorithm is not symmetric), one otherwise; :data:`COLLECTIVE_SECONDS_PER_FLOW` a
     flow.  Above :data:`PRICED_SIZES` sizes, an even sample is priced and scaled."""
-    from .collectives.groups import Tuner
+    from .collectives.tuner import Tuner
 
     ranks = nodes * gpus_per_node
     sizes = list(sizes)
@@ -414,7 +415,7 @@ def estimate_graph(graph, topology, sim_mode: str = "auto") -> CostEstimate:
     under ``--sim-mode full`` or when its ranks are not relabellings of one another; rank 0 alone otherwise.
     Each collective node costs its schedule's flows (:func:`estimate_collective_run`), other nodes
     :data:`GRAPH_SECONDS_PER_NODE`."""
-    from .collectives.groups import Tuner
+    from .collectives.tuner import Tuner
     from .graph.ir import AllToAllVNode, CollectiveNode, RecvNode, SendNode
     from .graph.symmetry import fold
 

@@ -21,18 +21,31 @@ from .spec.workload import LAUNCHES
 class System:
     """``topology``: resolved (calibration applied); ``cost``: the kernel cost model (a fused kernel's workgroup
     is never priced below the plain kernel's: :class:`~simfuse.costs.base.FusedFloor`); ``profile``: the loaded
-    calibration profile or None; ``nominal``: the topology as written in its file."""
+    calibration profile or None; ``nominal``: the topology as written in its file.
+
+    Every construction goes through :meth:`__post_init__`, which wraps a bare cost model in ``FusedFloor``: a
+    ``System`` built by hand (``System(topology, cost)``) keeps the floor too."""
 
     topology: TopologySpec
     cost: CostModel
     profile: object | None = None
     nominal: TopologySpec | None = None
 
+    def __post_init__(self):
+        if not isinstance(self.cost, FusedFloor):
+            object.__setattr__(self, "cost", FusedFloor(self.cost))
+
+    def with_cost(self, cost: CostModel) -> System:
+        """This system with another kernel cost model (wrapped in ``FusedFloor``; the launch mode kept)."""
+        from dataclasses import replace
+
+        return replace(self, cost=FusedFloor(getattr(cost, "inner", cost))).with_launch(self.launch)
+
     @classmethod
     def from_topology(cls, topology: TopologySpec, *, calibrated: bool = True) -> System:
         """Resolve ``topology``: apply its calibration profile (if it names one and ``calibrated``)."""
         if calibrated and topology.calibration:
-            from .calibrate.profile import apply_to_topology, cost_model_for, load_profile
+            from .profile.load import apply_to_topology, cost_model_for, load_profile
 
             profile = load_profile(topology.calibration)
             return cls(apply_to_topology(topology, profile), FusedFloor(cost_model_for(topology, profile=profile)),
@@ -49,14 +62,14 @@ class System:
         """This system rebuilt from a changed file topology (an input-range draw), with the same calibration
         profile (not read again) and the same kernel launch mode."""
         if self.profile is not None:
-            from .calibrate.profile import apply_to_topology, cost_model_for
+            from .profile.load import apply_to_topology, cost_model_for
 
             inner = cost_model_for(topology, profile=self.profile)
             resolved = apply_to_topology(topology, self.profile)
         else:
             resolved = topology.replace(calibration=None) if topology.calibration else topology
             inner = RooflineCostModel(resolved.device)
-        sys = System(resolved, FusedFloor(inner), self.profile, topology)
+        sys = System(resolved, inner, self.profile, topology)
         return sys.with_launch(self.launch)
 
     @property

@@ -29,6 +29,26 @@ GB = 1e9  # nccl-tests and datasheets use decimal GB/s
 #: Older output field names -> unambiguous ones (see the module docstring).
 OUTPUT_RENAMES = {"algbw_gbps": "algbw_gbyte_per_s", "busbw_gbps": "busbw_gbyte_per_s"}
 
+#: Bytes per element of each simfuse dtype name: the one table (kernel works, spec ``dtype`` fields, fused
+#: operators, calibration profiles and the trace readers all read it).  Sizes from the IEEE 754 / OCP FP8 formats.
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp64": 8}
+#: Index and mask element types the trace readers meet beside them (token ids, offsets, masks).
+INDEX_DTYPE_BYTES = {"int64": 8, "int32": 4, "bool": 1}
+#: torch / NCCL dtype spellings (``Tensor.dtype`` names, profiler ``Input type`` strings, NCCL ``datatype``)
+#: -> simfuse dtype names; bytes from :data:`DTYPE_BYTES` and :data:`INDEX_DTYPE_BYTES`.
+TORCH_DTYPE_NAMES = {"float": "fp32", "float32": "fp32", "fp32": "fp32", "half": "fp16", "float16": "fp16",
+                     "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16", "double": "fp64", "float64": "fp64",
+                     "int": "int32", "int32": "int32", "long": "int64", "int64": "int64", "char": "int8",
+                     "int8": "int8", "uint8": "int8", "byte": "int8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
+
+
+def element_bytes(dtype: str, default: int = 0) -> int:
+    """Bytes of one element of a simfuse or torch dtype name (:data:`TORCH_DTYPE_NAMES`); ``default`` when
+    unknown."""
+    name = TORCH_DTYPE_NAMES.get(dtype, dtype)
+    return DTYPE_BYTES.get(name) or INDEX_DTYPE_BYTES.get(name) or default
+
+
 #: Largest buffer a size argument may name (1 PiB; per rank buffers beyond are not a real configuration).
 MAX_SIZE_BYTES = 2**50
 

@@ -1,4 +1,4 @@
-"""Synthetic campaign rows (the columns of experiments/trace_campaign.py) for the calibration tests."""
+"""Synthetic campaign rows (the columns of experiments/gpu_campaigns/trace_campaign.py) for the calibration tests."""
 
 
 def embedding_row(dim: int, pooling: int, bags: int, grid: int, flops_per_wg: float, bytes_per_wg: float,

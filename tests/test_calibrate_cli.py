@@ -10,12 +10,12 @@ import math
 import pandas as pd
 import pytest
 
-from simfuse.calibrate.cli import add_calibrate_parser, add_validate_parser
-from simfuse.calibrate.profile import load_profile
 from simfuse.calibrate.validate import read_measurements
+from simfuse.cli.calibrate import add_calibrate_parser, add_validate_parser
 from simfuse.costs.base import KernelWork
 from simfuse.engine.compute import simulate_kernel
 from simfuse.errors import TraceError
+from simfuse.profile.load import load_profile
 
 from .test_calibrate_fit import _cost_model, make_synthetic_traces
 from .test_calibrate_readers import DATA

@@ -1,7 +1,7 @@
 """Dense-compute calibration from Kineto traces (simfuse.calibrate.dense) and NCCL rows from Kineto traces.
 
 Real traces: the team's H200 traces (experiments/results/h200_traces/: one recorded with shapes by
-experiments/dense_trace.py, one without).  Formats only public traces had -- ROCm/Tensile kernels, NCCL kernels of a
+experiments/gpu_campaigns/dense_trace.py, one without).  Formats only public traces had -- ROCm/Tensile kernels, NCCL kernels of a
 2-rank DDP run with record_param_comms -- come from synthetic fixtures of our own (tests/data/kineto/README.md)."""
 
 import dataclasses
@@ -16,9 +16,9 @@ import yaml
 
 from simfuse.calibrate.dense import fit_saturating, gemm_shape, read_dense_samples
 from simfuse.calibrate.kineto_nccl import read_kineto_nccl
-from simfuse.calibrate.profile import load_profile, profile_from_dict
 from simfuse.cli import main
 from simfuse.errors import SpecError
+from simfuse.profile.load import load_profile, profile_from_dict
 from simfuse.spec import load_topology, load_workload
 from simfuse.system import System
 from simfuse.workloads.dense import elementwise_work, gemm_work
@@ -71,7 +71,7 @@ def _kernel_durs_s(path: Path) -> dict[int, list[tuple[str, float]]]:
     return out
 
 
-#: what experiments/dense_trace.py recorded: torch.mm with M in 16..16384 against N = K in {1024, 4096} in bf16
+#: what experiments/gpu_campaigns/dense_trace.py recorded: torch.mm with M in 16..16384 against N = K in {1024, 4096} in bf16
 #: and fp32, one 8192^3 bf16; add/mul/relu of 1, 16, 256, 1024 MiB operands; embedding_bag with 1024 and 16384
 #: bags; each 5 times inside the profiler
 DENSE_M = (16, 64, 256, 1024, 4096, 16384)

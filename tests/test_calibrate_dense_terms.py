@@ -18,10 +18,10 @@ from simfuse.calibrate.dense import (
     read_dense_samples,
     select_model,
 )
-from simfuse.calibrate.profile import load_profile, profile_from_dict
 from simfuse.cli import main
 from simfuse.costs.calibrated import gemm_flop_term
 from simfuse.errors import SpecError
+from simfuse.profile.load import load_profile, profile_from_dict
 from simfuse.system import System
 from simfuse.workloads.dense import gemm_work
 
@@ -82,7 +82,7 @@ def test_h200_trace_gemm_fit_is_shape_aware_and_cross_validated():
     assert cv["rel_residual_rms"] < 0.15 and cv["nested_rel_residual_rms"] < 0.15
     assert cv["rel_residual_rms"] == min(cv["candidates"].values())
     assert bf16["cus"] == 132  # deviceProperties of the trace
-    # the shipped profile holds this fit (experiments/ship_dense_fit.py), with the same coefficients
+    # the shipped profile holds this fit (experiments/calibration/ship_dense_fit.py), with the same coefficients
     shipped = yaml.safe_load((ROOT / "profiles" / "h200_calibration.yaml").read_text())["dense"]["fits"]
     assert [(f["family"], f["dtype"]) for f in shipped] == [("gemm", "bf16")]
     for key in ("flop_term", "tile", "s_per_call", "s_per_byte", "s_per_flop"):

@@ -11,12 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfuse.calibrate.build import build_profile, fit_kernel_group, read_inputs
-from simfuse.calibrate.fit import alpha_beta_time_s, fit_alpha_beta, nnls_relative
 from simfuse.calibrate.kernel_trace import format_shape, read_kernel_runs, write_kernel_trace
 from simfuse.costs.analytic import RooflineCostModel
 from simfuse.costs.base import KernelWork
 from simfuse.costs.calibrated import CalibratedCostModel, KernelFit, occupancy_scales
 from simfuse.engine.compute import simulate_kernel
+from simfuse.profile.fit import alpha_beta_time_s, fit_alpha_beta, nnls_relative
 from simfuse.spec import load_topology
 
 TOPOLOGY = "topologies/h200_nvl8_ib_ndr.yaml"

@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from simfuse.calibrate.build import build_profile, read_inputs, write_yaml_atomic
-from simfuse.calibrate.profile import apply_to_topology, cost_model_for, load_profile, profile_from_dict
 from simfuse.costs.analytic import RooflineCostModel
 from simfuse.costs.base import KernelWork
 from simfuse.costs.calibrated import CalibratedCostModel, KernelFit, trace_kernel_name
 from simfuse.errors import SpecError
+from simfuse.profile.load import apply_to_topology, cost_model_for, load_profile, profile_from_dict
 
 from .test_calibrate_fit import TRUE, make_synthetic_traces
 from .test_calibrate_readers import DATA
@@ -183,7 +183,7 @@ def test_calibrated_model_falls_back_outside_traced_range(profile_dict, h200, tm
 
 
 def cm_points(path):
-    from simfuse.calibrate.profile import load_profile
+    from simfuse.profile.load import load_profile
 
     return load_profile(path).points
 
@@ -191,7 +191,7 @@ def cm_points(path):
 def test_system_reads_its_profile_once(profile_dict, h200, tmp_path, monkeypatch):
     """``System.from_topology`` hands the profile it loaded to ``cost_model_for`` (the 100 KB H200 profile was
     parsed twice per ``simfuse run``); the cost model is the same as one built from the file."""
-    import simfuse.calibrate.profile as prof
+    import simfuse.profile.load as prof
     from simfuse.system import System
 
     path = tmp_path / "p.yaml"

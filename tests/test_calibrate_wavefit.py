@@ -12,9 +12,9 @@ import pytest
 from simfuse.calibrate import wavefit as wf
 from simfuse.calibrate.build import Inputs, build_profile
 from simfuse.calibrate.detect import CAMPAIGN, detect_format
-from simfuse.calibrate.profile import profile_from_dict
 from simfuse.costs.base import KernelWork
 from simfuse.costs.calibrated import CalibratedCostModel, WaveFit, features
+from simfuse.profile.load import profile_from_dict
 
 from .campaign_rows import embedding_row
 
@@ -137,7 +137,7 @@ def test_repeats_are_merged_by_median():
 
 CAMPAIGNS = ("campaign.csv.gz", "repeat/campaign.csv.gz", "v2/campaign.csv.gz", "v3/campaign.csv.gz",
              "v4/campaign.csv.gz", "v5/campaign.csv.gz", "heldout2/campaign.csv.gz", "heldout3/campaign.csv.gz",
-             "heldout4/campaign.csv.gz")  # experiments/h200_wave_refit.py TRAIN
+             "heldout4/campaign.csv.gz")  # experiments/calibration/h200_wave_refit.py TRAIN
 #: families cheap enough to refit in the default run (~15 s); the full set is the slow variant
 FAST_FAMILIES = ("gemm_all_to_all/compute/fp16", "gemm_all_to_all/compute/fp32", "gemv_all_reduce/compute/fp16",
                  "gemv_all_reduce/compute/fp32")
@@ -179,8 +179,8 @@ def test_committed_heldout5_report_is_what_the_shipped_profile_predicts():
     heldout5/campaign.csv.gz: no refit, so this runs in the default suite."""
     import json
 
-    from simfuse.calibrate.profile import load_profile
     from simfuse.calibrate.validate import heldout_predictions, heldout_summary
+    from simfuse.profile.load import load_profile
 
     prof = load_profile(Path(__file__).resolve().parents[1] / "profiles/h200_calibration.yaml")
     fits = [w for _, w in sorted(prof.wave_fits.items())]

@@ -137,7 +137,7 @@ def test_campaign_cells_are_checked_when_read(tmp_path, column, value, message):
     import gzip
     import io
 
-    from simfuse.calibrate.wavefit import read_campaign
+    from simfuse.calibrate.campaign import read_campaign
 
     raw = gzip.decompress((ROOT / "experiments/results/h200_campaign/heldout5/campaign.csv.gz").read_bytes()).decode()
     rows = list(csv.DictReader(io.StringIO(raw)))[:3]

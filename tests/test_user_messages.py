@@ -107,7 +107,7 @@ def _stats(points, median, worst):
 
 
 def test_validate_labels_held_out_and_in_sample():
-    from simfuse.calibrate.cli import validation_lines
+    from simfuse.cli.calibrate import validation_lines
 
     summary = {"basis": "held_out", "held_out": _stats(18, 3.76, 20.1), "held_out_in_calibration_range":
                _stats(18, 3.76, 20.1), "calibration_kernels": _stats(24, 10.7, 36.9),
@@ -123,7 +123,7 @@ def test_validate_labels_held_out_and_in_sample():
 
 
 def test_validate_cli_prints_both_labels(capsys):
-    from simfuse.calibrate.cli import main as cal_main
+    from simfuse.cli.calibrate import main as cal_main
 
     assert cal_main(["validate", "--topology", "topologies/h200_nvl8_ib_ndr.yaml", "--measurements",
                      "experiments/results/h200_kernel_heldout.csv"]) == 0

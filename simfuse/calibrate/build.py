@@ -13,16 +13,16 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .. import __version__
 from ..costs.analytic import PER_CU_BW_HEADROOM
 from ..costs.calibrated import occupancy_scales
 from ..errors import TraceError
+from ..profile.fit import COLLECTIVE_FACTORS, fit_alpha_beta, nnls_relative, profile_collective, quality
+from ..profile.load import FORMAT_VERSION, profile_from_dict
+from ..version import __version__
 from ._io import not_a_file
 from .detect import CAMPAIGN, HELDOUT_CSV, KERNEL_TRACE, NCCL_TESTS, TORCH_PROFILER, detect_format
-from .fit import COLLECTIVE_FACTORS, fit_alpha_beta, nnls_relative, quality
 from .kernel_trace import KernelRun, iter_kernel_runs
 from .nccl_tests import NcclTestLog, read_nccl_tests
-from .profile import FORMAT_VERSION, profile_from_dict
 from .torch_trace import OpStat, read_torch_trace
 
 #: Preferred collective for a fabric level's latency/bandwidth (the fused operators' point-to-point pattern).
@@ -138,7 +138,7 @@ def read_inputs(paths: Sequence[str | Path], collective: str | None = None, *, r
             inp.runs.extend(runs)
             items = len(runs)
         elif fmt == CAMPAIGN:
-            from .wavefit import read_campaign
+            from .campaign import read_campaign
 
             rows = read_campaign(p)
             inp.campaign.extend(rows)
@@ -416,16 +416,6 @@ def fused_slowdown(points: Sequence[dict]) -> list[dict]:
                             "wg_time_ratio": _g(f["wg_duration_median_s"] / c["wg_duration_median_s"]),
                             "makespan_ratio": _g(f["measured_s"] / c["measured_s"])})
     return out
-
-
-#: Canonical collective name (simfuse.names) -> key of the profile format's ``fabric.<level>.collectives``.
-PROFILE_COLLECTIVE = {"all_to_all": "alltoall"}
-
-
-def profile_collective(name: str) -> str:
-    """The profile format's key for a canonical collective name (the format still spells all-to-all
-    ``alltoall``; readers accept both)."""
-    return PROFILE_COLLECTIVE.get(name, name)
 
 
 def fabric_section(logs: Sequence[NcclTestLog]) -> tuple[dict, list[dict]]:

@@ -59,6 +59,7 @@ import numpy as np
 
 from ..costs.calibrated import gemm_flop_term
 from ..errors import TraceError
+from ..units import DTYPE_BYTES, INDEX_DTYPE_BYTES
 from .torch_trace import iter_trace_events, nccl_collective
 
 GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
@@ -68,11 +69,12 @@ GEMM_KERNEL_RE = re.compile(r"gemm|xmma|^nvjet_|cutlass|^Cijk_|splitKreduce", re
 EMBEDDING_RE = re.compile(r"embedding_?bag", re.IGNORECASE)
 ELEMENTWISE_KERNEL_RE = re.compile(r"elementwise_kernel", re.IGNORECASE)
 FAMILIES = ("gemm", "embedding_bag", "elementwise")
-#: torch ``Input type`` strings -> simfuse dtype names (simfuse.fused.knobs.DTYPE_BYTES)
+#: torch ``Input type`` strings -> simfuse dtype names (simfuse.units.DTYPE_BYTES)
 TORCH_DTYPES = {"float": "fp32", "c10::bfloat16": "bf16", "c10::half": "fp16", "double": "fp64",
                 "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "signed char": "int8",
                 "unsigned char": "int8", "long int": "int64", "int": "int32", "long": "int64", "bool": "bool"}
-ELEM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8, "fp8": 1, "int8": 1, "int64": 8, "int32": 4, "bool": 1}
+#: element bytes of every dtype name above (simfuse.units: one table)
+ELEM_BYTES = {**DTYPE_BYTES, **INDEX_DTYPE_BYTES}
 MIN_DISTINCT_X = 2
 MIN_POINTS_PER_PARAMETER = 2
 X_HALF_GRID = 241  # log-spaced candidates for x_half (plus 0), from 1e-3 min(x) to 10 max(x)

@@ -14,7 +14,7 @@ KERNEL_TRACE = "kernel_trace"
 TORCH_PROFILER = "torch_profiler"
 NCCL_TESTS = "nccl_tests"
 HELDOUT_CSV = "kernel_measurements"
-CAMPAIGN = "kernel_campaign"  # experiments/trace_campaign.py: one timed launch per shape (simfuse.calibrate.wavefit)
+CAMPAIGN = "kernel_campaign"  # experiments/gpu_campaigns/trace_campaign.py: one timed launch per shape (simfuse.calibrate.wavefit)
 CAMPAIGN_COLUMNS = ("kernel", "variant", "dtype", "grid", "bags_per_wg", "flops_per_wg", "bytes_per_wg", "median_s")
 HELDOUT_COLUMNS = ("kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps", "median_s",
                    "p10_s", "p90_s", "flops", "bytes", "device", "date")

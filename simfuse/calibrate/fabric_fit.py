@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from ..collectives import REGISTRY, run_collective
-from ..collectives.groups import Tuner, world
+from ..collectives.groups import world
+from ..collectives.tuner import Tuner
 from ..errors import SpecError
 from ..names import canonical_collective
 from ..spec import TopologySpec

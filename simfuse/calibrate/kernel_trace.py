@@ -16,13 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
+from ..spec.trace_format import COLUMNS, FLOAT_COLUMNS, FORMAT_LINE, INT_COLUMNS, STRING_COLUMNS
 from ._io import GZIP_ERRORS, open_text
-
-STRING_COLUMNS = ("run_id", "kernel", "variant", "backend", "dtype", "shape")
-INT_COLUMNS = ("world_size", "rank", "grid", "num_warps", "launch_ns", "kernel_end_ns", "program_id",
-               "start_ns", "end_ns", "smid")
-FLOAT_COLUMNS = ("flops_per_program", "bytes_per_program")
-COLUMNS = (*STRING_COLUMNS, *INT_COLUMNS, *FLOAT_COLUMNS)
 
 #: ``launch_ns`` below this with no SM ids marks a ``sequence``-timer trace (ticks; %globaltimer is Unix-epoch ns).
 SEQUENCE_TIMER_MAX = 10**12
@@ -346,7 +341,7 @@ def write_kernel_trace(path: str | Path, rows: list[dict]) -> None:
     """Write per-program rows (dicts with the :data:`COLUMNS` keys) in the v1 format (helper for tests/tools)."""
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     p = Path(path)
-    text = "# simfuse-kernel-trace v1\n" + df.to_csv(index=False)
+    text = FORMAT_LINE + "\n" + df.to_csv(index=False)
     if p.suffix == ".gz":
         import gzip
         with gzip.open(p, "wt", encoding="utf-8") as fh:

@@ -308,6 +308,120 @@ def _token_end(line: str, index: int) -> int | None:
     return ms[index].end() if index < len(ms) else None
 
 
+@dataclass
+class _Scan:
+    """What :func:`read_nccl_tests` collects line by line before it checks the log as a whole."""
+
+    rank_lines: dict[int, tuple[str, str, str | None]] = field(default_factory=dict)
+    duplicate_rank0: bool = False
+    threads: int | None = None
+    gpus: int | None = None
+    nranks_info: set[int] = field(default_factory=set)
+    info_hosts: set[str] = field(default_factory=set)
+    lay: _Layout | None = None
+    label_line: str | None = None
+    rows: list[NcclRow] = field(default_factory=list)
+    cmdlines: list[str] = field(default_factory=list)
+    starting: str | None = None
+    version: str | None = None
+    failures: list[str] = field(default_factory=list)
+    malformed: tuple[int, str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    more_tests: str | None = None
+
+    def feed(self, src: str, lineno: int, raw: str, headerless: bool) -> bool:
+        """Take one line; False once a second test starts in the same file (only the first is read)."""
+        line = strip_launcher_prefix(raw.rstrip("\n"))
+        s = line.strip()
+        if not s:
+            return True
+        for m in re.finditer(r"\b(NCCL_ALGO|NCCL_PROTO)=(\S+)", s):
+            self.env[m.group(1)] = m.group(2).strip("'\"")
+        m = _NTHREAD_RE.search(s)
+        if m and s.lstrip("#").lstrip().startswith("nThread"):
+            self.threads, self.gpus = int(m.group(1)), int(m.group(2))
+            return True
+        if s.startswith("#") or _RANK_RE.match(s):
+            return self._comment(src, lineno, line, s)
+        m = _INFO_HOST_RE.match(s)
+        if m:
+            self._info(s, m)
+            return True
+        if self.lay is None and headerless and _ROW_START_RE.match(s):
+            self.lay = _headerless_layout(s)
+        if self.lay is not None and _ROW_START_RE.match(s):
+            self._row(src, lineno, s)
+            return True
+        m = _VERSION_RE.search(s)
+        if m:
+            self.version = _better_version(self.version, m)
+            return True
+        if "_perf" in s:
+            self.cmdlines.append(s)
+            return True
+        if _FAIL_RE.search(s):
+            self.failures.append(s)
+        return True
+
+    def _comment(self, src: str, lineno: int, line: str, s: str) -> bool:
+        """A ``#`` line or a ``Rank`` line: header fields, the test's name, the column header."""
+        body = s.lstrip("#").strip()
+        m = _NTHREAD_RE.search(body)
+        if m and body.startswith("nThread"):
+            self.threads, self.gpus = int(m.group(1)), int(m.group(2))
+            return True
+        m = _RANK_RE.match(s)
+        if m:
+            r = int(m.group(1))
+            entry = (m.group(3), m.group(5).strip(), m.group(2))
+            if r in self.rank_lines and self.rank_lines[r] != entry:
+                self.duplicate_rank0 = self.duplicate_rank0 or r == 0
+            self.rank_lines.setdefault(r, entry)
+            return True
+        m = _STARTING_RE.search(body)
+        if m:
+            if self.starting is not None and self.rows:  # a second test in the same file: read the first
+                self.more_tests = m.group(1)
+                return False
+            self.starting = m.group(1)
+            return True
+        m = _VERSION_RE.search(body)
+        if m:
+            self.version = _better_version(self.version, m)
+        cols = _column_header(s)
+        if cols is not None:
+            if self.lay is None:
+                self.lay = _layout(src, lineno, cols, line, self.label_line)
+            return True
+        if "out-of-place" in body or "in-place" in body:
+            self.label_line = line
+        return True
+
+    def _info(self, s: str, m: re.Match) -> None:
+        """An ``NCCL INFO`` / ``WARN`` line: its host, the NCCL version, the rank count, a warning."""
+        self.info_hosts.add(m.group(1))
+        mv = _VERSION_RE.search(s)
+        if mv:
+            self.version = _better_version(self.version, mv)
+        m2 = _NRANKS_RE.search(s)
+        if m2:
+            self.nranks_info.add(int(m2.group(1)))
+        if "NCCL WARN" in s:
+            self.failures.append(s)
+
+    def _row(self, src: str, lineno: int, s: str) -> None:
+        """A result row; a malformed one is fatal only if more rows follow (else the log was cut off)."""
+        if self.malformed is not None:
+            raise TraceError(src, f"line {self.malformed[0]}", self.malformed[1])
+        try:
+            row = _parse_row(src, lineno, s, self.lay)
+        except TraceError as exc:
+            self.malformed = (lineno, exc.message)
+            return
+        if row is not None:
+            self.rows.append(row)
+
+
 def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: int | None = None,
                     nodes: int | None = None, headerless: bool = False) -> NcclTestLog:
     """Parse one nccl-tests log.  ``collective``, ``ranks`` and ``nodes`` override what the log says.
@@ -315,105 +429,21 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
     file is nccl-tests output, e.g. ``calibrate --kind nccl-tests``): the layout is inferred from the rows."""
     p = Path(path)
     src = str(p)
-    rank_lines: dict[int, tuple[str, str, str | None]] = {}
-    duplicate_rank0 = False
-    threads = gpus = None
-    nranks_info: set[int] = set()
-    info_hosts: set[str] = set()
-    lay: _Layout | None = None
-    label_line: str | None = None
-    rows: list[NcclRow] = []
-    cmdlines: list[str] = []
-    starting: str | None = None
-    version: str | None = None
-    failures: list[str] = []
-    malformed: tuple[int, str] | None = None
-    env: dict[str, str] = {}
-    more_tests: str | None = None
+    st = _Scan()
     lineno = 0
     try:
         with open_text(p) as fh:
             for lineno, raw in enumerate(bounded_lines(fh, src, error=TraceError), start=1):
-                line = strip_launcher_prefix(raw.rstrip("\n"))
-                s = line.strip()
-                if not s:
-                    continue
-                for m in re.finditer(r"\b(NCCL_ALGO|NCCL_PROTO)=(\S+)", s):
-                    env[m.group(1)] = m.group(2).strip("'\"")
-                m = _NTHREAD_RE.search(s)
-                if m and s.lstrip("#").lstrip().startswith("nThread"):
-                    threads, gpus = int(m.group(1)), int(m.group(2))
-                    continue
-                if s.startswith("#") or _RANK_RE.match(s):
-                    body = s.lstrip("#").strip()
-                    m = _NTHREAD_RE.search(body)
-                    if m and body.startswith("nThread"):
-                        threads, gpus = int(m.group(1)), int(m.group(2))
-                        continue
-                    m = _RANK_RE.match(s)
-                    if m:
-                        r = int(m.group(1))
-                        entry = (m.group(3), m.group(5).strip(), m.group(2))
-                        if r in rank_lines and rank_lines[r] != entry:
-                            duplicate_rank0 = duplicate_rank0 or r == 0
-                        rank_lines.setdefault(r, entry)
-                        continue
-                    m = _STARTING_RE.search(body)
-                    if m:
-                        if starting is not None and rows:  # a second test in the same file: read the first
-                            more_tests = m.group(1)
-                            break
-                        starting = m.group(1)
-                        continue
-                    m = _VERSION_RE.search(body)
-                    if m:
-                        version = _better_version(version, m)
-                    cols = _column_header(s)
-                    if cols is not None:
-                        if lay is None:
-                            lay = _layout(src, lineno, cols, line, label_line)
-                        continue
-                    if "out-of-place" in body or "in-place" in body:
-                        label_line = line
-                    continue
-                m = _INFO_HOST_RE.match(s)
-                if m:
-                    info_hosts.add(m.group(1))
-                    mv = _VERSION_RE.search(s)
-                    if mv:
-                        version = _better_version(version, mv)
-                    m2 = _NRANKS_RE.search(s)
-                    if m2:
-                        nranks_info.add(int(m2.group(1)))
-                    if "NCCL WARN" in s:
-                        failures.append(s)
-                    continue
-                if lay is None and headerless and _ROW_START_RE.match(s):
-                    lay = _headerless_layout(s)
-                if lay is not None and _ROW_START_RE.match(s):
-                    if malformed is not None:
-                        raise TraceError(src, f"line {malformed[0]}", malformed[1])
-                    try:
-                        row = _parse_row(src, lineno, s, lay)
-                    except TraceError as exc:
-                        malformed = (lineno, exc.message)  # fatal only if more rows follow (else: truncated)
-                        continue
-                    if row is not None:
-                        rows.append(row)
-                    continue
-                m = _VERSION_RE.search(s)
-                if m:
-                    version = _better_version(version, m)
-                    continue
-                if "_perf" in s:
-                    cmdlines.append(s)
-                    continue
-                if _FAIL_RE.search(s):
-                    failures.append(s)
+                if not st.feed(src, lineno, raw, headerless):
+                    break
     except GZIP_ERRORS as exc:
         raise TraceError(src, f"line {lineno + 1}", f"corrupt or truncated gzip stream ({exc})") from None
     except UnicodeDecodeError:
         raise TraceError(src, f"line {lineno + 1}", "not UTF-8 text (not an nccl-tests log)") from None
+    rows, lay, failures, malformed, starting = st.rows, st.lay, st.failures, st.malformed, st.starting
+    rank_lines, threads, gpus, cmdlines, version = st.rank_lines, st.threads, st.gpus, st.cmdlines, st.version
+    nranks_info, info_hosts, more_tests, env = st.nranks_info, st.info_hosts, st.more_tests, st.env
+    duplicate_rank0 = st.duplicate_rank0
     notes: list[str] = []
     if malformed is not None:
         notes.append(f"line {malformed[0]}: last row cut off ({malformed[1]}); dropped")

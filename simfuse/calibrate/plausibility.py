@@ -1,7 +1,7 @@
 """Plausibility of a fabric fit: refuse what cannot be physical before it reaches a profile.
 
 ``simfuse calibrate`` maps each nccl-tests log onto one level's alpha-beta parameters (see
-:func:`simfuse.calibrate.build.fabric_section`, applied by :func:`simfuse.calibrate.profile.apply_to_topology`).
+:func:`simfuse.calibrate.build.fabric_section`, applied by :func:`simfuse.profile.apply_to_topology`).
 That mapping is only meaningful when the log's bus bandwidth is one link's bandwidth; for hierarchical collectives
 it is not, and the result was silently impossible (a 2-node H100 all-reduce set the NIC to 196 GB/s).  The checks
 here need no simulator internals:
@@ -36,6 +36,8 @@ import math
 from collections.abc import Sequence
 
 from ..errors import SpecError
+from ..profile.bounds import LINE_RATE_TOLERANCE, MAX_ALPHA_S, per_nic_rate
+from ..profile.fit import alpha_beta_time_s, profile_collective
 from .nccl_tests import NcclTestLog
 
 MIN_POINTS_PER_PARAMETER = 2
@@ -45,10 +47,6 @@ FIT_PARAMETERS = 2
 MAX_REL_RESIDUAL_LARGE = 0.15
 MAX_REL_RESIDUAL_ALL = 0.5
 LARGE_BYTES = 64 * 2**20
-#: largest fitted alpha (whole-collective latency) per level: fabric_fit.BOUNDS' per-hop latency + launch bound
-MAX_ALPHA_S = {"scale_up": 5e-6 + 50e-6, "scale_out": 50e-6 + 50e-6}
-#: Measurement noise allowed above a line rate.
-LINE_RATE_TOLERANCE = 0.03
 BOUND_MIN_BYTES = 1 << 20
 
 
@@ -79,8 +77,6 @@ def check_fabric(profile: dict, logs: Sequence[NcclTestLog], topology=None) -> l
     :class:`~simfuse.spec.TopologySpec` for the line-rate checks (skipped without one)."""
     problems: list[str] = []
     by_key: dict[tuple[str, str], list[NcclTestLog]] = {}
-    from .build import profile_collective
-
     for lg in logs:
         by_key.setdefault((lg.level, profile_collective(lg.collective)), []).append(lg)
     for level, lv in sorted(profile.get("fabric", {}).items()):
@@ -124,8 +120,6 @@ def _line_rate(level: str, topology) -> tuple[float, str]:
 
 def _residual_problems(where: str, coll: str, c: dict, logs: Sequence[NcclTestLog]) -> list[str]:
     """The fit-quality rule (module doc), from the logs' rows; without logs from the profile's recorded maximum."""
-    from .fit import alpha_beta_time_s
-
     alpha, beta = c.get("alpha_s"), c.get("beta_bytes_per_s")
     res_large, res_all = [], []
     if alpha is not None and logs:
@@ -149,12 +143,6 @@ def _residual_problems(where: str, coll: str, c: dict, logs: Sequence[NcclTestLo
         out.append(f"{where}: poor fit, max relative residual {max(res_all):.0%} > {MAX_REL_RESIDUAL_ALL:.0%} "
                    "(one latency and one bandwidth do not describe this log)")
     return out
-
-
-def per_nic_rate(beta: float, gpus_per_node: int, nics_per_node: int) -> float:
-    """A per-GPU bus bandwidth as the rate of each NIC its node's GPUs share (``G / min(nics, G)``)."""
-    g = max(1, int(gpus_per_node))
-    return beta * g / min(int(nics_per_node), g)
 
 
 def _mapped_rate(where: str, level: str, beta: float, topology, gpus_per_node: int) -> list[str]:

@@ -22,14 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TraceError
+from ..units import TORCH_DTYPE_NAMES, element_bytes
 from ._io import GZIP_ERRORS, open_text
 
 BLOCK_CHARS = 1 << 20
 MAX_EVENT_CHARS = 64 << 20  # an event larger than this is treated as corrupt input
 _WS = " \t\r\n"
-_DTYPE_BYTES = {"float": 4, "float32": 4, "fp32": 4, "half": 2, "float16": 2, "fp16": 2, "bfloat16": 2,
-                "bf16": 2, "double": 8, "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8,
-                "char": 1, "int8": 1, "uint8": 1, "byte": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+#: element bytes of each torch / NCCL dtype spelling (simfuse.units: one table)
+_DTYPE_BYTES = {name: element_bytes(name) for name in TORCH_DTYPE_NAMES}
 _NCCL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 #: NCCL < 2.12 kernel names: ``ncclAllReduceRingLLKernel_sum_f32(ncclWorkElem)``, ``ncclSendRecvKernel_copy_i8``
 _NCCL_OLD_RE = re.compile(r"^nccl(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|AllToAll)"

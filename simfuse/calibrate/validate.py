@@ -22,12 +22,12 @@ import pandas as pd
 
 from ..costs.base import CostModel, KernelWork
 from ..errors import SpecError, TraceError, short_repr
+from ..profile.fit import alpha_beta_time_s
+from ..profile.load import CalibrationProfile, apply_to_topology, cost_model_for, load_profile
 from ..spec import load_topology
 from ..spec.topology import DTYPES as TOPOLOGY_DTYPES
 from ._io import GZIP_ERRORS, not_a_file, open_text
-from .fit import alpha_beta_time_s
 from .kernel_trace import format_shape, parse_shape
-from .profile import CalibrationProfile, apply_to_topology, cost_model_for, load_profile
 
 MEASUREMENT_COLUMNS = ("kernel", "variant", "backend", "world_size", "dtype", "shape", "grid", "num_warps",
                        "median_s", "p10_s", "p90_s", "flops", "bytes", "device", "date")
@@ -359,7 +359,8 @@ def campaign_validation(paths, out_dir: str | Path | None = None, heldout=None, 
     rows, to report them again (e.g. against a second held-out campaign) without refitting; None: fit them."""
     import math
 
-    from .wavefit import fit_campaign, read_campaign
+    from .campaign import read_campaign
+    from .wavefit import fit_campaign
 
     rows: list[dict] = []
     for p in paths:
@@ -417,7 +418,7 @@ HELDOUT_COLUMNS = ("family", "kernel", "variant", "dtype", "dim", "pooling", "ba
 def repeat_spreads(rows: list[dict]) -> dict[tuple, tuple[int, float]]:
     """Shape key (``wavefit.SHAPE_KEY``) -> (measurements, spread in %: slowest / fastest - 1) of the rows of a
     campaign that measured some shapes more than once (``--repeats``: fresh allocations); one measurement: 0."""
-    from .wavefit import SHAPE_KEY, with_table_rows
+    from .campaign import SHAPE_KEY, with_table_rows
 
     by: dict[tuple, list[float]] = {}
     for r in with_table_rows(rows):
@@ -433,7 +434,7 @@ def heldout_predictions(fits, rows: list[dict]) -> pd.DataFrame:
     accumulator registers per thread than any fitted configuration -- it would spill); ``fitted_config`` is False
     for those and for a configuration that spilled beyond what is fitted (``wavefit.MAX_FIT_SPILLS``).  Every shape
     is predicted all the same (the formula, for the record).  A shape whose family has no model is an error naming it."""
-    from .wavefit import SHAPE_KEY, campaign_points, merge_repeats, spills_too_much
+    from .campaign import SHAPE_KEY, campaign_points, merge_repeats, spills_too_much
 
     by = {(w.kernel, w.variant, w.dtype): w for w in fits}
     spreads = repeat_spreads(rows)

@@ -29,10 +29,11 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from .groups import Group, GroupAlgorithms
+from .groups import Group
 from .posting import bulk_rule
 from .protocols import ProtocolCost
 from .runner import ProtocolGroups, protocol_cost, start_groups
+from .tuner import GroupAlgorithms
 
 
 class BulkProtocols:

@@ -1,4 +1,5 @@
-"""Communicator groups: collectives over any subset of ranks, and the tuner that picks an algorithm per group.
+"""Communicator groups: collectives over any subset of ranks, and the candidates the tuner
+(:mod:`.tuner`) picks from per group.
 
 A :class:`Group` is a named, ordered tuple of global ranks (like an NCCL communicator or a torch process group).
 Algorithms (:mod:`.algorithms`) are written for a ``Layout(nodes, gpus_per_node)`` numbered node-major; a
@@ -10,10 +11,8 @@ Group constructors for the usual parallel layouts: :func:`world`, :func:`node_lo
 tensor-parallel group), :func:`rail` (the same local index on every node: a data-parallel group across nodes),
 :func:`blocks` (consecutive blocks of ranks).
 
-The :class:`Tuner` picks, like NCCL's tuner, the fastest algorithm NCCL implements and its protocol for an (op, group
-shape, size) by simulating the collective alone on the group (memoised per shape and size): the choice depends
-only on the group's geometry, so every group of one shape gets the same algorithm.  Choices read
-``"algorithm/protocol"`` (``"ring/LL"``, ``"nvls/Simple"``) under ``collectives.protocol_model: nccl``.
+Candidates (:func:`candidate_algorithms`) read ``"algorithm/protocol"`` (``"ring/LL"``, ``"nvls/Simple"``) under
+``collectives.protocol_model: nccl``.
 """
 
 from __future__ import annotations
@@ -237,114 +236,3 @@ def candidate_algorithms(op: str, group: Group, gpus_per_node: int, *, symmetric
         protos = _protocols(op, algo, layout, group, model, size_bytes)
         names.extend(name if model == "none" else f"{name}/{p}" for p in protos)
     return names
-
-
-class Tuner:
-    """Picks the fastest algorithm per ``(op, group shape, size)`` by simulating each candidate alone on the
-    group (the fabric is the whole system, so the group's links are the real ones).  Memoised.
-
-    ``forced``: ``{op: algorithm}`` to skip tuning for some ops (a user's choice, e.g. ``--set
-    baseline_algorithm=...``).  ``what_ifs``: tune over simfuse's own schedules too (not NCCL's; off by default,
-    :func:`candidate_algorithms`)."""
-
-    what_ifs: bool = False
-
-    def __init__(self, topology, nodes: int, gpus_per_node: int, forced: dict[str, str] | None = None):
-        self.topology = topology
-        self.nodes = nodes
-        self.gpus_per_node = gpus_per_node
-        self.forced = dict(forced or {})
-        self._cache: dict = {}
-
-    def choose(self, op: str, group: Group, size_bytes: float, *, symmetric_only: bool = True,
-               algorithm: str | None = None, protocol: str | None = None) -> str:
-        """The fastest ``"algorithm[/protocol]"``; ``algorithm`` / ``protocol`` (or a forced algorithm) restrict
-        the search to that algorithm / protocol (a name that carries its protocol is returned as given)."""
-        forced = self.forced.get(op) or None
-        algorithm = algorithm or forced
-        if algorithm is not None and "/" in algorithm:
-            return algorithm
-        if algorithm is not None and protocol is not None:
-            return f"{algorithm}/{protocol}"
-        key = (op, group.key(self.gpus_per_node), float(size_bytes), symmetric_only, algorithm, protocol)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        names = candidate_algorithms(op, group, self.gpus_per_node, symmetric_only=symmetric_only,
-                                     topology=self.topology, size_bytes=size_bytes if protocol is None else None,
-                                     what_ifs=self.what_ifs)
-        if algorithm is not None:
-            names = [n for n in names if split_choice(n)[0] == algorithm] or self._as_named(
-                op, group, algorithm, size_bytes if protocol is None else None)
-        if protocol is not None:
-            names = [n for n in names if split_choice(n)[1] in (None, protocol)]
-            names = [n if "/" in n else f"{n}/{protocol}" for n in names]
-        if not names:
-            raise SpecError("<group>", group.name, f"no {op} algorithm is symmetric on this group; use full mode")
-        if len(names) == 1 or group.size == 1:
-            best = names[0]
-        else:
-            from .runner import simulate_group_collective
-
-            best, best_t = names[0], float("inf")
-            for name in names:
-                t = simulate_group_collective(self.topology, self.nodes, self.gpus_per_node, op, name, group,
-                                              size_bytes)
-                if t < best_t:
-                    best, best_t = name, t
-        self._cache[key] = best
-        return best
-
-    def _as_named(self, op: str, group: Group, algorithm: str, size_bytes: float | None) -> list[str]:
-        """A named algorithm the candidates leave out (a ring across more than 16 nodes, an asymmetric one): run
-        as named, with each protocol it runs with under ``protocol_model: nccl`` (the tuner picks the fastest; an
-        all-to-all keeps NCCL's p2p rule at ``size_bytes``), unless it needs an in-network reduction the topology
-        does not declare (SpecError naming the topology field, as ``simfuse collective --algorithm`` does)."""
-        from .runner import check_hardware
-
-        if algorithm not in REGISTRY.get(op, {}):
-            return [algorithm]
-        layout, _ = group_layout(group, self.gpus_per_node)
-        algo = make_algorithm(op, algorithm, layout, 1.0)
-        check_hardware(algo, self.topology)
-        model = self.topology.collectives.protocol_model
-        if model == "none":
-            return [algorithm]
-        protos = _protocols(op, algo, layout, group, model, size_bytes) or protocols_for(algo.family, model)
-        return [f"{algorithm}/{p}" for p in protos]
-
-
-class GroupAlgorithms:
-    """The collective algorithms of one run: the tuner's choice (or a named algorithm) instantiated on its group,
-    memoised per (op, what was asked, group, size).  A :class:`GroupAlgorithm` holds no run state, so every
-    simulated rank of the run shares one; the executor owns one per run, next to its tuner.
-
-    :meth:`get` asks one of three things: ``algorithm`` given with its protocol (``"ring/LL"``), that choice as
-    named (no tuning); an algorithm without a protocol (a collective node that names one) or ``restrict_to``
-    given, the tuner's fastest protocol of that one algorithm (a bulk exchange is priced as a ``direct``
-    all-to-all, :class:`~simfuse.collectives.exchange.BulkProtocols`);
-    neither, the tuner's fastest algorithm and protocol.  Groups are told apart by name, first rank and size
-    (the groups of one graph have distinct names)."""
-
-    def __init__(self, tuner: Tuner, gpus_per_node: int, channels: int, *, symmetric_only: bool):
-        self.tuner, self.gpus_per_node, self.channels = tuner, gpus_per_node, channels
-        self.symmetric_only = symmetric_only
-        self._memo: dict = {}
-
-    def get(self, op: str, group: Group, size_bytes: float, *, algorithm: str | None = None,
-            restrict_to: str | None = None) -> tuple[str, GroupAlgorithm]:
-        """``(choice, algorithm on the group)`` for ``op`` on ``group`` at ``size_bytes`` (see the class)."""
-        if algorithm is not None and restrict_to is not None:
-            raise ValueError("name an algorithm or restrict the tuner to one, not both")
-        if algorithm is not None and "/" not in algorithm:
-            # a named algorithm without a protocol runs its fastest protocol, as `simfuse collective --algorithm`
-            # does (NCCL tunes the protocol of a forced NCCL_ALGO too)
-            algorithm, restrict_to = None, algorithm
-        key = (op, algorithm, restrict_to, group.name, group.ranks[0], group.size, float(size_bytes))
-        hit = self._memo.get(key)
-        if hit is None:
-            name = algorithm or self.tuner.choose(op, group, size_bytes, symmetric_only=self.symmetric_only,
-                                                  algorithm=restrict_to)
-            hit = self._memo[key] = (name, make_group_algorithm(op, name, group, self.gpus_per_node, size_bytes,
-                                                                self.channels))
-        return hit

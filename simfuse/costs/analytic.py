@@ -22,7 +22,7 @@ def gemm_curve_time_s(device: DeviceSpec, work: KernelWork) -> float | None:
 
     ``roofline_s`` is the whole GEMM's ``max(2 M N K / (peak x flops_efficiency), unique bytes / (HBM x
     hbm_efficiency))`` (no tile padding: the curve was measured against the real FLOP and bytes).  The curve was
-    measured as per-call shares of CUDA-graph replays (``experiments/gemm_small_m.py``), so its floor contains
+    measured as per-call shares of CUDA-graph replays (``experiments/gpu_campaigns/gemm_small_m.py``), so its floor contains
     the device's in-graph launch latency (``DeviceSpec.graph_launch_s``), which is subtracted here; the engine
     then charges the launch latency of the run (eager or graph) before the kernel."""
     curve = device.gemm_efficiency

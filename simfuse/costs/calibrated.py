@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import SimfuseError
+from ..units import DTYPE_BYTES
 from .analytic import (
     PER_CU_BW_HEADROOM,
     RooflineCostModel,
@@ -132,8 +133,6 @@ DRAM_ATOM_BYTES = 64
 #: kernel default use 2) unless the shape says ``unroll``; bags gathered together per step (the kernel's ``SUB``).
 EMB_UNROLL = 2
 EMB_SUB_BAGS = 16
-#: Element bytes of an embedding row by dtype (the simulator's embedding works are "fp32" or "fp16").
-_EMB_ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 #: L2 cache of the H200 the wave models were measured on: 60 MiB (``torch.cuda.get_device_properties``, recorded in
 #: docs/sources.md S9; NVIDIA's H100/H200 SXM product pages say 50 MB --
 #: the device reports 60 MiB).
@@ -251,7 +250,7 @@ def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str |
             p = float(shape["lookups"]) / float(shape["bags"])
         p = p or 1.0
         rows = flops / d
-        row_b = d * _EMB_ELEM_BYTES.get(dtype or "fp32", 4)
+        row_b = d * DTYPE_BYTES.get(dtype or "fp32", 4)
         # HBM bytes: gathered rows at the access granularity, their int64 indices, the pooled rows written
         bags = rows / p
         unroll = float(shape.get("unroll") or EMB_UNROLL)
@@ -262,7 +261,7 @@ def features(kernel: str, flops: float, nbytes: float, shape: dict, dtype: str |
         # table size (rows per table, ``shape["rows"]``): the gathered rows that hit in L2 do not reach HBM
         h = l2_hit_fraction(shape.get("rows") or 0.0, row_b)
         warps = float(shape.get("num_warps") or EMB_NUM_WARPS)
-        lay = embedding_layout(d, _EMB_ELEM_BYTES.get(dtype or "fp32", 4), bags, int(warps))
+        lay = embedding_layout(d, DTYPE_BYTES.get(dtype or "fp32", 4), bags, int(warps))
         # per thread: steps x unroll tile loads of ``loads_per_thread`` vector loads each (the layout's padded work)
         warp_ld = float(steps) * unroll * lay["loads_per_thread"]
         # requested HBM bytes (rows at their own size, indices, pooled rows written), less the rows' L2 hits
@@ -621,7 +620,7 @@ class CalibratedCostModel:
     @classmethod
     def from_profile(cls, profile, fallback: RooflineCostModel,
                      extrapolation: float | None = EXTRAPOLATION_FACTOR) -> CalibratedCostModel:
-        """Build from a :class:`simfuse.calibrate.profile.CalibrationProfile`."""
+        """Build from a :class:`simfuse.profile.CalibrationProfile`."""
         return cls(profile.kernel_fits(), fallback, profile.fused_slowdown_map(), profile.compute_units,
                    traced_ranges(profile.points), extrapolation, getattr(profile, "wave_fits", None) or {},
                    getattr(profile, "dense", None) or {})

@@ -35,7 +35,8 @@ from ..engine import Simulation, run_kernel
 from ..errors import SpecError
 from ..network import INTRA, SELF, Fabric, FlowNetwork
 from ..spec import TopologySpec
-from .knobs import DTYPE_BYTES, FusedKnobs  # noqa: F401  (re-exported)
+from ..units import DTYPE_BYTES  # noqa: F401  (re-exported)
+from .knobs import FusedKnobs
 
 
 @dataclass

@@ -39,7 +39,6 @@ import numpy as np
 import simpy
 
 from ..collectives.exchange import BulkProtocols, ExchangeInstance
-from ..collectives.groups import GroupAlgorithms, Tuner
 from ..collectives.posting import bulk_rule
 from ..collectives.runner import (
     FlowGroupCache,
@@ -48,6 +47,7 @@ from ..collectives.runner import (
     protocol_cost,
     start_groups,
 )
+from ..collectives.tuner import GroupAlgorithms, Tuner
 from ..engine import Simulation, run_kernel
 from ..errors import SpecError
 from ..fused.knobs import FusedKnobs
@@ -115,7 +115,7 @@ def _union_s(intervals) -> float:
 class Executor:
     """Run ``graph`` on ``system`` (a :class:`simfuse.system.System`).
 
-    ``tuner``: a shared :class:`~simfuse.collectives.groups.Tuner` (reuse one across runs of the same system and
+    ``tuner``: a shared :class:`~simfuse.collectives.tuner.Tuner` (reuse one across runs of the same system and
     node count to keep its memo); ``forced_algorithms``: ``{op: algorithm}`` for collectives that name none."""
 
     def __init__(self, system, graph: Graph, *, seed: int = 0, record: bool = False, record_usage: bool = False,

@@ -11,7 +11,7 @@ from ._runtime import interpreting
 from .trace import KernelTrace, TraceRecorder
 
 # The last compiled kernel launched per kernel name: registers, shared memory, warps (GPU only; the
-# interpreter compiles nothing).  Read by experiments/gpu_check.py to compute occupancy per configuration.
+# interpreter compiles nothing).  Read by experiments/gpu_campaigns/gpu_check.py to compute occupancy per configuration.
 LAST_COMPILED: dict[str, dict] = {}
 
 

@@ -1,6 +1,6 @@
 """Timing kernel launches the way the simulator predicts them: back to back, replayed from one CUDA graph.
 
-One implementation for every measurement script (``experiments/kernel_bench.py``, ``trace_campaign.py``,
+One implementation for every measurement script (``experiments/gpu_campaigns/kernel_bench.py``, ``trace_campaign.py``,
 ``gpu_check.py``, ``gemm_small_m.py``).  :func:`graph_bench` captures ``run`` (which launches ``per_call``
 calls, typically one per input set, so that together they exceed the L2) in a CUDA graph once, replays it
 ``reps`` times between CUDA events, and returns per-call seconds: the launch latency plus the makespan of each

@@ -19,19 +19,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMAT_LINE = "# simfuse-kernel-trace v1"
-COLUMNS = (
-    "run_id", "kernel", "variant", "backend", "world_size", "rank", "dtype", "shape", "grid", "num_warps",
-    "launch_ns", "kernel_end_ns", "program_id", "start_ns", "end_ns", "smid", "flops_per_program",
-    "bytes_per_program",
+from ..spec.trace_format import (  # noqa: F401  (the record, re-exported)
+    BACKENDS,
+    COLUMNS,
+    FLOAT_COLUMNS,
+    FORMAT_LINE,
+    INT_COLUMNS,
+    KERNELS,
+    VARIANTS,
 )
-KERNELS = ("embedding_all_to_all", "gemv_all_reduce", "gemm_all_to_all")
-VARIANTS = ("fused", "compute")
-BACKENDS = ("emulated", "symmetric")
+
 TIMERS = ("auto", "globaltimer", "sequence")
-_INT_COLS = {"world_size", "rank", "grid", "num_warps", "launch_ns", "kernel_end_ns", "program_id", "start_ns",
-             "end_ns", "smid"}
-_FLOAT_COLS = {"flops_per_program", "bytes_per_program"}
+_INT_COLS = set(INT_COLUMNS)
+_FLOAT_COLS = set(FLOAT_COLUMNS)
 
 
 def format_shape(params: dict) -> str:

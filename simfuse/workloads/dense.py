@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..costs import KernelWork
-from ..fused.base import DTYPE_BYTES
+from ..units import DTYPE_BYTES
 
 
 def gemm_work(label: str, m: int, n: int, k: int, dtype: str, tile: int = 128) -> KernelWork:

@@ -57,10 +57,11 @@ from ..collectives import Layout
 from ..collectives.groups import Group, blocks
 from ..costs import KernelWork
 from ..errors import SpecError
-from ..fused.knobs import DTYPE_BYTES, ExecutionSpec
+from ..fused.knobs import ExecutionSpec
 from ..fused.ops import AllGatherGemm, GemmReduceScatter
 from ..graph import CollectiveNode, ComputeNode, FusedNode, Graph
 from ..spec import LLMSpec
+from ..units import DTYPE_BYTES
 from .dense import elementwise_work, gemm_work
 from .dlrm import IterationResult, _buckets
 from .op import symmetric_ok

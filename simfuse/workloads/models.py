@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 
-from ..collectives.groups import Tuner, world
+from ..collectives.groups import world
+from ..collectives.tuner import Tuner
 from ..errors import SpecError
 from ..fused import make_op
 from ..fused.knobs import DTYPE_BYTES, ExecutionSpec, modes_of

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from ..collectives.groups import Tuner, world
+from ..collectives.groups import world
+from ..collectives.tuner import Tuner
 from ..errors import SpecError
 from ..fused.base import FusedOp, OpResult
 from ..fused.knobs import FusedKnobs

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SpecError
-from ..fused.base import DTYPE_BYTES
 from ..spec import DLRMSpec
+from ..units import DTYPE_BYTES
 
 
 @dataclass(frozen=True)

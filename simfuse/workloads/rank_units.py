@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..fused.knobs import DTYPE_BYTES
+from ..units import DTYPE_BYTES
 from .placement import Unit
 
 

@@ -394,7 +394,7 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
     spec = scaled_spec(spec, nodes, g, ex)
     system = system.with_launch(spec.launch)  # CUDA graph: every kernel at the device's in-graph launch latency
     if isinstance(spec, DLRMSpec):
-        from ..collectives.groups import Tuner
+        from ..collectives.tuner import Tuner
 
         tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())  # shared by both modes
         res = _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen, pool,

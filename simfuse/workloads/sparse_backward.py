@@ -5,7 +5,7 @@ Real implementations (HugeCTR's index calculation + local reduce + update; FBGEM
 lookups' ids with their positions (CUB radix sort over the bits the key space needs, 8-bit digits), run-length
 encode the sorted ids, then one kernel reduces each distinct id's gradients and applies the optimizer to its row.
 Ids are uniform over a shard's rows (simfuse's id model), so the rows touched are the expected distinct ids.
-Checked against CUB and a Triton segment-reduce + Adagrad on an H100 and an H200 (experiments/embedding_backward.py,
+Checked against CUB and a Triton segment-reduce + Adagrad on an H100 and an H200 (experiments/gpu_campaigns/embedding_backward.py,
 experiments/results/embedding_backward/README.md); nothing here is fitted."""
 
 from __future__ import annotations

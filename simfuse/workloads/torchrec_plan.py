@@ -47,10 +47,10 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecError
+from .torchrec_entry import Entry, Shard, _int_list, _placement_rank
 
 #: TorchRec ShardingType value -> simfuse sharding
 TYPE_MAP = {"table_wise": "table_wise", "row_wise": "row_wise", "column_wise": "column_wise",
@@ -61,29 +61,9 @@ UNSUPPORTED: dict[str, str] = {}
 PARAM_HEADER = ("param", "sharding type", "compute kernel", "ranks")
 SHARD_HEADER = ("param", "shard offsets", "shard sizes", "placement")
 MAX_PLAN_BYTES = 64 << 20
-_RANK_RE = re.compile(r"rank:([0-9]{1,9})(?![0-9])")
 _INDEX_RE = re.compile(r"([0-9]+)$")
 _INT_LIST_RE = re.compile(r"\[\s*(-?[0-9]{1,18}(?:\s*,\s*-?[0-9]{1,18})*)?\s*\]")
 _SEP_RE = re.compile(r"^[\s|:+-]*-[\s|:+-]*$")
-
-
-@dataclass
-class Shard:
-    offsets: tuple[int, int]
-    sizes: tuple[int, int]
-    rank: int
-
-
-@dataclass
-class Entry:
-    """One parameter (table) of a TorchRec plan, before it is matched to the model spec."""
-
-    module: str
-    param: str
-    sharding_type: str
-    ranks: list[int] | None
-    shards: list[Shard] | None
-    where: str  # field name for errors: "<module>/<param>" or "line N"
 
 
 # ------------------------------------------------------------------------------------------------- detection
@@ -133,30 +113,6 @@ def _literal(text: str, src: str, fld: str):
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         raise SpecError(src, fld, f"cannot read {text[:40]!r} (expected a list such as [0, 1])") from None
-
-
-def _int_list(v, src: str, fld: str, length: int | None = None) -> list[int]:
-    if not isinstance(v, (list, tuple)) or any(isinstance(x, bool) or not isinstance(x, int) for x in v):
-        raise SpecError(src, fld, f"expected a list of integers, got {str(v)[:60]!r}")
-    if length is not None and len(v) != length:
-        raise SpecError(src, fld, f"expected {length} integers ([rows, columns]), got {len(v)}")
-    return [int(x) for x in v]
-
-
-def _placement_rank(p, src: str, fld: str) -> int:
-    if isinstance(p, bool):
-        raise SpecError(src, fld, f"expected a rank, got {p!r}")
-    if isinstance(p, int):
-        return p
-    rank = getattr(p, "rank", None)
-    if callable(rank):  # torch.distributed._remote_device
-        r = rank()
-        if isinstance(r, int):
-            return r
-    m = _RANK_RE.search(str(p))
-    if not m:
-        raise SpecError(src, fld, f"no rank in placement {str(p)[:40]!r} (expected rank:<r>/<device>)")
-    return int(m.group(1))
 
 
 def read_text(path) -> list[Entry]:

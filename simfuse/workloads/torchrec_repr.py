@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from ..errors import SpecError
+from .torchrec_entry import Entry, Shard, _int_list, _placement_rank
 
 #: Deepest nesting of brackets and calls accepted (a plan nests 6 levels).
 MAX_DEPTH = 32
@@ -130,7 +131,6 @@ def _strip_prefix(text: str) -> str:
 def read_repr(path):
     """The entries of a plan printed as its Python repr (see the module docstring)."""
     from ..io_limits import read_text
-    from .torchrec_plan import Entry, Shard, _int_list, _placement_rank
 
     src = str(path)
     text = _strip_prefix(read_text(path, "plan", what="plan file", errors="replace"))

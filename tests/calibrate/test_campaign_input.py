@@ -4,7 +4,7 @@ import gzip
 
 import pytest
 
-from simfuse.calibrate.wavefit import CAMPAIGN_COLUMNS, read_campaign
+from simfuse.calibrate.campaign import CAMPAIGN_COLUMNS, read_campaign
 from simfuse.errors import SpecError
 
 HEADER = ",".join(CAMPAIGN_COLUMNS)

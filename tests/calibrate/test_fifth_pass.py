@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simfuse.calibrate import wavefit as wf
-from simfuse.calibrate.profile import profile_from_dict
 from simfuse.calibrate.validate import heldout_summary, repeat_spreads
 from simfuse.costs.base import KernelWork
 from simfuse.costs.calibrated import CalibratedCostModel, WaveFit, features, layout_key
 from simfuse.errors import SpecError
+from simfuse.profile.load import profile_from_dict
 
 from ..campaign_rows import embedding_row
 

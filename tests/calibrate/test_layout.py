@@ -8,7 +8,6 @@ import math
 import pytest
 
 from simfuse.calibrate import wavefit as wf
-from simfuse.calibrate.profile import profile_from_dict
 from simfuse.costs.base import KernelWork
 from simfuse.costs.calibrated import (
     CalibratedCostModel,
@@ -18,6 +17,7 @@ from simfuse.costs.calibrated import (
     features,
 )
 from simfuse.errors import SpecError
+from simfuse.profile.load import profile_from_dict
 
 
 @pytest.mark.parametrize(

@@ -168,8 +168,8 @@ def test_bad_latency_factors_are_refused(bad):
 
 
 def test_a_profile_with_bad_latency_factors_names_the_field():
-    from simfuse.calibrate.profile import profile_from_dict
     from simfuse.errors import SpecError
+    from simfuse.profile.load import profile_from_dict
 
     good = _truth()
     d = {"simfuse_calibration": 1, "wave_kernels": [good.to_dict()]}

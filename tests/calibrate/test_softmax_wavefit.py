@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from simfuse.calibrate import wavefit as wf
-from simfuse.calibrate.profile import load_profile, profile_from_dict
 from simfuse.costs.calibrated import CalibratedCostModel, WaveFit, features, load, soft_max, term_feature
 from simfuse.errors import SpecError
+from simfuse.profile.load import load_profile, profile_from_dict
 
 from ..campaign_rows import embedding_row
 

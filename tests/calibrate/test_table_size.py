@@ -41,7 +41,7 @@ def _emb_row(dim, pooling, bags, dtype="fp32", table_rows=None, alloc=None, medi
 
 
 def test_v1_rows_get_the_v1_table_size_rule():
-    # clip(512 MiB / (dim x element bytes), 1 Mi, 16 Mi) rows (experiments/trace_campaign.py, Campaign.embedding)
+    # clip(512 MiB / (dim x element bytes), 1 Mi, 16 Mi) rows (experiments/gpu_campaigns/trace_campaign.py, Campaign.embedding)
     assert wf.table_rows(_emb_row(128, 4, 1024)) == 2**20  # 512 MiB / 512 B = 1 Mi
     assert wf.table_rows(_emb_row(32, 4, 1024)) == 4 * 2**20
     assert wf.table_rows(_emb_row(8, 4, 1024)) == 16 * 2**20
@@ -164,7 +164,7 @@ def test_heldout_campaign_is_predicted_by_the_training_fit(tmp_path):
 
 
 def test_heldout_family_without_a_model_is_a_clear_error(tmp_path):
-    from simfuse.calibrate.cli import main
+    from simfuse.cli.calibrate import main
 
     train, held = tmp_path / "train.csv.gz", tmp_path / "held.csv.gz"
     _write(train, _gemm_rows((512, 2048, 8192), TRUE))

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from simfuse.collectives import run_collective
-from simfuse.collectives.groups import GroupAlgorithms, Tuner, candidate_algorithms, world
+from simfuse.collectives.groups import candidate_algorithms, world
 from simfuse.collectives.protocols import _BASE_LAT_US, _HW_LAT_NET_US, ProtocolCost
+from simfuse.collectives.tuner import GroupAlgorithms, Tuner
 from simfuse.graph import AllToAllVNode, CollectiveNode, Graph
 from simfuse.graph.executor import Executor, execute
 from simfuse.graph.symmetry import fold

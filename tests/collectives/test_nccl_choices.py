@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from simfuse.collectives import run_collective
-from simfuse.collectives.groups import Tuner, candidate_algorithms, world
+from simfuse.collectives.groups import candidate_algorithms, world
 from simfuse.collectives.protocols import ProtocolCost
+from simfuse.collectives.tuner import Tuner
 from simfuse.errors import SpecError
 
 from ..conftest import make_topology

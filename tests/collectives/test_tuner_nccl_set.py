@@ -9,7 +9,6 @@ from simfuse.collectives import run_collective
 from simfuse.collectives.algorithms import NCCL_SET, OPS, REGISTRY
 from simfuse.collectives.groups import (
     Group,
-    Tuner,
     candidate_algorithms,
     node_local,
     rail,
@@ -17,6 +16,7 @@ from simfuse.collectives.groups import (
     world,
 )
 from simfuse.collectives.protocols import P2P_LL_THRESHOLD_BYTES
+from simfuse.collectives.tuner import Tuner
 from simfuse.errors import SpecError
 from simfuse.spec import load_topology
 

@@ -1,4 +1,4 @@
-"""experiments/fused_ops.py --tiny runs end to end and writes sane outputs."""
+"""experiments/fused_ops/fused_ops.py --tiny runs end to end and writes sane outputs."""
 
 import json
 import subprocess
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_tiny_sweep(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "fused_ops.py"), "--tiny", "--out", str(out)],
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "fused_ops" / "fused_ops.py"), "--tiny", "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "paper avg" in proc.stdout and "embedding_all_to_all" in proc.stdout

@@ -1,4 +1,4 @@
-"""The README's headline table and docs/results.md's tables are exactly what experiments/headline.py makes of the
+"""The README's headline table and docs/results.md's tables are exactly what experiments/scaling/headline.py makes of the
 committed CSVs (a result quoted in a doc is a result in the repository)."""
 
 import sys
@@ -7,7 +7,7 @@ import pandas as pd
 
 
 def _headline(root):
-    sys.path.insert(0, str(root / "experiments"))
+    sys.path.insert(0, str(root / "experiments" / "scaling"))
     import headline
 
     return headline

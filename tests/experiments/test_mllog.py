@@ -1,4 +1,4 @@
-"""The MLLOG reader of experiments/dlrm_validation.py: the step-time derivation and its errors."""
+"""The MLLOG reader of experiments/validation/dlrm_validation.py: the step-time derivation and its errors."""
 
 import sys
 
@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture()
 def mllog(root):
-    sys.path.insert(0, str(root / "experiments"))
+    sys.path.insert(0, str(root / "experiments" / "validation"))
     import mllog
 
     return mllog
@@ -67,7 +67,7 @@ def test_missing_keys_and_windows(mllog, tmp_path):
 # ---------------------------------------------------------------- synthetic result log and derived_steps.csv
 @pytest.fixture()
 def dv(root):
-    sys.path.insert(0, str(root / "experiments"))
+    sys.path.insert(0, str(root / "experiments" / "validation"))
     import dlrm_validation
 
     return dlrm_validation

@@ -1,4 +1,4 @@
-"""experiments/network_validation.py on its smoke subset: the leave-source-out table, the fitted ranges and the
+"""experiments/validation/network_validation.py on its smoke subset: the leave-source-out table, the fitted ranges and the
 summary are written, every held-out source is predicted with terms fitted without it, and the ranges hold the
 nominal fit."""
 
@@ -10,7 +10,7 @@ import pandas as pd
 
 
 def test_network_validation_smoke(root, tmp_path):
-    r = subprocess.run([sys.executable, "experiments/network_validation.py", "--smoke", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "experiments/validation/network_validation.py", "--smoke", "--out", str(tmp_path)],
                        capture_output=True, text=True, cwd=root, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     table = pd.read_csv(tmp_path / "leave_source_out.csv")

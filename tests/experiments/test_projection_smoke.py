@@ -1,4 +1,4 @@
-"""experiments/dlrm_projection.py on its tiny configuration: every output, bands around the point, and the
+"""experiments/scaling/dlrm_projection.py on its tiny configuration: every output, bands around the point, and the
 headline table made of the CSV it wrote."""
 
 import subprocess
@@ -8,7 +8,7 @@ import pandas as pd
 
 
 def test_projection_tiny(root, tmp_path):
-    r = subprocess.run([sys.executable, "experiments/dlrm_projection.py", "--tiny", "--quiet", "--workers", "1",
+    r = subprocess.run([sys.executable, "experiments/scaling/dlrm_projection.py", "--tiny", "--quiet", "--workers", "1",
                         "--out", str(tmp_path)], capture_output=True, text=True, cwd=root, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     for f in ("projection.csv", "projection.png", "sensitivity.csv", "tornado.png", "headline.md"):
@@ -19,7 +19,7 @@ def test_projection_tiny(root, tmp_path):
     assert (t["speedup"] - t["baseline_ms"] / t["fused_ms"]).abs().max() < 1e-9
     s = pd.read_csv(tmp_path / "sensitivity.csv")
     assert (s["method"] == "oat").all() and set(s["nodes"]) == {2}
-    sys.path.insert(0, str(root / "experiments"))
+    sys.path.insert(0, str(root / "experiments" / "scaling"))
     from headline import headline_table
 
     assert (tmp_path / "headline.md").read_text() == headline_table(t)
@@ -27,7 +27,7 @@ def test_projection_tiny(root, tmp_path):
 
 def test_bench_uncertainty_tiny(root, tmp_path):
     out = tmp_path / "bench.csv"
-    r = subprocess.run([sys.executable, "experiments/bench_uncertainty.py", "--model", "models/dlrm_synthetic.yaml",
+    r = subprocess.run([sys.executable, "experiments/bench/bench_uncertainty.py", "--model", "models/dlrm_synthetic.yaml",
                         "--nodes", "2", "--draws", "3", "--global-batch", "4096", "--topologies",
                         "h100_nvl8_ib_ndr", "--sensitivity", "rank", "--workers", "1", "--out", str(out)],
                        capture_output=True, text=True, cwd=root, timeout=600)

@@ -17,19 +17,19 @@ def _run(root, *args):
 
 def test_bench_engine_tiny(root, tmp_path):
     out = tmp_path / "bench.csv"
-    _run(root, "experiments/bench_engine.py", "--nodes", "1,2", "--ops", "all_to_all:direct", "--out", str(out))
+    _run(root, "experiments/bench/bench_engine.py", "--nodes", "1,2", "--ops", "all_to_all:direct", "--out", str(out))
     df = pd.read_csv(out)
     assert set(df["nodes"]) == {1, 2} and (df["events"] > 0).all()
 
 
 def test_bench_dlrm_tiny(root):
-    line = _run(root, "experiments/bench_dlrm.py", "--one", "1", "--model", "models/dlrm_synthetic.yaml")
+    line = _run(root, "experiments/bench/bench_dlrm.py", "--one", "1", "--model", "models/dlrm_synthetic.yaml")
     row = json.loads(line.strip().splitlines()[-1])
     assert row["nodes"] == 1 and row["wall_s"] > 0 and row["speedup"] > 0
 
 
 def test_dlrm_scaling_tiny(root, tmp_path):
-    _run(root, "experiments/dlrm_scaling.py", "--tiny", "--out", str(tmp_path), "--workers", "1")
+    _run(root, "experiments/scaling/dlrm_scaling.py", "--tiny", "--out", str(tmp_path), "--workers", "1")
     df = pd.read_csv(tmp_path / "dlrm_scaling.csv")
     assert set(df["nodes"]) == {1, 2} and set(df["mode"]) == {"baseline", "fused"}
     assert (tmp_path / "speedup_vs_nodes.png").stat().st_size > 0
@@ -39,9 +39,9 @@ def test_calibration_effect_tiny(root, tmp_path):
     roof_topo = tmp_path / "roofline.yaml"
     roof_topo.write_text("".join(line for line in (root / "topologies/h200_nvl8_ib_ndr.yaml").open()
                                  if not line.startswith("calibration:")))
-    _run(root, "experiments/fused_ops.py", "--tiny", "--out", str(tmp_path / "cal"))
-    _run(root, "experiments/fused_ops.py", "--tiny", "--topology", str(roof_topo), "--out", str(tmp_path / "roof"))
-    _run(root, "experiments/calibration_effect.py", "--roofline", str(tmp_path / "roof"), "--calibrated",
+    _run(root, "experiments/fused_ops/fused_ops.py", "--tiny", "--out", str(tmp_path / "cal"))
+    _run(root, "experiments/fused_ops/fused_ops.py", "--tiny", "--topology", str(roof_topo), "--out", str(tmp_path / "roof"))
+    _run(root, "experiments/validation/calibration_effect.py", "--roofline", str(tmp_path / "roof"), "--calibrated",
          str(tmp_path / "cal"))
     eff = pd.read_csv(tmp_path / "cal" / "calibration_effect.csv")
     assert {"roofline_avg", "calibrated_avg"} <= set(eff.columns) and len(eff) > 0
@@ -56,7 +56,7 @@ def test_bench_llm_tiny(root, tmp_path):
                                      "heads": 8, "kv_heads": 4, "vocab": 1000, "seq_len": 128, "micro_batch": 1,
                                      "tp": 4, "sequence_parallel": True}))
     out = tmp_path / "bench_llm.csv"
-    _run(root, "experiments/bench_llm.py", "--nodes", "1,2", "--models", str(model), "--out", str(out))
+    _run(root, "experiments/bench/bench_llm.py", "--nodes", "1,2", "--models", str(model), "--out", str(out))
     df = pd.read_csv(out)
     assert set(df["nodes"]) == {1, 2} and set(df["mode"]) == {"baseline", "fused"}
     assert (df["wall_s"] > 0).all() and (df["step_time_s"] > 0).all() and df["machine"].notna().all()
@@ -64,7 +64,7 @@ def test_bench_llm_tiny(root, tmp_path):
 
 def test_nccl_validation_smoke(root, tmp_path):
     out = tmp_path / "nccl_validation.csv"
-    _run(root, "experiments/nccl_validation.py", "--smoke", "--out", str(out))
+    _run(root, "experiments/validation/nccl_validation.py", "--smoke", "--out", str(out))
     df = pd.read_csv(out)
     assert set(df["case"]) == {"nvls_1x8", "default_2x8_290", "alltoall_8x8_1531"}
     assert df["source_url"].str.startswith("https://github.com/").all()
@@ -76,7 +76,7 @@ def test_nccl_validation_smoke(root, tmp_path):
 
 
 def test_dlrm_validation_smoke(root, tmp_path):
-    _run(root, "experiments/dlrm_validation.py", "--smoke", "--out", str(tmp_path))
+    _run(root, "experiments/validation/dlrm_validation.py", "--smoke", "--out", str(tmp_path))
     df = pd.read_csv(tmp_path / "validation.csv")
     assert set(df["gpus"]) == {8} and len(df) == 4 and df["smoke"].all()
     v30 = df[df["config"] == "dgxh100_ngc23.04_merlin_hugectr"].iloc[0]  # from the committed derived_steps.csv
@@ -102,7 +102,7 @@ def test_trace_campaign_smoke_grids(root, tmp_path):
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs the Triton interpreter (TRITON_INTERPRET=1) on a CPU machine")
-    sys.path.insert(0, str(root / "experiments"))
+    sys.path.insert(0, str(root / "experiments" / "gpu_campaigns"))
     try:
         import trace_campaign as tc
     finally:
@@ -110,7 +110,7 @@ def test_trace_campaign_smoke_grids(root, tmp_path):
     for grid, fn, extra in (("v2", tc.grid_points_v2, ()), ("heldout", tc.grid_points_heldout, ("--repeats", "2")),
                             ("v4", tc.grid_points_v4, ()), ("v5", tc.grid_points_v5, ())):
         out = tmp_path / grid
-        _run(root, "experiments/trace_campaign.py", "--smoke", "--grid", grid, "--out", str(out), *extra)
+        _run(root, "experiments/gpu_campaigns/trace_campaign.py", "--smoke", "--grid", grid, "--out", str(out), *extra)
         df = pd.read_csv(io.BytesIO(gzip.decompress((out / "campaign.csv.gz").read_bytes())))
         reps = 2 if extra else 1
         assert len(df) == reps * len(fn(True))
@@ -129,7 +129,7 @@ def test_trace_campaign_smoke_grids(root, tmp_path):
             assert set(emb["bags_per_wg"]) >= {2, 8}
     # a shard K/N measures every N-th shape of the shuffled grid from the K-th
     out = tmp_path / "shard"
-    _run(root, "experiments/trace_campaign.py", "--smoke", "--grid", "v4", "--shard", "1/2", "--only", "gemv,gemm",
+    _run(root, "experiments/gpu_campaigns/trace_campaign.py", "--smoke", "--grid", "v4", "--shard", "1/2", "--only", "gemv,gemm",
          "--out", str(out))
     df = pd.read_csv(io.BytesIO(gzip.decompress((out / "campaign.csv.gz").read_bytes())))
     assert len(df) == 1
@@ -157,7 +157,7 @@ def _alone_s(system, w) -> float:
 
 
 def test_dlrm_dense_step_predict(root, tmp_path):
-    """The prediction half of experiments/dlrm_dense_step.py on the committed H200 measurement (the measuring
+    """The prediction half of experiments/gpu_campaigns/dlrm_dense_step.py on the committed H200 measurement (the measuring
     half needs a GPU): one simulated time per measured GEMM, every GEMM shape the DLRM builder emits, and the
     GEMM sum equal to the sum of the builder's forward, dgrad and wgrad kernels priced alone, each at the
     in-graph launch latency (the measured step is a CUDA graph)."""
@@ -170,11 +170,11 @@ def test_dlrm_dense_step_predict(root, tmp_path):
 
     out = tmp_path / "pred.csv"
     csv_in = "experiments/results/dlrm_dense_step/dense_step_NVIDIA_H200.csv"
-    _run(root, "experiments/dlrm_dense_step.py", "predict", csv_in, "--out", str(out))
+    _run(root, "experiments/gpu_campaigns/dlrm_dense_step.py", "predict", csv_in, "--out", str(out))
     df = pd.read_csv(out)
     gm = df[df.what == "gemm"]
     assert gm.sim_time_s.notna().all() and (gm.sim_time_s > 0).all()
-    spec_ = importlib.util.spec_from_file_location("dds", root / "experiments/dlrm_dense_step.py")
+    spec_ = importlib.util.spec_from_file_location("dds", root / "experiments/gpu_campaigns/dlrm_dense_step.py")
     mod = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(mod)
     model = load_workload(root / "models/dlrm_dcnv2_mlperf.yaml")
@@ -207,7 +207,7 @@ def test_dlrm_dense_step_predict(root, tmp_path):
 
 @pytest.mark.parametrize("csv_name", ["dense_ew_kernels_NVIDIA_H200.csv", "dense_ew_concat_NVIDIA_H200.csv"])
 def test_dense_ew_kernels_predict(root, tmp_path, csv_name):
-    """The prediction half of experiments/dense_ew_kernels.py on the committed H200 measurement: every measured
+    """The prediction half of experiments/gpu_campaigns/dense_ew_kernels.py on the committed H200 measurement: every measured
     kernel is one the builder emits under ``dense_fusion: epilogue``, with the bytes the builder counts, and the
     simulated time is that kernel priced alone without its launch latency."""
     from simfuse.spec import load_workload
@@ -215,7 +215,7 @@ def test_dense_ew_kernels_predict(root, tmp_path, csv_name):
     from simfuse.workloads.dlrm import dense_elementwise
 
     out = tmp_path / "ew.csv"
-    _run(root, "experiments/dense_ew_kernels.py", "predict",
+    _run(root, "experiments/gpu_campaigns/dense_ew_kernels.py", "predict",
          f"experiments/results/dlrm_dense_step/{csv_name}", "--out", str(out))
     df = pd.read_csv(out)
     spec = load_workload(root / "models/dlrm_dcnv2_mlperf.yaml")
@@ -228,7 +228,7 @@ def test_dense_ew_kernels_predict(root, tmp_path, csv_name):
 
 
 def test_async_wgrad_predict(root, tmp_path):
-    """The prediction half of experiments/async_wgrad.py on the committed H200 measurement: the one-stream sum
+    """The prediction half of experiments/gpu_campaigns/async_wgrad.py on the committed H200 measurement: the one-stream sum
     equals the builder's dgrad and wgrad GEMMs priced alone; two streams are shorter than one and no shorter than
     the one-stream sum less every GEMM's launch latency (the SMs are time-shared); the script's GPU-side copy of
     the layer shapes equals the builder's."""
@@ -239,12 +239,12 @@ def test_async_wgrad_predict(root, tmp_path):
     from simfuse.workloads.dense import gemm_work
 
     out = tmp_path / "aw.csv"
-    _run(root, "experiments/async_wgrad.py", "predict", "experiments/results/async_wgrad/async_wgrad_NVIDIA_H200.csv",
+    _run(root, "experiments/gpu_campaigns/async_wgrad.py", "predict", "experiments/results/async_wgrad/async_wgrad_NVIDIA_H200.csv",
          "--out", str(out))
     df = pd.read_csv(out)
     assert list(df.batch) == [6912, 2112, 1056]
-    _sys.path.insert(0, str(root / "experiments"))
-    spec_ = importlib.util.spec_from_file_location("aw", root / "experiments/async_wgrad.py")
+    _sys.path.insert(0, str(root / "experiments" / "gpu_campaigns"))
+    spec_ = importlib.util.spec_from_file_location("aw", root / "experiments/gpu_campaigns/async_wgrad.py")
     mod = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(mod)
     system = System.load(root / "topologies/h200_nvl8_ib_ndr.yaml")
@@ -260,7 +260,7 @@ def test_async_wgrad_predict(root, tmp_path):
 
 
 def test_embedding_backward_kernel_and_predict(root, tmp_path):
-    """experiments/embedding_backward.py: its fused segment-reduce + Adagrad kernels (one id per program, and the
+    """experiments/gpu_campaigns/embedding_backward.py: its fused segment-reduce + Adagrad kernels (one id per program, and the
     blocked one at two block sizes) equal the PyTorch reference under the Triton interpreter, and its predict half
     prices every case of a CSV with the builder's sparse backward (the CSV's times are synthetic: sort 1 ms,
     update 1 ms, a blocked update 0.5 ms, CUB's sort + encode beside it 0.25 + 0.05 ms; the ratios then read
@@ -269,8 +269,8 @@ def test_embedding_backward_kernel_and_predict(root, tmp_path):
     import os
     import sys as _sys
 
-    _sys.path.insert(0, str(root / "experiments"))
-    spec_ = importlib.util.spec_from_file_location("eb", root / "experiments/embedding_backward.py")
+    _sys.path.insert(0, str(root / "experiments" / "gpu_campaigns"))
+    spec_ = importlib.util.spec_from_file_location("eb", root / "experiments/gpu_campaigns/embedding_backward.py")
     mod = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(mod)
     if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("torch") is not None:
@@ -285,7 +285,7 @@ def test_embedding_backward_kernel_and_predict(root, tmp_path):
     src = tmp_path / "embedding_backward_synthetic.csv"
     pd.DataFrame(rows).to_csv(src, index=False)
     out = tmp_path / "vs.csv"
-    _run(root, "experiments/embedding_backward.py", "predict", str(src), "--out", str(out))
+    _run(root, "experiments/gpu_campaigns/embedding_backward.py", "predict", str(src), "--out", str(out))
     df = pd.read_csv(out)
     assert len(df) == len(set(mod.CASES)) and (df.sim_s > 0).all()
     assert set(df.best_variant) == {"update_b16_w4"} and set(df.index_source) == {"torch.sort"}
@@ -297,7 +297,7 @@ def test_embedding_backward_kernel_and_predict(root, tmp_path):
             "reps": 20} for B, L, R in mod.CASES for w, t in (("cub_sort", 2.5e-4), ("cub_sort32", 3e-4),
                                                               ("cub_rle", 5e-5))]
     pd.DataFrame(cub).to_csv(tmp_path / "embedding_sort_synthetic.csv", index=False)
-    _run(root, "experiments/embedding_backward.py", "predict", str(src), "--out", str(out))
+    _run(root, "experiments/gpu_campaigns/embedding_backward.py", "predict", str(src), "--out", str(out))
     df = pd.read_csv(out)
     assert set(df.index_source) == {"cub_sort+cub_rle"}
     assert list(df.measured_s) == pytest.approx([8e-4] * len(df))
@@ -308,13 +308,13 @@ def test_embedding_backward_kernel_and_predict(root, tmp_path):
 
 
 def test_launch_latency_summary(root, tmp_path):
-    """experiments/launch_latency.py: the summary half on a synthetic table (the GPU half needs CUDA). Each
+    """experiments/gpu_campaigns/launch_latency.py: the summary half on a synthetic table (the GPU half needs CUDA). Each
     estimate (queued -> eager, graph) is the median of the trivial one-block kernels' rows of that mode; the
     single-launch and bandwidth rows never enter it. A malformed table is refused with the file and the field
     named, exit 2."""
     import importlib.util
 
-    spec_ = importlib.util.spec_from_file_location("ll", root / "experiments/launch_latency.py")
+    spec_ = importlib.util.spec_from_file_location("ll", root / "experiments/gpu_campaigns/launch_latency.py")
     mod = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(mod)
     rows = []
@@ -328,16 +328,16 @@ def test_launch_latency_summary(root, tmp_path):
     pd.DataFrame(rows, columns=mod.FIELDS).to_csv(src, index=False)
     assert mod.launch_latency_estimate_s(mod.read_table(src), "graph") == pytest.approx(2e-6)
     assert mod.launch_latency_estimate_s(mod.read_table(src), "queued") == pytest.approx(3e-6)
-    out = _run(root, "experiments/launch_latency.py", "summary", str(src), str(src))
+    out = _run(root, "experiments/gpu_campaigns/launch_latency.py", "summary", str(src), str(src))
     assert "kernel_launch_latency_us (queued" in out and "3.000 us" in out
     assert "graph_launch_latency_us (graph" in out and "2.000 us" in out
     bad = tmp_path / "bad.csv"
     bad.write_text(src.read_text().replace("1e-06", "abc", 1))
-    r = subprocess.run([sys.executable, "experiments/launch_latency.py", "summary", str(bad)],
+    r = subprocess.run([sys.executable, "experiments/gpu_campaigns/launch_latency.py", "summary", str(bad)],
                        capture_output=True, text=True, cwd=root)
     assert r.returncode == 2 and "bad.csv" in r.stderr and "per_kernel_median_s" in r.stderr
     only_bw = tmp_path / "bw.csv"
     pd.DataFrame([rows[5]], columns=mod.FIELDS).to_csv(only_bw, index=False)
-    r = subprocess.run([sys.executable, "experiments/launch_latency.py", "summary", str(only_bw)],
+    r = subprocess.run([sys.executable, "experiments/gpu_campaigns/launch_latency.py", "summary", str(only_bw)],
                        capture_output=True, text=True, cwd=root)
     assert r.returncode == 2 and "trivial" in r.stderr

@@ -1,4 +1,4 @@
-"""experiments/paper_waterfall.py on its tiny configuration: one change per step, the chain ends exactly on the
+"""experiments/scaling/paper_waterfall.py on its tiny configuration: one change per step, the chain ends exactly on the
 realistic model run directly, the deltas add up, and the HugeCTR-faithful rows have both modes."""
 
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 
 
 def test_waterfall_tiny(root, tmp_path):
-    r = subprocess.run([sys.executable, "experiments/paper_waterfall.py", "--tiny", "--workers", "1", "--out",
+    r = subprocess.run([sys.executable, "experiments/scaling/paper_waterfall.py", "--tiny", "--workers", "1", "--out",
                         str(tmp_path)], capture_output=True, text=True, cwd=root, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     w = pd.read_csv(tmp_path / "waterfall.csv")

@@ -85,14 +85,14 @@ def _comm_groups(path):
 
 
 def _targets():
+    from simfuse.calibrate.campaign import read_campaign
     from simfuse.calibrate.detect import detect_format
     from simfuse.calibrate.kernel_trace import read_kernel_runs
     from simfuse.calibrate.kineto_nccl import kineto_nccl_samples
     from simfuse.calibrate.nccl_tests import read_nccl_tests
-    from simfuse.calibrate.profile import load_profile
     from simfuse.calibrate.torch_trace import read_torch_trace
     from simfuse.calibrate.validate import read_measurements
-    from simfuse.calibrate.wavefit import read_campaign
+    from simfuse.profile.load import load_profile
     from simfuse.spec import load_topology, load_workload
 
     held = (ROOT / "experiments" / "results" / "h200_kernel_heldout.csv").read_bytes()

@@ -360,7 +360,7 @@ def test_committed_plans_load_against_the_hugectr_models(root, name, nodes):
 
 
 def test_plan_rows_convert_hugectr_shard_matrices(root):
-    sys.path.insert(0, str(root / "experiments"))
+    sys.path.insert(0, str(root / "experiments" / "scaling"))
     try:
         from hugectr_plans import plan_rows
     finally:

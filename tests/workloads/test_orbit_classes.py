@@ -118,7 +118,7 @@ def test_baseline_columns_with_a_ring():
     """Merged columns (two empty GPUs of one node share a class) with the data-parallel all-reduce forced to a
     ring, whose successor is the next local index (not invariant under swapping locals): still full simulation's
     time here."""
-    from simfuse.collectives.groups import Tuner
+    from simfuse.collectives.tuner import Tuner
 
     nodes, g = 2, 4
     system = _system(g)

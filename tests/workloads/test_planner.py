@@ -274,7 +274,7 @@ def test_cli_run_writes_plan_and_replays_it(root, tmp_path):
 def test_bench_planner_smoke(root, tmp_path):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_planner", root / "experiments/bench_planner.py")
+    spec = importlib.util.spec_from_file_location("bench_planner", root / "experiments/bench/bench_planner.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = tmp_path / "b.csv"

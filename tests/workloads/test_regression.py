@@ -66,7 +66,7 @@ TREE_PIPELINED = {("dlrm_synthetic", 16): -0.17, ("dlrm_synthetic", 128): -0.19}
 @pytest.fixture(autouse=True)
 def _reference_tuner(monkeypatch):
     """The reference's tuner: simfuse's own schedules are candidates too."""
-    from simfuse.collectives.groups import Tuner
+    from simfuse.collectives.tuner import Tuner
 
     monkeypatch.setattr(Tuner, "what_ifs", True)
 

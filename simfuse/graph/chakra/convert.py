@@ -418,46 +418,7 @@ def import_et(source: str | Path | Iterable[str | Path], *,
         raise SpecError(str(ordered[0][0]), f"GlobalMetadata.attr[{M_REPEAT}]", f"must be >= 1, got {repeat}")
     meta_groups = agreed("the process-group table", lambda f, et: _metadata_groups(et.metadata, str(f)))
 
-    json_source, json_groups = "<comm_groups>", {}
-    if isinstance(comm_groups, dict):
-        json_groups = {str(k): tuple(int(r) for r in v) for k, v in comm_groups.items()}
-    else:
-        candidates = [Path(comm_groups)] if comm_groups is not None else [
-            *([prefix.with_name(prefix.name + ".json")] if prefix is not None else []),
-            files[0].parent / "comm_group.json"]
-        for c in candidates:
-            if comm_groups is not None or c.is_file():
-                json_source, json_groups = str(c), _load_comm_groups_json(c)
-                break
-
-    pg_to_group: dict[str, str] = {}
-    groups: dict[str, Group] = {}
-    for pg in sorted(set(meta_groups) | set(json_groups), key=lambda s: (len(s), s)):
-        name, meta_ranks = meta_groups.get(pg, (pg, None))
-        ranks = json_groups.get(pg, meta_ranks)
-        if meta_ranks is not None and pg in json_groups and json_groups[pg] != meta_ranks:
-            raise SpecError(json_source, pg, f"ranks {list(json_groups[pg])} disagree with the trace "
-                            f"metadata's {list(meta_ranks)}")
-        if ranks is None:
-            raise SpecError(str(ordered[0][0]), f"GlobalMetadata.attr[{M_GROUP_RANKS}{pg}]",
-                            f"no ranks for process group {pg!r}")
-        if name in groups:
-            raise SpecError(str(ordered[0][0]), f"GlobalMetadata.attr[{M_GROUP}{pg}]",
-                            f"group name {name!r} is used by two process groups")
-        bad = [r for r in ranks if not 0 <= r < n_ranks]
-        if bad or len(set(ranks)) != len(ranks) or not ranks:
-            raise SpecError(json_source if pg in json_groups else str(ordered[0][0]), pg,
-                            f"group ranks {list(ranks)} must be distinct ranks of 0..{n_ranks - 1}")
-        pg_to_group[pg] = name
-        groups[name] = Group(name, tuple(ranks))
-    world = tuple(range(n_ranks))
-    uses_world = any(n.type == NodeType.COMM_COLL_NODE and not _pg_name_of(n) for _f, et in ordered
-                     for n in et.nodes)
-    if uses_world:
-        if WORLD in groups and groups[WORLD].ranks != world:
-            raise SpecError(str(ordered[0][0]), WORLD, f"group {WORLD!r} is not every rank, but collectives "
-                            "without a pg_name need it to be")
-        groups.setdefault(WORLD, Group(WORLD, world))
+    pg_to_group, groups = _process_groups(meta_groups, comm_groups, prefix, files, ordered)
 
     # a trace simfuse did not write (no simfuse_rank / simfuse_n_ranks): ASTRA-sim issues a node once its
     # dependencies are done, so its sends and receives do not wait on one another in file order; each gets a
@@ -501,6 +462,55 @@ def import_et(source: str | Path | Iterable[str | Path], *,
     pair_point_to_point(graph, where)
     check_deadlock(graph, where)
     return graph
+
+
+def _process_groups(meta_groups: dict, comm_groups, prefix: Path | None, files: list[Path],
+                    ordered: list) -> tuple[dict[str, str], dict[str, Group]]:
+    """``(pg_name -> group name, groups)`` of a trace: the metadata's group table and the comm-group JSON (the
+    ``comm_groups`` argument, else ``<prefix>.json`` or ``comm_group.json`` next to the files) checked against
+    each other, plus ``world`` when a collective names no process group (see :func:`import_et`)."""
+    n_ranks = len(ordered)
+    json_source, json_groups = "<comm_groups>", {}
+    if isinstance(comm_groups, dict):
+        json_groups = {str(k): tuple(int(r) for r in v) for k, v in comm_groups.items()}
+    else:
+        candidates = [Path(comm_groups)] if comm_groups is not None else [
+            *([prefix.with_name(prefix.name + ".json")] if prefix is not None else []),
+            files[0].parent / "comm_group.json"]
+        for c in candidates:
+            if comm_groups is not None or c.is_file():
+                json_source, json_groups = str(c), _load_comm_groups_json(c)
+                break
+
+    pg_to_group: dict[str, str] = {}
+    groups: dict[str, Group] = {}
+    for pg in sorted(set(meta_groups) | set(json_groups), key=lambda s: (len(s), s)):
+        name, meta_ranks = meta_groups.get(pg, (pg, None))
+        ranks = json_groups.get(pg, meta_ranks)
+        if meta_ranks is not None and pg in json_groups and json_groups[pg] != meta_ranks:
+            raise SpecError(json_source, pg, f"ranks {list(json_groups[pg])} disagree with the trace "
+                            f"metadata's {list(meta_ranks)}")
+        if ranks is None:
+            raise SpecError(str(ordered[0][0]), f"GlobalMetadata.attr[{M_GROUP_RANKS}{pg}]",
+                            f"no ranks for process group {pg!r}")
+        if name in groups:
+            raise SpecError(str(ordered[0][0]), f"GlobalMetadata.attr[{M_GROUP}{pg}]",
+                            f"group name {name!r} is used by two process groups")
+        bad = [r for r in ranks if not 0 <= r < n_ranks]
+        if bad or len(set(ranks)) != len(ranks) or not ranks:
+            raise SpecError(json_source if pg in json_groups else str(ordered[0][0]), pg,
+                            f"group ranks {list(ranks)} must be distinct ranks of 0..{n_ranks - 1}")
+        pg_to_group[pg] = name
+        groups[name] = Group(name, tuple(ranks))
+    world = tuple(range(n_ranks))
+    uses_world = any(n.type == NodeType.COMM_COLL_NODE and not _pg_name_of(n) for _f, et in ordered
+                     for n in et.nodes)
+    if uses_world:
+        if WORLD in groups and groups[WORLD].ranks != world:
+            raise SpecError(str(ordered[0][0]), WORLD, f"group {WORLD!r} is not every rank, but collectives "
+                            "without a pg_name need it to be")
+        groups.setdefault(WORLD, Group(WORLD, world))
+    return pg_to_group, groups
 
 
 def _trace_gpus_per_node(recorded: int | None, n_ranks: int, node_gpus: int | None, first: str) -> int:

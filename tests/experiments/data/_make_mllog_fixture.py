@@ -2,7 +2,7 @@
 
 The layout follows the MLPerf logging format (``:::MLLOG {json}`` lines with ``namespace``, ``time_ms``,
 ``event_type``, ``key``, ``value``, ``metadata``; mlcommons/logging), mixed with the non-MLLOG lines a real run
-prints.  The numbers are invented and round, so that the derivation of experiments/mllog.py can be checked by
+prints.  The numbers are invented and round, so that the derivation of experiments/validation/mllog.py can be checked by
 hand: 1,000 samples per step, 1,000,000 train samples (1,000 steps per epoch), an evaluation every 0.05 epoch
 (50 steps); the warm-up window takes 7 ms per step (left out by the derivation), the five later windows
 4.0, 4.1, 3.9, 4.0, 4.2 ms per step (median 4.0 ms), each evaluation 500 ms.

@@ -1,7 +1,0 @@
-"""``python -m simfuse.calibrate calibrate|validate ...`` (same as ``simfuse calibrate|validate``)."""
-
-import sys
-
-from .cli import main
-
-sys.exit(main())

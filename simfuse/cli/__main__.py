@@ -1,0 +1,7 @@
+"""``python -m simfuse.cli ...`` (same as the ``simfuse`` command)."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -65,6 +65,7 @@ from .dense import elementwise_work, gemm_work
 from .ids import spec_ids_bytes
 from .placement import place_tables, rank_classes
 from .planner import HIER_SHARDINGS, RankUnits, check_batch_split
+from .result import IterationResult
 from .sparse_backward import (  # noqa: F401  (re-exported: the sparse backward's formulas)
     RADIX_DIGIT_BITS,
     SORT_PAIR_BYTES,
@@ -109,25 +110,15 @@ ORBIT_MAX_CLASSES = 64
 
 
 @dataclass
-class IterationResult:
-    mode: str
-    iteration_time_s: float
-    compute_time_s: float
-    exposed_comm_time_s: float
-    sim_mode: str
-    classes: int
-    events: int
-    wall_s: float
-    phases: list = field(default_factory=list)  # (phase, start_s, end_s) of the critical rank
-    sim: object = None
-    net: object = None
+class DLRMExtras:
+    """What a DLRM result carries beyond the shared :class:`~simfuse.workloads.result.IterationResult`."""
+
     plan: object = None   # the sharding Plan used (None: placement table_wise / row_wise)
     knobs: object = None  # the FusedKnobs used
     global_batch: int = 0
-    tuned: bool = False   # knobs chosen by tuning (simfuse.workloads.run.TUNE_GRID)
+    tuned: bool = False   # knobs chosen by tuning (simfuse.workloads.dlrm_workload.TUNE_GRID)
     fused_waves: int = 0  # most waves of a simulated rank's fused embedding kernel (0: none)
     dense_fusion: str = ""  # the dense element-wise kernel inventory used (DLRMSpec.dense_fusion)
-    launch: str = "eager"   # how its kernels were launched (eager | graph: simfuse.system.System.with_launch)
 
 
 def _dense_layers(spec: DLRMSpec, b: int):
@@ -854,5 +845,6 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
                            sim_mode="full" if res.sim_mode == "full" else "classes",
                            classes=graph.meta["classes"], events=res.events, wall_s=time.perf_counter() - wall0,
                            phases=list(res.critical.phases), sim=res.sim, net=res.net,
-                           plan=graph.meta.get("plan"), knobs=knobs or FusedKnobs(), global_batch=spec.global_batch,
-                           fused_waves=graph.meta["fused_waves"], dense_fusion=spec.dense_fusion)
+                           extras=DLRMExtras(plan=graph.meta.get("plan"), knobs=knobs or FusedKnobs(),
+                                             global_batch=spec.global_batch, fused_waves=graph.meta["fused_waves"],
+                                             dense_fusion=spec.dense_fusion))

@@ -88,12 +88,13 @@ def test_macro_waves_keep_kernel_end_and_bytes():
 
 def test_coarsened_waves_skip_the_tuning_grid():
     from simfuse.fused.base import MAX_PUSH_WAVES
-    from simfuse.workloads.dlrm import IterationResult
-    from simfuse.workloads.run import _tuning_matters
+    from simfuse.workloads.dlrm import DLRMExtras
+    from simfuse.workloads.dlrm_workload import _tuning_matters
+    from simfuse.workloads.result import IterationResult
 
     r = IterationResult("fused", 0, 0, 0, "classes", 1, 0, 0.0)
-    assert _tuning_matters(dataclasses.replace(r, fused_waves=MAX_PUSH_WAVES))
-    assert not _tuning_matters(dataclasses.replace(r, fused_waves=MAX_PUSH_WAVES + 1))
+    assert _tuning_matters(dataclasses.replace(r, extras=DLRMExtras(fused_waves=MAX_PUSH_WAVES)))
+    assert not _tuning_matters(dataclasses.replace(r, extras=DLRMExtras(fused_waves=MAX_PUSH_WAVES + 1)))
 
 
 @pytest.mark.parametrize("slice_wgs", [1, 3, 10**9])

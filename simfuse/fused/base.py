@@ -38,6 +38,14 @@ from ..spec import TopologySpec
 from .knobs import DTYPE_BYTES, FusedKnobs  # noqa: F401  (re-exported)
 
 
+def largest_divisor_at_most(n: int, cap: int) -> int:
+    """The largest divisor of ``n`` up to ``cap`` (1 at least): a tile or bag block with one owner."""
+    for d in range(min(cap, n), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
 @dataclass
 class OpResult:
     """Baseline and fused times of one operator instance, with a breakdown (seconds)."""

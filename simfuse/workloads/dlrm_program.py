@@ -12,6 +12,7 @@ import numpy as np
 from ..collectives import Layout
 from ..fused.knobs import DTYPE_BYTES
 from ..fused.ops import EmbeddingAllToAll, PushKernel, RelayWait, TwrwEmbeddingPush
+from ..fused.twrw import twrw_rail_bytes, twrw_stage1_bytes
 from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, DelayNode, FusedNode
 from .dense import elementwise_work, gemm_work
 from .dlrm import (
@@ -289,10 +290,11 @@ class RankProgram:
         b, n, ceb = c.b, c.n, DTYPE_BYTES[c.spec.comm_dtype]
         local_of, node_of = np.arange(n) % c.g, np.arange(n) // c.g
         rail, peers = local_of == local_of[r], node_of == node_of[r]
-        self.fwd_sizes = np.full(n, t.ub_all[r]) + np.where(rail, t.twrw[r] * b * t.dim_h * ceb, 0.0)
-        self.bwd_sizes = t.ub_all + np.where(rail, t.twrw * b * t.dim_h * ceb, 0.0)
-        self.st1_fwd = np.where(peers, t.twrw[r] * c.nodes * b * t.dim_h * ceb, 0.0)
-        self.st1_bwd = np.where(peers, t.twrw * c.nodes * b * t.dim_h * ceb, 0.0)
+        self.rail_in = twrw_rail_bytes(b, t.dim_h, ceb, t.twrw[r])  # what this rank's tables send each rail peer
+        self.fwd_sizes = np.full(n, t.ub_all[r]) + np.where(rail, self.rail_in, 0.0)
+        self.bwd_sizes = t.ub_all + np.where(rail, twrw_rail_bytes(b, t.dim_h, ceb, t.twrw), 0.0)
+        self.st1_fwd = np.where(peers, twrw_stage1_bytes(c.nodes, b, t.dim_h, ceb, t.twrw[r]), 0.0)
+        self.st1_bwd = np.where(peers, twrw_stage1_bytes(c.nodes, b, t.dim_h, ceb, t.twrw), 0.0)
 
     def comp(self, work, phase, deps=()) -> int:
         """A compute node of ``work`` (a KernelWork, or a ``(label, KernelWork)`` of :func:`dense_elementwise`)."""
@@ -479,10 +481,9 @@ class RankProgram:
         c, t = self.ctx, self.ctx.traffic
         pwork = works[0][1] if isinstance(works[0], tuple) else works[0]
         if c.twrw_h:
-            ceb = DTYPE_BYTES[c.spec.comm_dtype]
             return PushKernel(pwork, np.arange(c.n), self.bwd_sizes, tag="a2a_bwd_fused", layout=c.layout,
                               relay_bytes=self.bwd_sizes - t.ub_all,
-                              relay_in_bytes=t.twrw[self.r] * c.b * t.dim_h * ceb, relay_channel="a2a_bwd_twrw")
+                              relay_in_bytes=self.rail_in, relay_channel="a2a_bwd_twrw")
         return PushKernel(pwork, np.arange(c.n), t.ub_all, tag="a2a_bwd_fused", layout=c.layout)
 
     def backward_interaction(self, last: int) -> tuple:
@@ -516,9 +517,7 @@ class RankProgram:
                                          deps=(last,)))
             tr_x = bwd_x
         elif c.twrw_h:  # the relayed table-row-wise gradients: their own exchange, on the communication stream
-            t = c.traffic
-            relay = RelayWait("a2a_bwd_twrw", t.twrw[self.r] * c.b * t.dim_h * DTYPE_BYTES[c.spec.comm_dtype],
-                              c.nodes, c.g)
+            relay = RelayWait("a2a_bwd_twrw", self.rail_in, c.nodes, c.g)
             tr_x = rg.add(FusedNode(name="a2a_bwd_twrw", op=relay, group="world", stream="comm", knobs=c.knobs,
                                     wait_phase="a2a_bwd_twrw_wait", deps=(pre_push,)))
         elif c.traffic.has_twrw:

@@ -109,6 +109,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..fused.knobs import DTYPE_BYTES
+from ..fused.twrw import twrw_rail_bytes, twrw_stage1_bytes
 from .ids import spec_ids_bytes
 from .placement import Unit
 from .rank_units import RankUnits  # noqa: F401  (re-exported: the planner's per-rank units)
@@ -394,8 +395,8 @@ def _hier_option(ctx: _Ctx, t: int, kind: str, k: int) -> _Option:
     tab = ctx.spec.tables[t]
     b, ceb, g, N = ctx.b, ctx.ceb, ctx.g, ctx.N
     rows, p, dim = math.ceil(tab.rows / g), tab.pooling / g, ctx.D // k
-    s1 = 2.0 * N * b * dim * ceb * (g - 1)     # reduce-scatter inside the node, fwd + bwd
-    s2 = 2.0 * b * dim * ceb                    # per remote node on the rail, fwd + bwd
+    s1 = 2.0 * twrw_stage1_bytes(N, b, dim, ceb) * (g - 1)  # reduce-scatter inside the node, fwd + bwd
+    s2 = 2.0 * twrw_rail_bytes(b, dim, ceb)                  # per remote node on the rail, fwd + bwd
     return _Option(kind, k * g, rows, dim, p, ctx.pool_update_bytes(ctx.B, p, dim, rows) / ctx.rates.hbm_bytes_per_s,
                    s1,
                    (N - 1) * s2, s1, 0.0, k * s2 * (N - 1) / N, storage=ctx.storage(rows, dim))

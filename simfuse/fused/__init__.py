@@ -11,7 +11,9 @@ from .ops import (
     GemvAllReduce,
     PushKernel,
     make_op,
+    register_op,
 )
 
 __all__ = ["ExecutionSpec", "FusedKnobs", "FusedOp", "OpResult", "PushEngine", "OPS", "AllGatherGemm",
-           "EmbeddingAllToAll", "GemmAllToAll", "GemmReduceScatter", "GemvAllReduce", "PushKernel", "make_op"]
+           "EmbeddingAllToAll", "GemmAllToAll", "GemmReduceScatter", "GemvAllReduce", "PushKernel", "make_op",
+           "register_op"]

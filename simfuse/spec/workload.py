@@ -463,7 +463,11 @@ def workload_from_dict(data: dict, source: str = "<memory>") -> WorkloadSpec:
         Fields(data, source)  # raises: not a mapping
     spec = _workload_body({k: v for k, v in data.items() if k != "uncertain"}, source)  # the body's errors first
     inputs = parse_uncertain(data, source, _workload_body)[1]
-    return dataclasses.replace(spec, inputs=inputs) if inputs is not None or hasattr(spec, "inputs") else spec
+    if "inputs" in {f.name for f in dataclasses.fields(spec)}:
+        return dataclasses.replace(spec, inputs=inputs)
+    if "uncertain" in data:  # a registered kind whose spec keeps no input ranges
+        raise SpecError(source, "uncertain", f"kind {spec.kind} declares no input ranges")
+    return spec
 
 
 #: ``kind:`` -> the parser of its fields, ``(Fields, source) -> spec`` (the built-in kinds, and those

@@ -148,6 +148,13 @@ class Workload(ABC):
         """The guard's :class:`~simfuse.guard.CostEstimate` of one simulation of a run (``pricing``: the
         :mod:`simfuse.guard` module, which prices it: workloads sit below the guard and never import it)."""
 
+    def kernel_estimate(self, pricing, topology, nodes: int, gpus_per_node: int, workgroups: float,
+                        kernels: int):
+        """An :meth:`estimate` for a symmetric graph (one simulated rank) of ``kernels`` kernels of about
+        ``workgroups`` workgroups each (the fused ones price their pushes by it)."""
+        return pricing._estimate(f"{self.spec.name} on {nodes} x {gpus_per_node} GPUs", nodes * gpus_per_node, 1,
+                                 workgroups, pricing._slots(topology), kernels=kernels)
+
     def estimate_run(self, pricing, topology, nodes: int, gpus_per_node: int, sim_mode: str, execution,
                      workers: int):
         """Every simulation of a run counted: by default :func:`~simfuse.guard.simulations_of_run` simulations

@@ -267,8 +267,7 @@ class LLMWorkload(Workload):
         """Per layer 4 TP GEMMs (+ their fused collectives) of 128 x 128 tiles."""
         sp = self.spec
         w = sp.tokens * max(sp.hidden, sp.ffn) / max(1, sp.tp) / (128.0 * 128.0)
-        return pricing._estimate(f"{sp.name} on {nodes} x {gpus_per_node} GPUs", nodes * gpus_per_node, 1, w,
-                                 pricing._slots(topology), kernels=4 * sp.layers)
+        return self.kernel_estimate(pricing, topology, nodes, gpus_per_node, w, 4 * sp.layers)
 
     def min_simulation_s(self, pricing) -> float:
         return pricing.LLM_SECONDS_PER_LAYER * self.spec.layers

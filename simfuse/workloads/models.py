@@ -110,8 +110,8 @@ class DecodeWorkload(Workload):
     def estimate(self, pricing, topology, nodes, gpus_per_node, sim_mode, execution, workers):
         """Per layer two GEMV + AllReduce operators of ``max(hidden, ffn) / 64`` workgroups."""
         sp = self.spec
-        return pricing._estimate(f"{sp.name} on {nodes} x {gpus_per_node} GPUs", nodes * gpus_per_node, 1,
-                                 max(sp.hidden, sp.ffn) / 64.0, pricing._slots(topology), kernels=2 * sp.layers)
+        return self.kernel_estimate(pricing, topology, nodes, gpus_per_node, max(sp.hidden, sp.ffn) / 64.0,
+                                    2 * sp.layers)
 
 
 @register_workload("moe_layer")
@@ -127,5 +127,4 @@ class MoEWorkload(Workload):
         """Per layer two expert GEMMs of ``tokens x top_k x max(hidden, ffn)`` in 128 x 128 tiles."""
         sp = self.spec
         w = sp.tokens_per_gpu * sp.top_k * max(sp.hidden, sp.ffn) / (128.0 * 128.0)
-        return pricing._estimate(f"{sp.name} on {nodes} x {gpus_per_node} GPUs", nodes * gpus_per_node, 1, w,
-                                 pricing._slots(topology), kernels=2 * sp.layers)
+        return self.kernel_estimate(pricing, topology, nodes, gpus_per_node, w, 2 * sp.layers)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,7 +90,7 @@ class OpResult:
         return d
 
 
-class FusedOp:
+class FusedOp(ABC):
     """Base class.  Subclasses describe the compute kernel and where each workgroup's output goes.
 
     Execution contract (how :mod:`simfuse.graph.executor` runs a :class:`~simfuse.graph.ir.FusedNode`):
@@ -113,16 +114,27 @@ class FusedOp:
         self.params = {**self.defaults, **params}
 
     # --- to implement ---------------------------------------------------------------------------------
+    @abstractmethod
     def work(self, variant: str) -> KernelWork:
-        raise NotImplementedError
+        """The kernel (``variant``: ``compute`` for the baseline's, ``fused`` for the fused one's)."""
 
     def wg_destinations(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """``(dst_rank[W], out_bytes[W])``: where workgroup ``i`` of ``rank`` sends its output."""
         raise NotImplementedError
 
+    @abstractmethod
     def collective_size_bytes(self) -> float:
         """Per-rank buffer of the baseline's bulk collective (nccl-tests convention)."""
-        raise NotImplementedError
+
+    # --- closed forms an operator may give (the defaults read the per-workgroup arrays) -----------------
+    def wg_runs(self, rank: int, fabric, tile_order: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The workgroups of ``rank`` in execution order as runs of alike workgroups (:func:`wg_runs`)."""
+        return _runs_of_workgroups(self, rank, fabric, tile_order)
+
+    def output_by_destination(self, rank: int, fabric, tile_order: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(dst[], bytes[])``: what ``rank``'s kernel sends (order-free; :func:`fused_work` prices the NIC's
+        reads of what leaves the node).  Default: per workgroup (:meth:`wg_destinations`)."""
+        return self.wg_destinations(rank)
 
     def destination_summary(self, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where ``rank``'s output goes, order-free: ``(dst[R], count[R], bytes_each[R])``, ``count[i]`` outputs
@@ -313,9 +325,11 @@ def wg_runs(op: FusedOp, rank: int, fabric: Fabric, tile_order: str) -> tuple[np
     grid has ``tables x global_batch / bags_per_wg`` workgroups but only ``tables x ranks`` runs) gives it
     without per-workgroup arrays; otherwise the runs are read off :meth:`FusedOp.wg_destinations` and
     :meth:`FusedOp.order`."""
-    closed = getattr(op, "wg_runs", None)
-    if closed is not None:
-        return closed(rank, fabric, tile_order)
+    return op.wg_runs(rank, fabric, tile_order)
+
+
+def _runs_of_workgroups(op: FusedOp, rank: int, fabric: Fabric, tile_order: str):
+    """:meth:`FusedOp.wg_runs` read off the per-workgroup :meth:`FusedOp.wg_destinations` and :meth:`FusedOp.order`."""
     dst, out = op.wg_destinations(rank)
     order = op.order(rank, fabric, tile_order)
     d, o = dst[order], np.asarray(out, dtype=float)[order]
@@ -442,13 +456,7 @@ class RunPushEngine:
 def fused_work(op: FusedOp, knobs: FusedKnobs, fabric: Fabric, rank: int = 0) -> KernelWork:
     """The fused kernel's work: the compute work (variant ``fused``) plus HBM bytes that NIC puts read back."""
     base = op.work("fused")
-    if getattr(op, "bytes_by_destination", None) is not None:  # per-destination totals (order-free)
-        dst, out = op.bytes_by_destination(rank)
-    elif getattr(op, "wg_runs", None) is not None:
-        dst, cnt, per = op.wg_runs(rank, fabric, knobs.tile_order)
-        out = cnt * per
-    else:
-        dst, out = op.wg_destinations(rank)
+    dst, out = op.output_by_destination(rank, fabric, knobs.tile_order)
     cls = fabric.route_class(rank, dst)
     inter = float(np.sum(out[(cls != SELF) & (cls != INTRA)]))
     extra = knobs.hbm_comm_factor * inter / max(1, base.num_workgroups)

@@ -91,7 +91,7 @@ class ExecutionSpec:
         choices=LAUNCHES))
     tune_knobs: str = field(default="auto", metadata=_meta(
         "auto: with placement planned, fused knobs left at their defaults are tuned over a small grid "
-        "(simfuse.workloads.run.TUNE_GRID); off: keep them", choices=("auto", "off")))
+        "(simfuse.workloads.dlrm_workload.TUNE_GRID); off: keep them", choices=("auto", "off")))
     uncertainty: str = field(default="bound", metadata=_meta(
         "prediction intervals: inputs (Latin hypercube draws of the input ranges the model and topology files "
         "declare, joint with the kernel residuals, plus one-at-a-time runs for the sensitivity table: "

@@ -84,6 +84,11 @@ class EmbeddingAllToAll(PushOp):
         return (np.arange(n, dtype=np.int64), np.full(n, self.T * (self.local_b // self.bags), dtype=np.int64),
                 np.full(n, float(self.bags * self.D * self.ceb)))
 
+    def output_by_destination(self, rank: int, fabric, tile_order: str):
+        """The runs' totals (:meth:`wg_runs`: no per-workgroup arrays)."""
+        dst, cnt, per = self.wg_runs(rank, fabric, tile_order)
+        return dst, cnt * per
+
     def wg_runs(self, rank: int, fabric, tile_order: str):
         """Closed form of :func:`~simfuse.fused.base.wg_runs` (no per-workgroup arrays: ``W`` reaches tens of
         millions at 100k GPUs): destination ``d`` owns ``k = local_b / bags`` consecutive blocks of every table.
@@ -462,7 +467,7 @@ class AllGatherGemm(FusedOp):
         base, pos = (rank // tp) * tp, rank % tp
         gi = ctx.topology.gpu_initiated
         occ = knobs.effective_occupancy_loss(ctx.topology)
-        arrivals = inst.__dict__.setdefault("ag_arrivals", {})  # (src, dst) -> event: shard landed
+        arrivals = inst.shared("ag_arrivals")  # (src, dst) -> event: shard landed
 
         def arrival(src: int, dst: int):
             ev = arrivals.get((src, dst))

@@ -321,6 +321,10 @@ class TwrwEmbeddingPush(FusedOp):
         sig = (q // (self.kb * self.t) + 1) % N
         return ((reducer // g + sig) % N) * g + reducer % g
 
+    def output_by_destination(self, rank: int, fabric, tile_order: str):
+        """:meth:`bytes_by_destination` (order-free)."""
+        return self.bytes_by_destination(rank)
+
     def bytes_by_destination(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """``(dst[], bytes[])``: what ``rank``'s kernel sends each node-local reducer (``Q`` workgroups' outputs
         each; for :func:`~simfuse.fused.base.fused_work`, without the per-workgroup arrays)."""
@@ -366,7 +370,7 @@ class TwrwEmbeddingPush(FusedOp):
             dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units)
         tag = f"{self.name}:rail"
         batch = -(-self.Q // MAX_STAGE2_PUTS)
-        st = inst.__dict__.setdefault("twrw_state", {})
+        st = inst.shared("twrw_state")  # reducer rank -> its coverage, reductions and puts
         sched = _TwrwStage1(self, rank, ctx.fabric, topology, knobs)
 
         def reducer_state(r: int):

@@ -69,6 +69,8 @@ class Workload(ABC):
     spec_type: ClassVar[type | None] = None
     #: the dataclass of this kind's own run settings (:mod:`simfuse.spec.settings`), or None
     settings: ClassVar[type | None] = None
+    #: whether a run gets a prediction interval (``uncertainty``: repeated runs on drawn cost models or inputs)
+    intervals: ClassVar[bool] = True
     def __init__(self, spec):
         self.spec = spec
 
@@ -96,6 +98,12 @@ class Workload(ABC):
                 raise SpecError("<argument>", f.name, (f.metadata.get("elsewhere") or
                                                        "applies to {owner} workloads, not {kind}").format(
                     kind=self.spec.kind, owner=kind))
+
+    def modes(self, execution) -> tuple[str, ...]:
+        """The results a run makes: ``baseline`` and / or ``fused`` as ``execution.mode`` asks."""
+        from ..fused.knobs import modes_of
+
+        return modes_of(execution.mode)
 
     def scaling(self, execution) -> str:
         """The scaling mode a result row reports: ``model`` (the model file's size) unless the kind has modes."""

@@ -14,10 +14,11 @@ def cmd_run(args) -> int:
 
     from ..checks import check_nodes, check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
-    from ..guard import check_cost, cost_note, estimate_graph
+    from ..guard import check_cost, cost_note, estimate_run
     from ..spec import load_workload
     from ..system import System
-    from .run import run_workload, summary_rows, write_run_outputs
+    from . import workload_for
+    from .run import run_workload, write_run_outputs
 
     # every argument checked before simulating: a bad --out fails now, not after the simulation
     if args.nodes is not None:
@@ -35,7 +36,7 @@ def cmd_run(args) -> int:
         if args.model:
             raise SpecError("<argument>", "--chakra", "give either --model or --chakra, not both")
         from ..graph.chakra import import_et
-        from .run import simulate_graph
+        from .chakra_workload import ChakraWorkload
 
         # the topology's GPUs per node unless the trace records its own or --gpus-per-node says (issue 35)
         graph = import_et(args.chakra, gpus_per_node=args.gpus_per_node,
@@ -53,14 +54,15 @@ def cmd_run(args) -> int:
         for flag, value in workload_only:
             if value:
                 raise SpecError("<argument>", flag, "applies to a --model workload; a Chakra trace runs as recorded")
-        note = cost_note(check_cost(estimate_graph(graph, topo, args.sim_mode or "auto"), args.force,
+        spec = ChakraWorkload.of(graph)
+        note = cost_note(check_cost(estimate_run(spec, topo, nodes, g, args.sim_mode or "auto", ex), args.force,
                                     command="chakra"), "chakra")
         if note:
             print(f"simfuse: note: {note}", file=sys.stderr)
         with command_progress(args, "simfuse run") as progress:
-            res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra",
-                                 progress=progress)
-        rows, workload = summary_rows(name, topo.name, nodes, nodes * g, res, ex), None
+            res, rows = run_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
+                                     progress=progress)
+        workload = workload_for(spec)
     else:
         if not args.model:
             raise SpecError("<argument>", "--model", "give a workload (--model FILE) or a Chakra ET (--chakra DIR)")
@@ -80,8 +82,6 @@ def cmd_run(args) -> int:
         with command_progress(args, "simfuse run") as progress:
             res, rows = run_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
                                      workers=_workers(args.workers), progress=progress)
-        from . import workload_for
-
         workload = workload_for(spec)
         if args.export_chakra:  # the baseline graph as the run simulated it (its chosen DLRM plan)
             base = res.get("baseline")

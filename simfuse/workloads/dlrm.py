@@ -178,6 +178,43 @@ class DenseElementwise:
             self.emb_grad_copy + self.inter_bwd_tail + self.loss_fwd + self.loss_bwd
 
 
+def _dcn_elementwise(ew, b: int, T: int, D: int, L: int, unfused: bool):
+    """The DCN interaction's element-wise kernels (:func:`dense_elementwise`; ``ew`` makes one):
+    ``(forward head, per layer forward, backward head, per layer before / after its GEMMs, backward tail,
+    the embedding gradient's copy, its producer)``."""
+    inter_fwd: list = [[] for _ in range(L)]
+    pre: list = [[] for _ in range(L)]
+    post: list = [[] for _ in range(L)]
+    head_f: list = []
+    head_b: list = []
+    tail: list = []
+    emb_copy: list = []
+    bx = float(b) * ((T + 1) * D)
+    if unfused:
+        head_f.append(ew("concat", 2.0 * bx, 0.0, "copy"))
+        for li in range(L):
+            inter_fwd[li] = [ew(f"dcn{li}_mul", 3.0 * bx, bx, "mul"), ew(f"dcn{li}_add", 3.0 * bx, bx, "add")]
+            pre[li] = [ew(f"dcn{li}_mul_x0_bwd", 3.0 * bx, bx, "mul"), ew(f"dcn{li}_mul_h_bwd", 3.0 * bx, bx, "mul"),
+                       ew(f"dcn{li}_bias_grad", bx, bx, "reduce")]
+            post[li] = [ew(f"dcn{li}_add_residual_bwd", 3.0 * bx, bx, "add")]
+            if li > 0:
+                post[li].append(ew(f"dcn{li}_accumulate_dx0", 3.0 * bx, bx, "add"))
+        emb_grad = ew("dcn0_accumulate_dx0", 3.0 * bx, bx, "add")
+        emb_copy.append(ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"))
+    else:
+        head_f += [ew("concat_embeddings", 2.0 * b * T * D, 0.0, "copy"),
+                   ew("concat_bottom", 2.0 * b * D, 0.0, "copy")]
+        for li in range(L):
+            # layer 0 passes x0 as both operands (``x_l`` is ``x0``): two arrays read, not three
+            inter_fwd[li] = [ew(f"dcn{li}_dot_add", (4.0 if li else 3.0) * bx, 2.0 * bx, "fma")]
+            pre[li] = [ew(f"dcn{li}_mul_fma3", 6.0 * bx, 3.0 * bx, "fma")]
+        head_b.append(ew("dcn_dx_memset", bx, 0.0, "memset"))
+        emb_grad = ew("dcn_dx_add", 3.0 * bx, bx, "add")
+        emb_copy.append(ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"))
+        tail.append(ew("concat_bwd_bottom", 2.0 * b * D, 0.0, "copy"))
+    return head_f, inter_fwd, head_b, pre, post, tail, emb_copy, emb_grad
+
+
 def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
     """The element-wise kernels of the dense network at ``b`` samples per GPU, split into kernels as
     ``spec.dense_fusion`` says.  Bytes are HBM traffic in the dense dtype (every operand read once, every output
@@ -263,41 +300,10 @@ def dense_elementwise(spec: DLRMSpec, b: int) -> DenseElementwise:
                                 inter_bwd_tail=[], loss_fwd=[], loss_bwd=[], op_classes=classes)
     bottom_fwd, bottom_bwd = mlp("bottom", spec.bottom_mlp, True)
     top_fwd, top_bwd = mlp("top", spec.top_mlp, False)
-    inter_fwd: list = [[] for _ in range(L)]
-    pre: list = [[] for _ in range(L)]
-    post: list = [[] for _ in range(L)]
-    head_f: list = []
-    head_b: list = []
-    tail: list = []
-    emb_copy: list = []
     if spec.interaction == "dcn":
-        x = F * D
-        bx = float(b) * x
-        if unfused:
-            head_f.append(ew("concat", 2.0 * bx, 0.0, "copy"))
-            for li in range(L):
-                inter_fwd[li] = [ew(f"dcn{li}_mul", 3.0 * bx, bx, "mul"), ew(f"dcn{li}_add", 3.0 * bx, bx, "add")]
-                pre[li] = [ew(f"dcn{li}_mul_x0_bwd", 3.0 * bx, bx, "mul"), ew(f"dcn{li}_mul_h_bwd", 3.0 * bx, bx, "mul"),
-                           ew(f"dcn{li}_bias_grad", bx, bx, "reduce")]
-                post[li] = [ew(f"dcn{li}_add_residual_bwd", 3.0 * bx, bx, "add")]
-                if li > 0:
-                    post[li].append(ew(f"dcn{li}_accumulate_dx0", 3.0 * bx, bx, "add"))
-            emb_grad = ew("dcn0_accumulate_dx0", 3.0 * bx, bx, "add")
-            emb_copy.append(ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"))
-        else:
-            head_f += [ew("concat_embeddings", 2.0 * b * T * D, 0.0, "copy"),
-                       ew("concat_bottom", 2.0 * b * D, 0.0, "copy")]
-            for li in range(L):
-                # layer 0 passes x0 as both operands (``x_l`` is ``x0``): two arrays read, not three
-                inter_fwd[li] = [ew(f"dcn{li}_dot_add", (4.0 if li else 3.0) * bx, 2.0 * bx, "fma")]
-                pre[li] = [ew(f"dcn{li}_mul_fma3", 6.0 * bx, 3.0 * bx, "fma")]
-            head_b.append(ew("dcn_dx_memset", bx, 0.0, "memset"))
-            emb_grad = ew("dcn_dx_add", 3.0 * bx, bx, "add")
-            emb_copy.append(ew("concat_bwd_embeddings", 2.0 * b * T * D, 0.0, "copy"))
-            tail.append(ew("concat_bwd_bottom", 2.0 * b * D, 0.0, "copy"))
+        head_f, inter_fwd, head_b, pre, post, tail, emb_copy, emb_grad = _dcn_elementwise(ew, b, T, D, L, unfused)
     else:
-        head_f.append(dot)
-        emb_grad = dot
+        head_f, inter_fwd, head_b, pre, post, tail, emb_copy, emb_grad = [dot], [], [], [], [], [], [], dot
     if unfused:
         loss_f, loss_b = [ew("loss", 2.0 * b, 4.0 * b, "loss")], [ew("loss_bwd", 3.0 * b, 4.0 * b, "loss")]
     else:

@@ -20,7 +20,8 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
     ``progress``: a :class:`~simfuse.progress.Progress` told each simulation (and, within one, its events)."""
     from ..progress import Progress
     from ..spec.workload import DLRMSettings
-    from .planner import load_plan, plan_tables
+    from .plan_file import load_plan
+    from .planner import plan_tables
 
     progress = progress or Progress()
     out = {}

@@ -82,7 +82,8 @@ class DLRMWorkload(Workload):
 
     def check(self, system, nodes: int, gpus_per_node: int, execution, modes=("baseline",)) -> None:
         """A global batch that does not split over the GPUs, a forced plan made for another rank count."""
-        from .planner import check_batch_split, load_plan
+        from .plan_file import load_plan
+        from .planner import check_batch_split
 
         check_batch_split(self.spec, nodes, gpus_per_node)
         plan_file = self._settings(execution).plan_file
@@ -93,7 +94,7 @@ class DLRMWorkload(Workload):
     def build_graph(self, system, nodes: int, mode: str, *, gpus_per_node: int, execution, plan=None):
         """``plan``: a sharding plan to use (e.g. the one a run chose), over ``plan_file`` and the planner."""
         from .dlrm import build_dlrm_graph
-        from .planner import load_plan
+        from .plan_file import load_plan
 
         plan_file = self._settings(execution).plan_file
         if plan is None and plan_file:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import SpecError
-from ..fused.knobs import ExecutionSpec, modes_of
+from ..fused.knobs import ExecutionSpec
 from ..spec import load_workload
 from ..system import System, as_system
 from .base import workload_for
@@ -18,7 +18,6 @@ from .op import bound_envelope
 from .result import IterationResult
 
 MODES = ("both", "fused", "baseline")
-TUNE_GRID = TUNE_GRID  # (re-exported: DLRM's fused knob grid lives with its workload)
 
 
 def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
@@ -65,6 +64,8 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
     with Pool(workers) as pool:
         res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
                              record=record, seed=seed, execution=ex, pool=pool, progress=progress)
+        if not workload_for(spec).intervals:
+            return res
         method, why = _interval_method(ex, spec, system)
         wl = workload_for(spec)
         chosen = {m: wl.chosen(r) for m, r in res.items()}
@@ -212,10 +213,10 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
         raise SpecError("<argument>", "--mode", f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     if nodes < 1:
         raise SpecError("<argument>", "--nodes", f"must be >= 1, got {nodes}")
-    modes = modes_of(mode)
     ex = dataclasses.replace(ex, mode=mode, sim_mode=sim_mode, seed=seed)  # what this simulation runs
     g = gpus_per_node or system.gpus_per_node
     wl = workload_for(spec).scaled(nodes, g, ex)
+    modes = wl.modes(ex)
     launch = wl.launch
     system = system.with_launch(launch)  # CUDA graph: every kernel at the device's in-graph launch latency
     res = wl.simulate(system, nodes, g, modes, ex, record=record, chosen=chosen, pool=pool, progress=progress)
@@ -412,7 +413,7 @@ def write_run_outputs(out: Path, results: dict, summary: list[dict], trace: bool
     written.append(out / "breakdown.csv")
     plans = {m: p for m, r in results.items() if workload is not None and (p := workload.plan_of(r)) is not None}
     if plans:
-        from .planner import write_plans
+        from .plan_file import write_plans
 
         written.append(write_plans(out, plans))
     analysis = next((r.input_analysis for r in results.values() if r.input_analysis is not None), None)

@@ -232,7 +232,6 @@ class GemvAllReduce(FusedOp):
         env = sim.env
         n = self.layout.n
         gi = topology.gpu_initiated
-        dev = topology.device
         symmetric = fabric.symmetric
         engines = {}
         phase2: list[simpy.Event] = []
@@ -249,7 +248,7 @@ class GemvAllReduce(FusedOp):
             return pos
 
         def reduce_and_push(owner: int, j: int, slice_bytes: float):
-            reduce_s = n * slice_bytes / (dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units)
+            reduce_s = cost.reduction_time_s(n * slice_bytes)
             yield env.timeout(reduce_s + gi.store_issue_s)
             peers = np.array([d for d in range(n) if d != owner], dtype=np.int64)
             if len(peers):
@@ -359,12 +358,11 @@ class GemmReduceScatter(FusedOp):
     def fused_process(self, sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss):
         env = sim.env
         tp = self.tp
-        gi, dev = topology.gpu_initiated, topology.device
+        gi = topology.gpu_initiated
         engines: dict[int, PushEngine] = {}
         n_pos = -(-self.W // tp)  # upper bound on slices per chunk
         arrived = np.zeros((1 if fabric.symmetric else self.layout.n, n_pos), dtype=np.int64)  # partials arrived per (owner, slice position)
         # the reductions are waits on the owner: only the last one's end matters for the node
-        reduce_rate = dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units  # one workgroup's share
         last = {"end": 0.0}
 
         def on_arrival(dsts, slices, t, src):
@@ -377,7 +375,7 @@ class GemmReduceScatter(FusedOp):
             np.add.at(arrived, (own, pos), 1)
             full = arrived[own, pos] == tp
             if full.any():
-                reduce_s = tp * float(eng.slice_bytes[sl[full]].max()) / reduce_rate + gi.store_issue_s
+                reduce_s = cost.reduction_time_s(tp * float(eng.slice_bytes[sl[full]].max())) + gi.store_issue_s
                 last["end"] = max(last["end"], sim.env.now + reduce_s)
 
         for r in ranks:

@@ -361,13 +361,12 @@ class TwrwEmbeddingPush(FusedOp):
             inst.start(entity)
             return env.now
         topology, g = ctx.topology, self.layout.gpus_per_node
-        gi, dev = topology.gpu_initiated, topology.device
+        gi = topology.gpu_initiated
         # a push to reducer h is credited to h's simulated stand-in: h in full simulation, the representative of
         # h's class with orbit classes; rank 0's own state in the symmetric mode (relabelling)
         rep_of = getattr(ctx, "rep_of", int)
         symmetric = ctx.fabric.symmetric and not getattr(ctx, "orbit_classes", False)
-        reduce_s = g * max(1, int(knobs.slice_wgs)) * self.wg_bytes / (
-            dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units)
+        reduce_s = ctx.cost.reduction_time_s(g * max(1, int(knobs.slice_wgs)) * self.wg_bytes)
         tag = f"{self.name}:rail"
         batch = -(-self.Q // MAX_STAGE2_PUTS)
         st = inst.shared("twrw_state")  # reducer rank -> its coverage, reductions and puts

@@ -93,13 +93,14 @@ class OpResult:
 class FusedOp(ABC):
     """Base class.  Subclasses describe the compute kernel and where each workgroup's output goes.
 
-    Execution contract (how :mod:`simfuse.graph.executor` runs a :class:`~simfuse.graph.ir.FusedNode`):
+    Execution contract (how :mod:`simfuse.graph.executor` runs a :class:`~simfuse.graph.ir.FusedNode`), one of
+    two, chosen by the base class (``exchange`` says which):
 
-    * ``exchange = True``: per-rank :meth:`member_process(ctx, inst, entity, rank, knobs)` against a shared
-      exchange instance (each rank's data is ready when everything addressed to it has landed);
-    * ``exchange = False``: :meth:`fused_process(sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss)`
-      runs once for all simulated ranks when every one of them has reached the node; it returns
-      ``(kernel_end_s, end_s)``.
+    * :class:`MemberOp` (``exchange = True``): per rank, :meth:`MemberOp.member_process` against a shared
+      exchange instance (each rank's data is ready when everything addressed to it has landed); :class:`PushOp`
+      implements it for operators whose workgroups push their output to one peer each;
+    * :class:`GroupOp` (``exchange = False``): :meth:`GroupOp.fused_process` runs once for all simulated ranks
+      when every one of them has reached the node (operators with phases across ranks).
     """
 
     exchange = False
@@ -463,15 +464,35 @@ def fused_work(op: FusedOp, knobs: FusedKnobs, fabric: Fabric, rank: int = 0) ->
     return dataclasses.replace(base, bytes_per_wg=base.bytes_per_wg + extra)
 
 
-class PushOp(FusedOp):
+class MemberOp(FusedOp):
+    """A fused operator each simulated rank runs on its own, against the node's shared exchange instance."""
+
+    exchange = True
+
+    @abstractmethod
+    def member_process(self, ctx, inst, entity: int, rank: int, knobs: FusedKnobs):
+        """simpy process of rank ``rank`` (simulated entity ``entity``): ``inst.enter(entity)`` when it reaches
+        the node, ``inst.start(entity)`` once its data may be consumed, flows filed with ``inst.register``.
+        Returns the kernel's end (s)."""
+
+
+class GroupOp(FusedOp):
+    """A fused operator run once for every simulated rank of the node (phases across ranks)."""
+
+    exchange = False
+
+    @abstractmethod
+    def fused_process(self, sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss):
+        """simpy process over ``ranks`` (each reached the node).  Returns ``(kernel_end_s, end_s)``."""
+
+
+class PushOp(MemberOp):
     """A fused operator whose collective is an all-to-all of each workgroup's output (embedding, MoE GEMM).
 
     In an operator graph (:class:`~simfuse.graph.ir.FusedNode`) each simulated rank runs
     :meth:`member_process` against a shared :class:`~simfuse.collectives.exchange.ExchangeInstance`: the kernel
     pushes completed slices (:class:`PushEngine`); the rank's data is ready when every rank's pushes to it
     have landed."""
-
-    exchange = True
 
     def member_process(self, ctx, inst, entity: int, rank: int, knobs: FusedKnobs):
         """simpy process of one rank: enter, run the pushing kernel, started.  Returns the kernel's end (s)."""

@@ -10,7 +10,7 @@ from ..collectives import Layout
 from ..costs import KernelWork
 from ..engine.compute import effective_slots
 from ..errors import SpecError
-from .base import FusedOp, PushEngine, PushOp, dtype_bytes, fused_work, start_puts
+from .base import FusedOp, GroupOp, MemberOp, PushEngine, PushOp, dtype_bytes, fused_work, start_puts
 from .base import largest_divisor_at_most as _largest_divisor_at_most
 from .push_kernel import PushKernel, RelayWait, relay_channel  # noqa: F401  (re-exported)
 from .twrw import MAX_STAGE2_PUTS, MAX_TWRW_PUSH_WAVES, TwrwEmbeddingPush  # noqa: F401  (re-exported)
@@ -176,7 +176,7 @@ class GemmAllToAll(PushOp):
         return float(self.M * self.H * self.eb)
 
 
-class GemvAllReduce(FusedOp):
+class GemvAllReduce(GroupOp):
     """Tensor-parallel GEMV + AllReduce (decode): ``y[tokens, N] = sum_r W_r[N, K/n] x_r[tokens, K/n]``.
 
     Fused variant: direct two-phase.  Output rows are split into ``n`` chunks, chunk ``c`` owned by rank ``c``.
@@ -304,7 +304,7 @@ def _tp_size(params: dict, layout: Layout, source: str) -> int:
     return tp
 
 
-class GemmReduceScatter(FusedOp):
+class GemmReduceScatter(GroupOp):
     """Row-parallel GEMM + ReduceScatter (Megatron sequence parallelism):
     ``y[m, n] = sum_r x_r[m, k/tp] W_r[k/tp, n]``, rows of ``y`` split in ``tp`` chunks, chunk ``c`` owned by TP
     rank ``c`` of the group.
@@ -400,7 +400,7 @@ class GemmReduceScatter(FusedOp):
         return kernel_end, env.now
 
 
-class AllGatherGemm(FusedOp):
+class AllGatherGemm(MemberOp):
     """AllGather + column-parallel GEMM (Megatron sequence parallelism): ``y[m, n/tp] = x[m, k] W_r[k, n/tp]``
     where the rows of ``x`` are sharded over the ``tp`` ranks of the group (``m / tp`` rows each).
 
@@ -414,7 +414,6 @@ class AllGatherGemm(FusedOp):
 
     name = "all_gather_gemm"
     collective = "all_gather"
-    exchange = True
     defaults = {"m": 8192, "n": 8192, "k": 8192, "dtype": "bf16", "tile_m": 128, "tile_n": 128}
 
     def __init__(self, params: dict, layout: Layout, source: str = "<params>"):

@@ -11,10 +11,10 @@ from ..collectives import Layout
 from ..costs import KernelWork
 from ..errors import SpecError
 from ..network import INTRA, SELF
-from .base import FusedOp, start_puts
+from .base import MemberOp, start_puts
 
 
-class PushKernel(FusedOp):
+class PushKernel(MemberOp):
     """Any compute kernel whose waves push their share of a per-destination payload as they complete.
 
     ``send_bytes[i]`` goes to ``dst_ranks[i]`` over the whole kernel; a wave of ``w`` of the kernel's ``W``
@@ -36,7 +36,6 @@ class PushKernel(FusedOp):
 
     name = "push_kernel"
     collective = "all_to_all"
-    exchange = True
 
     def __init__(self, work: KernelWork, dst_ranks, send_bytes, tag: str = "push_kernel",
                  layout: Layout | None = None, relay_bytes=None, relay_in_bytes: float = 0.0,
@@ -185,14 +184,13 @@ def relay_channel(sim, name: str, env) -> dict:
     return st
 
 
-class RelayWait(FusedOp):
+class RelayWait(MemberOp):
     """The receiving side of a relaying :class:`PushKernel` (same ``channel``): no kernel; the node is done when
     every relayed flow addressed to this rank has landed (an exchange of its own on the group, so the direct
     pushes' consumers do not wait for it).  Put it on a communication stream after the push kernel's node."""
 
     name = "relay_wait"
     collective = "all_to_all"
-    exchange = True
 
     def __init__(self, channel: str, relay_in_bytes: float, nodes: int, gpus_per_node: int):
         self.channel, self.params = channel, {}

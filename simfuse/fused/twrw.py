@@ -14,7 +14,7 @@ from ..collectives import Layout
 from ..costs import KernelWork
 from ..errors import SpecError
 from ..network import INTRA, SELF
-from .base import FusedOp, fused_work, largest_divisor_at_most, start_puts
+from .base import MemberOp, fused_work, largest_divisor_at_most, start_puts
 
 
 def twrw_stage1_bytes(nodes, bags_per_rank, dim, elem_bytes, tables=1):
@@ -216,7 +216,7 @@ MAX_STAGE2_PUTS = 64
 MAX_TWRW_PUSH_WAVES = MAX_STAGE2_PUTS
 
 
-class TwrwEmbeddingPush(FusedOp):
+class TwrwEmbeddingPush(MemberOp):
     """Table-row-wise embedding pooling with a hierarchical fused push (DLRM, planned sharding).
 
     A table-row-wise table has ``g`` row shards on the GPUs of one node; each shard pools all ``B`` bags at its
@@ -247,7 +247,6 @@ class TwrwEmbeddingPush(FusedOp):
 
     name = "embedding_twrw_push"
     collective = "all_to_all"
-    exchange = True
 
     def __init__(self, work: KernelWork | None, layout: Layout, tables, rank: int, global_batch: int, bags: int,
                  dim: int, elem_bytes: int, source: str = "<table_row_wise>"):

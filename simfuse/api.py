@@ -49,7 +49,7 @@ def run(model, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mo
     cost guard would refuse."""
     from .arguments import API, check_run, check_workers
     from .fused.knobs import parse_execution
-    from .workloads.run import simulate_workload, summary_rows
+    from .workloads.run import run_workload
 
     check_workers(workers, API)
     spec = load_workload(model) if isinstance(model, (str, Path)) else model
@@ -57,8 +57,8 @@ def run(model, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mo
     ex = parse_execution({**settings, "mode": mode, "sim_mode": sim_mode}, source="<api>")
     g, _est = check_run(spec, system.topology, nodes, gpus_per_node, ex, sim_mode=sim_mode, force=force, names=API,
                         workers=workers)
-    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers)
-    return pd.DataFrame(summary_rows(spec.name, system.name, nodes, nodes * g, res))
+    _res, rows = run_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers)
+    return pd.DataFrame(rows)
 
 
 def sweep(model, topology, nodes, out, *, gpus_per_node: int | None = None, mode: str = "both",

@@ -61,19 +61,14 @@ def check_run(spec, topology, nodes, gpus_per_node, execution, *, sim_mode: str 
     every simulation of the run counted); returns ``(gpus_per_node, estimate)``."""
     from .checks import check_nodes, resolve_gpus_per_node
     from .guard import check_cost, estimate_run
-    from .workloads.run import scaled_spec
+    from .workloads import workload_for
 
     check_nodes(nodes, names["nodes"])
     g = resolve_gpus_per_node(topology, gpus_per_node, names["gpus_per_node"])
-    scaled = scaled_spec(spec, nodes, g, execution)
-    from .spec import DLRMSpec
-
-    if isinstance(scaled, DLRMSpec):  # an input error is reported before any note on the run's cost
-        from .workloads.planner import check_batch_split
-
-        check_batch_split(scaled, nodes, g)
-    est = check_cost(estimate_run(scaled_spec(spec, nodes, g, execution), topology, nodes, g, sim_mode, execution,
-                                  workers), force, field=names["force"])
+    scaled = workload_for(spec).scaled(nodes, g, execution)
+    scaled.precheck(nodes, g)  # an input error is reported before any note on the run's cost
+    est = check_cost(estimate_run(scaled.spec, topology, nodes, g, sim_mode, execution, workers), force,
+                     field=names["force"])
     return g, est
 
 

@@ -17,9 +17,9 @@ The estimate (order of magnitude, documented so that users can reason about it):
   slices of one wave bound for one rank share a flow.  ``events ~ R_sim x waves + 2 x flows``.
 
 * DLRM runs also pay their flow solves (:data:`DLRM_SECONDS_PER_EVENT` per estimated event, measured) in every
-  simulation of the run (:func:`_dlrm_simulations_by_mode`: the modes asked for, two candidate plans each with a
+  simulation of the run (``DLRMWorkload.simulations_by_mode``: the modes asked for, two candidate plans each with a
   planned placement, the fused knob grid, the interval's runs), each mode with its own simulated ranks
-  (:func:`_dlrm_simulated_ranks`), and their work per rank outside the simulations
+  (``DLRMWorkload.simulated_ranks``, :mod:`simfuse.workloads.dlrm_workload`), and their work per rank outside the simulations
   (:data:`DLRM_SECONDS_PER_RANK`, more with a planned placement).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
 
 A run whose estimate exceeds :data:`MAX_WG_RECORDS` workgroup records, :data:`MAX_EVENTS` events or
@@ -144,45 +144,6 @@ def estimate_op(op_name: str, params: dict, topology, nodes: int, gpus_per_node:
                      ranks, 1 if symmetric else ranks, w, _slots(topology), slice_wgs, kernels=2)
 
 
-def _dlrm_simulations_by_mode(spec, topology, execution) -> dict[str, int]:
-    """How many simulations a DLRM run makes per mode (``simfuse.workloads.run``): each candidate plan (two with
-    a planned placement and no forced plan) times the fused knob grid (``tune_knobs: auto``), and with a
-    calibration profile the interval's runs (``bound``: 3 per mode, ``mc``: the draws)."""
-    from .fused.knobs import modes_of
-    from .workloads.run import TUNE_GRID
-
-    ex = execution
-    modes = modes_of("both" if ex is None else ex.mode)
-    planned = spec.placement == "planned" and not (ex is not None and ex.plan_file)
-    out = {}
-    for m in modes:
-        grid = len(TUNE_GRID) if m == "fused" and planned and (ex is None or ex.tune_knobs == "auto") else 1
-        out[m] = (2 if planned else 1) * grid + interval_runs(spec, topology, ex)
-    return out
-
-
-def _dlrm_simulations(spec, topology, execution) -> int:
-    """How many simulations a DLRM run makes (:func:`_dlrm_simulations_by_mode`, all modes)."""
-    return sum(_dlrm_simulations_by_mode(spec, topology, execution).values())
-
-
-def _dlrm_simulated_ranks(mode: str, sim_mode: str, uneven: bool, nodes: int, ranks: int) -> int:
-    """Ranks a DLRM simulation runs (``simfuse.workloads.dlrm.build_dlrm_graph``): every rank in full mode; one
-    for an even placement; for an uneven one up to ``FULL_SIM_MAX_RANKS`` ranks its orbit classes (or every rank,
-    where the fabric has none), counted as every rank for a fused graph (whose classes merge a node's GPUs only
-    by local shifts: few placements have any) and two a node for a baseline graph (GPUs of equal placement
-    columns merge); beyond, a few classes (counted as 2)."""
-    from .workloads.dlrm import FULL_SIM_MAX_RANKS
-
-    if sim_mode == "full":
-        return ranks
-    if not uneven:
-        return 1
-    if ranks <= FULL_SIM_MAX_RANKS:
-        return ranks if mode == "fused" else min(ranks, 2 * nodes)
-    return 2
-
-
 def interval_runs(spec, topology, execution) -> int:
     """How many more simulations (of every mode) a run's interval makes: ``bound`` 3 and ``mc`` its draws
     (with a calibration profile), ``inputs`` its draws plus two one-at-a-time runs per declared input range."""
@@ -203,54 +164,22 @@ def interval_runs(spec, topology, execution) -> int:
 
 def estimate_workload(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str = "auto",
                       execution=None, workers: int = 1) -> CostEstimate:
-    """Estimate ``simfuse run`` / one ``sweep`` point of a workload spec (``execution``: the run's settings, for
-    how many simulations it makes; None: the defaults).  ``workers``: processes the run's interval runs share
-    (they run in parallel, :mod:`~simfuse.workloads.parallel`)."""
-    from .spec import DLRMSpec, LLMSpec, MoESpec, TransformerDecodeSpec
+    """Estimate one simulation of a workload spec (DLRM: its whole run; ``execution``: the run's settings, for how
+    many simulations it makes; None: the defaults).  ``workers``: processes the run's interval runs share (they
+    run in parallel, :mod:`~simfuse.workloads.parallel`).  The workload counts what it simulates
+    (:meth:`~simfuse.workloads.base.Workload.estimate`); this module's constants price it."""
+    from .fused.knobs import ExecutionSpec
+    from .workloads import workload_for
 
-    ranks = nodes * gpus_per_node
-    slots = _slots(topology)
-    if isinstance(spec, DLRMSpec):
-        tables = len(spec.tables)
-        per_rank = tables if spec.placement == "row_wise" else math.ceil(tables / ranks)
-        uneven = spec.placement != "row_wise" and tables % ranks != 0
-        # the engine runs a DLRM embedding kernel wave by wave without per-workgroup arrays (run_kernel_waves,
-        # RunPushEngine: at most MAX_PUSH_WAVES push points, each starting flows): its cost grows with the waves,
-        # so a wave is one record here (before 2026-12-04 every workgroup was, which refused big-batch runs that
-        # take seconds and, estimated on the model file's batch, missed runaway --batch-per-gpu values)
-        from .fused.base import MAX_PUSH_WAVES
+    return workload_for(spec).estimate(_pricing(), topology, nodes, gpus_per_node, sim_mode,
+                                       execution if execution is not None else ExecutionSpec(), workers)
 
-        w = per_rank * spec.global_batch / max(1, spec.bags_per_wg)
-        waves = math.ceil(w / max(1, slots))
-        push = min(waves, MAX_PUSH_WAVES)
-        simulated = flows = events = 0
-        flow_s = 0.0
-        parallel = interval_runs(spec, topology, execution)  # per mode, shared by the workers
-        for mode, n_sims in _dlrm_simulations_by_mode(spec, topology, execution).items():
-            sim_m = _dlrm_simulated_ranks(mode, sim_mode, uneven, nodes, ranks)
-            flows_m = sim_m * 2 * push * min(max(0, ranks - 1), 64)
-            events_m = sim_m * 2 * waves + 2 * flows_m
-            n_wall = n_sims - parallel + parallel / max(1, min(workers, parallel or 1))
-            flow_s += n_wall * events_m * DLRM_SECONDS_PER_EVENT
-            simulated, flows, events = max(simulated, sim_m), max(flows, flows_m), max(events, events_m)
-        flow_s += ranks * (DLRM_SECONDS_PER_RANK + (DLRM_PLANNED_SECONDS_PER_RANK if spec.placement == "planned"
-                                                   and not (execution is not None and execution.plan_file) else 0.0))
-        full = simulated == ranks and ranks > 1
-        return CostEstimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs ({'full' if full else 'classes'})",
-                            ranks, simulated, 2 * waves, 2 * waves, flows, events, flow_s)
-    if isinstance(spec, TransformerDecodeSpec):
-        w = max(spec.hidden, spec.ffn) / 64.0
-        return _estimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs", ranks, 1, w, slots,
-                         kernels=2 * spec.layers)
-    if isinstance(spec, MoESpec):
-        w = spec.tokens_per_gpu * spec.top_k * max(spec.hidden, spec.ffn) / (128.0 * 128.0)
-        return _estimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs", ranks, 1, w, slots,
-                         kernels=2 * spec.layers)
-    if isinstance(spec, LLMSpec):  # per layer 4 TP GEMMs (+ their fused collectives) of 128 x 128 tiles
-        w = spec.tokens * max(spec.hidden, spec.ffn) / max(1, spec.tp) / (128.0 * 128.0)
-        return _estimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs", ranks, 1, w, slots,
-                         kernels=4 * spec.layers)
-    raise SpecError(getattr(spec, "source", "<model>"), "kind", "unsupported workload")  # pragma: no cover
+
+def _pricing():
+    """This module: the prices (constants and helpers) a workload's estimate is made in."""
+    import sys
+
+    return sys.modules[__name__]
 
 
 #: what makes each command's simulation cheaper (its own flags only)
@@ -394,20 +323,12 @@ def estimate_run(spec, topology, nodes: int, gpus_per_node: int, sim_mode: str =
                  execution=None, workers: int = 1) -> CostEstimate:
     """:func:`estimate_workload` with every simulation of the run counted (``simfuse run`` / a sweep point): DLRM
     counts its own; other workloads pay :func:`simulations_of_run` simulations of at least :data:`SIM_FLOOR_S`
-    (:data:`LLM_SECONDS_PER_LAYER` a layer for LLMs)."""
-    import dataclasses
+    (:data:`LLM_SECONDS_PER_LAYER` a layer for LLMs; :meth:`~simfuse.workloads.base.Workload.estimate_run`)."""
+    from .fused.knobs import ExecutionSpec
+    from .workloads import workload_for
 
-    from .spec import DLRMSpec, LLMSpec
-
-    est = estimate_workload(spec, topology, nodes, gpus_per_node, sim_mode, execution, workers)
-    if isinstance(spec, DLRMSpec):
-        return est
-    per_sim = max(SIM_FLOOR_S, est.seconds)
-    if isinstance(spec, LLMSpec):
-        per_sim = max(per_sim, LLM_SECONDS_PER_LAYER * spec.layers)
-    n = simulations_of_run(spec, topology, execution)
-    extra = n * per_sim - est.seconds
-    return dataclasses.replace(est, what=f"{est.what}, {n} simulation(s)", extra_seconds=est.extra_seconds + extra)
+    return workload_for(spec).estimate_run(_pricing(), topology, nodes, gpus_per_node, sim_mode,
+                                           execution if execution is not None else ExecutionSpec(), workers)
 
 
 def estimate_graph(graph, topology, sim_mode: str = "auto") -> CostEstimate:

@@ -62,13 +62,14 @@ def _child_planner(nodes: int, model: str, topology: str, batch_per_gpu: int) ->
     sys.path.insert(0, str(ROOT))
     from simfuse.fused.knobs import ExecutionSpec
     from simfuse.spec import load_workload
+    from simfuse.spec.workload import DLRMSettings
     from simfuse.system import System
     from simfuse.workloads.planner import plan_tables
     from simfuse.workloads.run import scaled_spec
 
     system = System.load(topology)
     g = system.gpus_per_node
-    spec = scaled_spec(load_workload(model), nodes, g, ExecutionSpec(batch_per_gpu=batch_per_gpu, placement="planned"))
+    spec = scaled_spec(load_workload(model), nodes, g, ExecutionSpec(settings=(DLRMSettings(batch_per_gpu=batch_per_gpu, placement="planned"),)))
     rows, total = [], 0.0
     for mode in ("baseline", "fused"):
         t0 = time.perf_counter()

@@ -245,7 +245,7 @@ def simulate(model: str, topo: str, nodes: int, placement: str, global_batch: in
     phases = {b["phase"]: b["time_s"] for b in breakdown_rows({"baseline": r})}
     a2a = sum(v for k, v in phases.items() if k.startswith("a2a"))
     return {"step_s": r.iteration_time_s, "exposed_comm_s": r.exposed_comm_time_s, "a2a_s": a2a,
-            "global_batch": r.global_batch}
+            "global_batch": r.extras.global_batch}
 
 
 def _hugectr_sims(table, smoke: bool) -> list[dict]:

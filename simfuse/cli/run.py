@@ -14,10 +14,11 @@ def cmd_run(args) -> int:
 
     from ..checks import check_nodes, check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
-    from ..guard import check_cost, cost_note, estimate_graph
+    from ..guard import check_cost, cost_note, estimate_run
     from ..spec import load_workload
     from ..system import System
-    from ..workloads.run import simulate_workload, summary_rows, write_run_outputs
+    from ..workloads import workload_for
+    from ..workloads.run import run_workload, write_run_outputs
 
     # every argument checked before simulating: a bad --out fails now, not after the simulation
     if args.nodes is not None:
@@ -35,7 +36,7 @@ def cmd_run(args) -> int:
         if args.model:
             raise SpecError("<argument>", "--chakra", "give either --model or --chakra, not both")
         from ..graph.chakra import import_et
-        from ..workloads.run import simulate_graph
+        from ..workloads.chakra_workload import ChakraWorkload
 
         # the topology's GPUs per node unless the trace records its own or --gpus-per-node says (issue 35)
         graph = import_et(args.chakra, gpus_per_node=args.gpus_per_node,
@@ -46,19 +47,22 @@ def cmd_run(args) -> int:
             raise SpecError("<argument>", "--nodes", f"the Chakra trace runs on {nodes} nodes; drop --nodes")
         if args.mode not in (None, "both"):
             raise SpecError("<argument>", "--mode", "a Chakra trace runs as recorded (one mode); drop --mode")
-        workload_only = [("--export-chakra", args.export_chakra), ("--global-batch / global_batch", ex.global_batch),
-                         ("--batch-per-gpu / batch_per_gpu", ex.batch_per_gpu), ("--plan / plan_file", ex.plan_file),
-                         ("placement", ex.placement), ("dense_fusion", ex.dense_fusion)]
+        from ..spec.settings import given_settings
+
+        workload_only = [("--export-chakra", args.export_chakra)] + [
+            (f.metadata.get("flag") or f.name, v) for _kind, v, f in given_settings(ex.settings)]
         for flag, value in workload_only:
             if value:
                 raise SpecError("<argument>", flag, "applies to a --model workload; a Chakra trace runs as recorded")
-        note = cost_note(check_cost(estimate_graph(graph, topo, args.sim_mode or "auto"), args.force,
+        spec = ChakraWorkload.of(graph)
+        note = cost_note(check_cost(estimate_run(spec, topo, nodes, g, args.sim_mode or "auto", ex), args.force,
                                     command="chakra"), "chakra")
         if note:
             print(f"simfuse: note: {note}", file=sys.stderr)
         with command_progress(args, "simfuse run") as progress:
-            res = simulate_graph(graph, system, execution=ex, record=bool(args.trace), label="chakra",
-                                 progress=progress)
+            res, rows = run_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
+                                     progress=progress)
+        workload = workload_for(spec)
     else:
         if not args.model:
             raise SpecError("<argument>", "--model", "give a workload (--model FILE) or a Chakra ET (--chakra DIR)")
@@ -76,12 +80,13 @@ def cmd_run(args) -> int:
         if note:
             print(f"simfuse: note: {note}", file=sys.stderr)
         with command_progress(args, "simfuse run") as progress:
-            res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
-                                    workers=_workers(args.workers), progress=progress)
+            res, rows = run_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
+                                     workers=_workers(args.workers), progress=progress)
+        workload = workload_for(spec)
         if args.export_chakra:  # the baseline graph as the run simulated it (its chosen DLRM plan)
             base = res.get("baseline")
-            _export_chakra(spec, system, nodes, g, ex, args.export_chakra, plan=getattr(base, "plan", None))
-    rows = summary_rows(name, topo.name, nodes, nodes * g, res, ex)
+            _export_chakra(spec, system, nodes, g, ex, args.export_chakra,
+                           plan=workload.plan_of(base) if base is not None else None)
     df = pd.DataFrame(rows)
     cols = ["mode", "iteration_time_s", "compute_time_s", "exposed_comm_time_s"] + (["speedup"] if "speedup" in df
                                                                                       else [])
@@ -98,7 +103,7 @@ def cmd_run(args) -> int:
     if args.out:
         check_out_dir(args.out)  # still a directory (or absent) after the simulation
         written = _write_locked(Path(args.out), lambda: write_run_outputs(Path(args.out), res, rows,
-                                                                          bool(args.trace)))
+                                                                          bool(args.trace), workload))
     if getattr(args, "format", "text") == "json":
         print(_json({"rows": rows, "written": [str(p) for p in written]}))
         return 0
@@ -106,7 +111,7 @@ def cmd_run(args) -> int:
     print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     unc = df["uncertainty"].iloc[0] if "uncertainty" in df else "none"
     if unc == "inputs":
-        an = next(r.input_analysis for r in res.values() if getattr(r, "input_analysis", None))
+        an = next(r.input_analysis for r in res.values() if r.input_analysis is not None)
         print(f"p10/p50/p90: {len(an.draws)} Latin hypercube draws of {len(an.inputs)} input ranges "
               "(the files' uncertain: blocks) joint with the kernel residuals; point = nominal inputs")
         top = an.sensitivity_rows()[:3]

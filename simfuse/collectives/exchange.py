@@ -73,6 +73,13 @@ class ExchangeInstance:
         self.entered = {e: env.event() for e in self.entities}
         self.started = {e: env.event() for e in self.entities}
         self.store: dict[int, list] = {e: [] for e in self.entities}
+        #: state the members of one fused node share, by name (:meth:`shared`)
+        self.op_state: dict[str, dict] = {}
+
+    def shared(self, name: str) -> dict:
+        """The mapping the members of this exchange share under ``name`` (a fused operator's reducers, the
+        arrivals of its shards), created empty on first use."""
+        return self.op_state.setdefault(name, {})
 
     def _entity_event(self, table: dict, e: int):
         ev = table.get(e)

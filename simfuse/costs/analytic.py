@@ -88,3 +88,9 @@ class RooflineCostModel:
 
     def launch_latency_s(self, work: KernelWork) -> float:
         return self.device.kernel_launch_latency_s
+
+    def reduction_time_s(self, size_bytes: float) -> float:
+        """At one workgroup's share of the device's effective HBM bandwidth (the reduction is bandwidth-bound:
+        one add per element read)."""
+        dev = self.device
+        return size_bytes / (dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units)

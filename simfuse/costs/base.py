@@ -71,6 +71,11 @@ class CostModel(Protocol):
         """Workgroups of this kernel resident at once on one device (one full wave)."""
         ...
 
+    def reduction_time_s(self, size_bytes: float) -> float:
+        """One workgroup summing partials of ``size_bytes`` in all (read once) at the owner of a fused operator's
+        output, beside the kernels (the two-phase operators' owner-side reductions)."""
+        ...
+
 
 class FusedFloor:
     """Cost-model adapter enforcing a physical invariant: a workgroup of a fused kernel (``variant="fused"``)
@@ -103,6 +108,9 @@ class FusedFloor:
             return self.launch_override_s
         t = self.inner.launch_latency_s(work)
         return max(t, self.inner.launch_latency_s(self._plain(work))) if work.variant == "fused" else t
+
+    def reduction_time_s(self, size_bytes: float) -> float:
+        return self.inner.reduction_time_s(size_bytes)
 
     def slots(self, work: KernelWork) -> int:
         """A fused kernel holds more state per workgroup: never more resident workgroups than the plain one."""

@@ -741,6 +741,10 @@ class CalibratedCostModel:
             return None
         return gemm_curve_time_s(self.fallback.device, work)
 
+    def reduction_time_s(self, size_bytes: float) -> float:
+        """Not calibrated (no trace measures it): the roofline's."""
+        return self.fallback.reduction_time_s(size_bytes)
+
     def workgroup_time_s(self, work: KernelWork, concurrent_wgs: int) -> float:
         t = self.dense_time_s(work)
         if t is not None:  # a strided copy beyond the L2 at the device's measured rate (device.strided_copy)

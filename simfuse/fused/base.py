@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,14 @@ from ..network import INTRA, SELF, Fabric, FlowNetwork
 from ..spec import TopologySpec
 from ..units import DTYPE_BYTES  # noqa: F401  (re-exported)
 from .knobs import FusedKnobs
+
+
+def largest_divisor_at_most(n: int, cap: int) -> int:
+    """The largest divisor of ``n`` up to ``cap`` (1 at least): a tile or bag block with one owner."""
+    for d in range(min(cap, n), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
 
 
 @dataclass
@@ -82,16 +91,17 @@ class OpResult:
         return d
 
 
-class FusedOp:
+class FusedOp(ABC):
     """Base class.  Subclasses describe the compute kernel and where each workgroup's output goes.
 
-    Execution contract (how :mod:`simfuse.graph.executor` runs a :class:`~simfuse.graph.ir.FusedNode`):
+    Execution contract (how :mod:`simfuse.graph.executor` runs a :class:`~simfuse.graph.ir.FusedNode`), one of
+    two, chosen by the base class (``exchange`` says which):
 
-    * ``exchange = True``: per-rank :meth:`member_process(ctx, inst, entity, rank, knobs)` against a shared
-      exchange instance (each rank's data is ready when everything addressed to it has landed);
-    * ``exchange = False``: :meth:`fused_process(sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss)`
-      runs once for all simulated ranks when every one of them has reached the node; it returns
-      ``(kernel_end_s, end_s)``.
+    * :class:`MemberOp` (``exchange = True``): per rank, :meth:`MemberOp.member_process` against a shared
+      exchange instance (each rank's data is ready when everything addressed to it has landed); :class:`PushOp`
+      implements it for operators whose workgroups push their output to one peer each;
+    * :class:`GroupOp` (``exchange = False``): :meth:`GroupOp.fused_process` runs once for all simulated ranks
+      when every one of them has reached the node (operators with phases across ranks).
     """
 
     exchange = False
@@ -106,16 +116,27 @@ class FusedOp:
         self.params = {**self.defaults, **params}
 
     # --- to implement ---------------------------------------------------------------------------------
+    @abstractmethod
     def work(self, variant: str) -> KernelWork:
-        raise NotImplementedError
+        """The kernel (``variant``: ``compute`` for the baseline's, ``fused`` for the fused one's)."""
 
     def wg_destinations(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """``(dst_rank[W], out_bytes[W])``: where workgroup ``i`` of ``rank`` sends its output."""
         raise NotImplementedError
 
+    @abstractmethod
     def collective_size_bytes(self) -> float:
         """Per-rank buffer of the baseline's bulk collective (nccl-tests convention)."""
-        raise NotImplementedError
+
+    # --- closed forms an operator may give (the defaults read the per-workgroup arrays) -----------------
+    def wg_runs(self, rank: int, fabric, tile_order: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The workgroups of ``rank`` in execution order as runs of alike workgroups (:func:`wg_runs`)."""
+        return _runs_of_workgroups(self, rank, fabric, tile_order)
+
+    def output_by_destination(self, rank: int, fabric, tile_order: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(dst[], bytes[])``: what ``rank``'s kernel sends (order-free; :func:`fused_work` prices the NIC's
+        reads of what leaves the node).  Default: per workgroup (:meth:`wg_destinations`)."""
+        return self.wg_destinations(rank)
 
     def destination_summary(self, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where ``rank``'s output goes, order-free: ``(dst[R], count[R], bytes_each[R])``, ``count[i]`` outputs
@@ -306,9 +327,11 @@ def wg_runs(op: FusedOp, rank: int, fabric: Fabric, tile_order: str) -> tuple[np
     grid has ``tables x global_batch / bags_per_wg`` workgroups but only ``tables x ranks`` runs) gives it
     without per-workgroup arrays; otherwise the runs are read off :meth:`FusedOp.wg_destinations` and
     :meth:`FusedOp.order`."""
-    closed = getattr(op, "wg_runs", None)
-    if closed is not None:
-        return closed(rank, fabric, tile_order)
+    return op.wg_runs(rank, fabric, tile_order)
+
+
+def _runs_of_workgroups(op: FusedOp, rank: int, fabric: Fabric, tile_order: str):
+    """:meth:`FusedOp.wg_runs` read off the per-workgroup :meth:`FusedOp.wg_destinations` and :meth:`FusedOp.order`."""
     dst, out = op.wg_destinations(rank)
     order = op.order(rank, fabric, tile_order)
     d, o = dst[order], np.asarray(out, dtype=float)[order]
@@ -435,28 +458,42 @@ class RunPushEngine:
 def fused_work(op: FusedOp, knobs: FusedKnobs, fabric: Fabric, rank: int = 0) -> KernelWork:
     """The fused kernel's work: the compute work (variant ``fused``) plus HBM bytes that NIC puts read back."""
     base = op.work("fused")
-    if getattr(op, "bytes_by_destination", None) is not None:  # per-destination totals (order-free)
-        dst, out = op.bytes_by_destination(rank)
-    elif getattr(op, "wg_runs", None) is not None:
-        dst, cnt, per = op.wg_runs(rank, fabric, knobs.tile_order)
-        out = cnt * per
-    else:
-        dst, out = op.wg_destinations(rank)
+    dst, out = op.output_by_destination(rank, fabric, knobs.tile_order)
     cls = fabric.route_class(rank, dst)
     inter = float(np.sum(out[(cls != SELF) & (cls != INTRA)]))
     extra = knobs.hbm_comm_factor * inter / max(1, base.num_workgroups)
     return dataclasses.replace(base, bytes_per_wg=base.bytes_per_wg + extra)
 
 
-class PushOp(FusedOp):
+class MemberOp(FusedOp):
+    """A fused operator each simulated rank runs on its own, against the node's shared exchange instance."""
+
+    exchange = True
+
+    @abstractmethod
+    def member_process(self, ctx, inst, entity: int, rank: int, knobs: FusedKnobs):
+        """simpy process of rank ``rank`` (simulated entity ``entity``): ``inst.enter(entity)`` when it reaches
+        the node, ``inst.start(entity)`` once its data may be consumed, flows filed with ``inst.register``.
+        Returns the kernel's end (s)."""
+
+
+class GroupOp(FusedOp):
+    """A fused operator run once for every simulated rank of the node (phases across ranks)."""
+
+    exchange = False
+
+    @abstractmethod
+    def fused_process(self, sim, fabric, net, cost, knobs, topology, ranks, occupancy_loss):
+        """simpy process over ``ranks`` (each reached the node).  Returns ``(kernel_end_s, end_s)``."""
+
+
+class PushOp(MemberOp):
     """A fused operator whose collective is an all-to-all of each workgroup's output (embedding, MoE GEMM).
 
     In an operator graph (:class:`~simfuse.graph.ir.FusedNode`) each simulated rank runs
     :meth:`member_process` against a shared :class:`~simfuse.collectives.exchange.ExchangeInstance`: the kernel
     pushes completed slices (:class:`PushEngine`); the rank's data is ready when every rank's pushes to it
     have landed."""
-
-    exchange = True
 
     def member_process(self, ctx, inst, entity: int, rank: int, knobs: FusedKnobs):
         """simpy process of one rank: enter, run the pushing kernel, started.  Returns the kernel's end (s)."""

@@ -2,7 +2,8 @@
 
 * :class:`FusedKnobs`: how a fused operator executes (slice size, tile order, persistent grid, ...);
 * :class:`ExecutionSpec`: how a run executes (which modes, simulation mode, seed, forced collective algorithms)
-  plus the fused knobs.
+  plus the fused knobs and the settings of one workload kind (``settings``: e.g. DLRM's batch, plan and
+  placement, declared with the workload's spec, :mod:`simfuse.spec.settings`).
 
 ``simfuse op``, ``simfuse run`` and ``simfuse sweep`` all take ``--set key=value`` for every field below (and
 ``execution:`` in a workload YAML gives defaults); :func:`parse_execution` is the one parser.
@@ -24,9 +25,6 @@ def modes_of(mode: str) -> tuple[str, ...]:
 
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp64": 8}
-#: largest global batch or batch per GPU an execution setting accepts (samples): far above any cluster's (weak
-#: scaling to 131,072 GPUs at 1,056 per GPU is 1.4e8); 1e30 overflowed machine integers in the graph builder
-MAX_SCALED_BATCH = 2**40
 
 
 #: Largest magnitude of an integer setting without its own maximum (exact in a float, fits an int64).
@@ -87,28 +85,13 @@ class ExecutionSpec:
         "all-reduce algorithm for collectives that name none (default: the tuner's)", optional=True))
     alltoall_algorithm: str | None = field(default=None, metadata=_meta(
         "all-to-all algorithm for collectives that name none (default: the tuner's)", optional=True))
-    global_batch: int | None = field(default=None, metadata=_meta(
-        "strong scaling: this global batch at every node count (DLRM; default: the model file's)", minimum=1,
-        maximum=MAX_SCALED_BATCH, optional=True))
-    batch_per_gpu: int | None = field(default=None, metadata=_meta(
-        "weak scaling: this batch per GPU, global batch = GPUs x it (DLRM)", minimum=1, maximum=MAX_SCALED_BATCH,
-        optional=True))
-    plan_file: str | None = field(default=None, metadata=_meta(
-        "sharding plan CSV to force (table, sharding, ranks[, mode]); e.g. a plan.csv from simfuse run",
-        optional=True))
-    placement: str | None = field(default=None, metadata=_meta(
-        "DLRM table placement over the model file's: table_wise | row_wise | planned", optional=True,
-        choices=("table_wise", "row_wise", "planned")))
-    dense_fusion: str | None = field(default=None, metadata=_meta(
-        "DLRM dense element-wise kernels over the model file's: epilogue (HugeCTR's) | unfused (PyTorch's) | "
-        "legacy", optional=True, choices=("epilogue", "unfused", "legacy")))
     launch: str | None = field(default=None, metadata=_meta(
         "kernel launches over the model file's: eager (queued by the host; device.kernel_launch_latency_us) | "
         "graph (replayed from a CUDA graph; device.graph_launch_latency_us)", optional=True,
         choices=LAUNCHES))
     tune_knobs: str = field(default="auto", metadata=_meta(
         "auto: with placement planned, fused knobs left at their defaults are tuned over a small grid "
-        "(simfuse.workloads.run.TUNE_GRID); off: keep them", choices=("auto", "off")))
+        "(simfuse.workloads.dlrm_workload.TUNE_GRID); off: keep them", choices=("auto", "off")))
     uncertainty: str = field(default="bound", metadata=_meta(
         "prediction intervals: inputs (Latin hypercube draws of the input ranges the model and topology files "
         "declare, joint with the kernel residuals, plus one-at-a-time runs for the sensitivity table: "
@@ -122,18 +105,21 @@ class ExecutionSpec:
         "runs per input) or rank (only the rank correlations of the joint draws: no extra runs)",
         choices=("oat", "rank")))
     knobs: FusedKnobs = field(default_factory=FusedKnobs)
+    #: the settings of one workload kind given for this run (instances of the classes registered with
+    #: :func:`simfuse.spec.settings.register_settings`, e.g. DLRM's batch and placement), at most one per class
+    settings: tuple = ()
 
-    @property
-    def scaling(self) -> str:
-        """``strong`` (fixed global batch), ``weak`` (fixed batch per GPU) or ``model`` (the file's batch)."""
-        return "weak" if self.batch_per_gpu else "strong" if self.global_batch else "model"
+    def settings_of(self, cls):
+        """The run's settings of class ``cls`` (its defaults when none were given)."""
+        return next((s for s in self.settings if isinstance(s, cls)), None) or cls()
 
     def validate(self, source: str = "<execution>") -> None:
         _validate(self, source)
         self.knobs.validate(source)
-        if self.global_batch is not None and self.batch_per_gpu is not None:
-            raise SpecError(source, "batch_per_gpu", "give global_batch (strong scaling) or batch_per_gpu (weak "
-                                                     "scaling), not both")
+        for s in self.settings:
+            _validate(s, source)
+            if hasattr(s, "validate"):
+                s.validate(source)
         from ..collectives.algorithms import REGISTRY
 
         # names checked here, whether or not the run meets that collective (a typo must not pass silently)
@@ -154,7 +140,13 @@ class ExecutionSpec:
 
 
 def _scalar_fields(cls) -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(cls) if f.name != "knobs"}
+    return {f.name: f for f in dataclasses.fields(cls) if f.name not in ("knobs", "settings")}
+
+
+def _settings_classes() -> list[type]:
+    from ..spec.settings import settings_classes
+
+    return list(settings_classes().values())
 
 
 def _base_type(f: dataclasses.Field):
@@ -195,13 +187,14 @@ def fused_knob_names() -> list[str]:
 
 
 def knob_names() -> list[str]:
-    return list(_scalar_fields(ExecutionSpec)) + list(_scalar_fields(FusedKnobs))
+    return list(_scalar_fields(ExecutionSpec)) + [n for c in _settings_classes() for n in _scalar_fields(c)] + \
+        list(_scalar_fields(FusedKnobs))
 
 
 def knob_help() -> str:
     """One line per settable key (for ``--set`` help)."""
     lines = []
-    for cls in (ExecutionSpec, FusedKnobs):
+    for cls in (ExecutionSpec, *_settings_classes(), FusedKnobs):
         for name, f in _scalar_fields(cls).items():
             ch = f.metadata.get("choices")
             lines.append(f"{name}: {f.metadata.get('help', '')}" + (f" [{'|'.join(ch)}]" if ch else ""))
@@ -241,15 +234,22 @@ def parse_execution(values: dict, source: str = "<argument>", base: ExecutionSpe
     ``base``; unknown keys raise :class:`SpecError` naming the key and listing the known ones."""
     base = base or ExecutionSpec()
     ex_fields, kn_fields = _scalar_fields(ExecutionSpec), _scalar_fields(FusedKnobs)
-    ex_kw, kn_kw = {}, {}
+    wl_fields = {c: _scalar_fields(c) for c in _settings_classes()}
+    ex_kw, kn_kw, wl_kw = {}, {}, {}
     for key, value in values.items():
+        cls = next((c for c, fs in wl_fields.items() if key in fs), None)
         if key in ex_fields:
             ex_kw[key] = _convert(ex_fields[key], value, source)
         elif key in kn_fields:
             kn_kw[key] = _convert(kn_fields[key], value, source)
+        elif cls is not None:
+            wl_kw.setdefault(cls, {})[key] = _convert(wl_fields[cls][key], value, source)
         else:
             raise SpecError(source, str(key)[:60], f"unknown setting; known: {', '.join(knob_names())}")
-    spec = dataclasses.replace(base, knobs=dataclasses.replace(base.knobs, **kn_kw), **ex_kw)
+    settings = [s for s in base.settings if type(s) not in wl_kw]
+    settings += [dataclasses.replace(base.settings_of(c), **kw) for c, kw in wl_kw.items()]
+    spec = dataclasses.replace(base, knobs=dataclasses.replace(base.knobs, **kn_kw), settings=tuple(settings),
+                               **ex_kw)
     spec.validate(source)
     return spec
 

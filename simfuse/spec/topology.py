@@ -20,6 +20,14 @@ from .ranges import InputSpace, parse_uncertain
 
 # fabric kinds; each has a class registered under this name in simfuse/network/fabrics/ (a test checks they match)
 FABRICS = ("fat_tree", "rail_optimized", "fat_tree_3tier")
+
+
+def register_fabric_kind(name: str) -> None:
+    """Accept ``scale_out.fabric: <name>`` in topology files (:func:`simfuse.network.fabrics.register_fabric`
+    calls this for every fabric class it registers)."""
+    global FABRICS
+    if name not in FABRICS:
+        FABRICS = (*FABRICS, name)
 # fields only fat_tree_3tier reads (rejected for the other fabrics so that a typo'd fabric name is not silent)
 FABRIC_3TIER_FIELDS = ("nodes_per_leaf", "leaves_per_pod", "spine_oversubscription", "hop_latency_ns")
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")

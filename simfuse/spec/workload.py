@@ -14,6 +14,7 @@ from pathlib import Path
 from ..errors import SpecError, short_repr
 from ._fields import Fields, load_yaml_mapping
 from .ranges import InputSpace, parse_uncertain
+from .settings import register_settings, setting
 
 KINDS = ("dlrm", "transformer_tp_decode", "moe_layer", "llm_tp_dp")
 LLM_FUSED = ("gemm_rs", "ag_gemm")  # fusable operators of llm_tp_dp: GEMM+ReduceScatter, AllGather+GEMM
@@ -142,6 +143,49 @@ class DLRMSpec:
         """Element type of the pooled embeddings and their gradients on the wire (forward and backward
         All-to-Alls); the tables and the pooling read ``embedding_dtype``."""
         return self.embedding_comm_dtype or self.embedding_dtype
+
+
+#: largest global batch or batch per GPU a setting accepts (samples): far above any cluster's (weak scaling to
+#: 131,072 GPUs at 1,056 per GPU is 1.4e8); 1e30 overflowed machine integers in the graph builder
+MAX_SCALED_BATCH = 2**40
+
+
+@dataclass(frozen=True)
+class DLRMSettings:
+    """The run settings only DLRM reads (``--set key=value``; the batch ones also ``--global-batch`` /
+    ``--batch-per-gpu``, the plan ``--plan``): its scaling mode and what replaces the model file's choices."""
+
+    placement: str | None = setting(
+        "DLRM table placement over the model file's: table_wise | row_wise | planned", optional=True,
+        choices=("table_wise", "row_wise", "planned"), elsewhere="applies to DLRM workloads, not {kind}")
+    dense_fusion: str | None = setting(
+        "DLRM dense element-wise kernels over the model file's: epilogue (HugeCTR's) | unfused (PyTorch's) | "
+        "legacy", optional=True, choices=("epilogue", "unfused", "legacy"),
+        elsewhere="applies to DLRM workloads, not {kind}")
+    plan_file: str | None = setting(
+        "sharding plan CSV to force (table, sharding, ranks[, mode]); e.g. a plan.csv from simfuse run",
+        optional=True, flag="--plan / plan_file", elsewhere="a sharding plan applies to DLRM workloads, not {kind}")
+    global_batch: int | None = setting(
+        "strong scaling: this global batch at every node count (DLRM; default: the model file's)", minimum=1,
+        maximum=MAX_SCALED_BATCH, optional=True, flag="--global-batch / global_batch",
+        elsewhere="scaling modes apply to DLRM workloads, not {kind}")
+    batch_per_gpu: int | None = setting(
+        "weak scaling: this batch per GPU, global batch = GPUs x it (DLRM)", minimum=1, maximum=MAX_SCALED_BATCH,
+        optional=True, flag="--batch-per-gpu / batch_per_gpu",
+        elsewhere="scaling modes apply to DLRM workloads, not {kind}")
+
+    @property
+    def scaling(self) -> str:
+        """``strong`` (fixed global batch), ``weak`` (fixed batch per GPU) or ``model`` (the file's batch)."""
+        return "weak" if self.batch_per_gpu else "strong" if self.global_batch else "model"
+
+    def validate(self, source: str) -> None:
+        if self.global_batch is not None and self.batch_per_gpu is not None:
+            raise SpecError(source, "batch_per_gpu", "give global_batch (strong scaling) or batch_per_gpu (weak "
+                                                     "scaling), not both")
+
+
+register_settings("dlrm", DLRMSettings)
 
 
 @dataclass(frozen=True)
@@ -418,7 +462,29 @@ def workload_from_dict(data: dict, source: str = "<memory>") -> WorkloadSpec:
     if not isinstance(data, dict):
         Fields(data, source)  # raises: not a mapping
     spec = _workload_body({k: v for k, v in data.items() if k != "uncertain"}, source)  # the body's errors first
-    return dataclasses.replace(spec, inputs=parse_uncertain(data, source, _workload_body)[1])
+    inputs = parse_uncertain(data, source, _workload_body)[1]
+    if "inputs" in {f.name for f in dataclasses.fields(spec)}:
+        return dataclasses.replace(spec, inputs=inputs)
+    if "uncertain" in data:  # a registered kind whose spec keeps no input ranges
+        raise SpecError(source, "uncertain", f"kind {spec.kind} declares no input ranges")
+    return spec
+
+
+#: ``kind:`` -> the parser of its fields, ``(Fields, source) -> spec`` (the built-in kinds, and those
+#: :func:`register_kind` adds: :func:`simfuse.workloads.base.register_workload` registers a workload's ``parse``)
+_PARSERS = {"dlrm": _dlrm, "transformer_tp_decode": _decode, "moe_layer": _moe, "llm_tp_dp": llm_from_fields}
+
+
+def register_kind(kind: str, parse) -> None:
+    """Accept ``kind: <kind>`` in model files, its fields parsed and validated by ``parse(root, source)``
+    (a :class:`~simfuse.spec._fields.Fields` over the file's mapping; return the spec, raise
+    :class:`~simfuse.errors.SpecError` naming the field)."""
+    _PARSERS[kind] = parse
+
+
+def workload_kinds() -> tuple[str, ...]:
+    """Every ``kind:`` a model file may name."""
+    return tuple(_PARSERS)
 
 
 def _workload_body(data: dict, source: str) -> WorkloadSpec:
@@ -426,9 +492,8 @@ def _workload_body(data: dict, source: str) -> WorkloadSpec:
 
     root = Fields(data, source)
     check_finite(data, source)
-    kind = root.string("kind", choices=KINDS)
-    return {"dlrm": _dlrm, "transformer_tp_decode": _decode, "moe_layer": _moe,
-            "llm_tp_dp": llm_from_fields}[kind](root, source)
+    kind = root.string("kind", choices=tuple(_PARSERS))
+    return _PARSERS[kind](root, source)
 
 
 def load_workload(path: str | Path) -> WorkloadSpec:

@@ -62,9 +62,11 @@ from ..fused.ops import AllGatherGemm, GemmReduceScatter
 from ..graph import CollectiveNode, ComputeNode, FusedNode, Graph
 from ..spec import LLMSpec
 from ..units import DTYPE_BYTES
+from .base import Workload, register_workload
 from .dense import elementwise_work, gemm_work
-from .dlrm import IterationResult, _buckets
+from .dlrm import _buckets
 from .op import symmetric_ok
+from .result import IterationResult
 
 #: FlashAttention-2 (Dao 2023): the backward pass runs five matmuls against the forward's two.
 ATTENTION_BWD_FLOP_RATIO = 2.5
@@ -247,7 +249,26 @@ def build_llm_graph(spec: LLMSpec, system, nodes: int, mode: str, *, gpus_per_no
 def simulate_llm(spec: LLMSpec, system, nodes: int, *, gpus_per_node: int | None = None,
                  execution: ExecutionSpec | None = None, record: bool = False) -> dict[str, IterationResult]:
     """One training step in the modes ``execution.mode`` asks for: ``{"baseline": ..., "fused": ...}``."""
-    from .models import run_builder
+    from .models import simulate_workload_graph
 
-    return run_builder(build_llm_graph, spec, system, nodes, gpus_per_node=gpus_per_node, execution=execution,
-                       record=record)
+    return simulate_workload_graph(spec, system, nodes, gpus_per_node=gpus_per_node, execution=execution,
+                                   record=record)
+
+
+@register_workload("llm_tp_dp")
+class LLMWorkload(Workload):
+    """One training step with tensor + data parallelism (:func:`build_llm_graph`)."""
+
+    spec_type = LLMSpec
+
+    def build_graph(self, system, nodes, mode, *, gpus_per_node, execution, plan=None):
+        return build_llm_graph(self.spec, system, nodes, mode, gpus_per_node=gpus_per_node, execution=execution)
+
+    def estimate(self, pricing, topology, nodes, gpus_per_node, sim_mode, execution, workers):
+        """Per layer 4 TP GEMMs (+ their fused collectives) of 128 x 128 tiles."""
+        sp = self.spec
+        w = sp.tokens * max(sp.hidden, sp.ffn) / max(1, sp.tp) / (128.0 * 128.0)
+        return self.kernel_estimate(pricing, topology, nodes, gpus_per_node, w, 4 * sp.layers)
+
+    def min_simulation_s(self, pricing) -> float:
+        return pricing.LLM_SECONDS_PER_LAYER * self.spec.layers

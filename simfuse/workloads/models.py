@@ -5,20 +5,17 @@ Layers are identical and run back to back, so the graph holds one layer and ``Gr
 
 from __future__ import annotations
 
-import time
-
 from ..collectives.groups import world
-from ..collectives.tuner import Tuner
 from ..errors import SpecError
 from ..fused import make_op
 from ..fused.knobs import DTYPE_BYTES, ExecutionSpec, modes_of
 from ..graph import CollectiveNode, ComputeNode, Graph
-from ..graph.executor import Executor
 from ..spec import MoESpec, TransformerDecodeSpec
 from ..system import as_system
+from .base import Workload, register_workload
 from .dense import gemm_work
-from .dlrm import IterationResult
 from .op import add_op, symmetric_ok
+from .result import IterationResult
 
 
 def _ranks(symmetric: bool, n: int):
@@ -76,40 +73,58 @@ def build_moe_graph(spec: MoESpec, system, nodes: int, mode: str, *, gpus_per_no
     return graph
 
 
-def run_builder(builder, spec, system, nodes, *, gpus_per_node=None, execution=None, record=False, cost=None,
-                knobs=None) -> dict[str, IterationResult]:
-    """Build and run a workload graph per mode (``execution.mode``) with one tuner shared by the modes."""
-    import dataclasses
-
+def simulate_workload_graph(spec, system, nodes: int, *, gpus_per_node=None, execution=None, record=False,
+                            cost=None) -> dict[str, IterationResult]:
+    """Every mode ``execution.mode`` asks for of a workload whose run is its graph per mode
+    (:meth:`~simfuse.workloads.base.Workload.simulate`); ``cost``: a cost model replacing the system's."""
     from ..system import System
+    from .base import workload_for
 
     system = as_system(system)
     if cost is not None:
         system = System(system.topology, cost, system.profile, system.nominal)
     ex = execution or ExecutionSpec()
-    if knobs is not None:
-        ex = dataclasses.replace(ex, knobs=knobs)
     g = gpus_per_node or system.gpus_per_node
-    modes = modes_of(ex.mode)
-    tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())
-    out = {}
-    for m in modes:
-        wall0 = time.perf_counter()
-        graph = builder(spec, system, nodes, m, gpus_per_node=g, execution=ex)
-        res = Executor(system, graph, seed=ex.seed, record=record, record_usage=record, tuner=tuner).run()
-        ir = IterationResult(m, res.time_s, res.compute_time_s, res.exposed_comm_time_s, res.sim_mode, 1,
-                             res.events, time.perf_counter() - wall0, phases=list(res.critical.phases))
-        if record:  # the trace shows one layer
-            ir.sim, ir.net = res.sim, res.net
-        out[m] = ir
-    return out
+    return workload_for(spec).simulate(system, nodes, g, modes_of(ex.mode), ex, record=record)
 
 
 def simulate_decode(spec: TransformerDecodeSpec, system, nodes: int, **kw) -> dict[str, IterationResult]:
     """One decode step (every layer); ``{"baseline": ..., "fused": ...}``."""
-    return run_builder(build_decode_graph, spec, system, nodes, **kw)
+    return simulate_workload_graph(spec, system, nodes, **kw)
 
 
 def simulate_moe(spec: MoESpec, system, nodes: int, **kw) -> dict[str, IterationResult]:
     """The MoE layers of one step; ``{"baseline": ..., "fused": ...}``."""
-    return run_builder(build_moe_graph, spec, system, nodes, **kw)
+    return simulate_workload_graph(spec, system, nodes, **kw)
+
+
+@register_workload("transformer_tp_decode")
+class DecodeWorkload(Workload):
+    """Tensor-parallel decode (:func:`build_decode_graph`)."""
+
+    spec_type = TransformerDecodeSpec
+
+    def build_graph(self, system, nodes, mode, *, gpus_per_node, execution, plan=None):
+        return build_decode_graph(self.spec, system, nodes, mode, gpus_per_node=gpus_per_node, execution=execution)
+
+    def estimate(self, pricing, topology, nodes, gpus_per_node, sim_mode, execution, workers):
+        """Per layer two GEMV + AllReduce operators of ``max(hidden, ffn) / 64`` workgroups."""
+        sp = self.spec
+        return self.kernel_estimate(pricing, topology, nodes, gpus_per_node, max(sp.hidden, sp.ffn) / 64.0,
+                                    2 * sp.layers)
+
+
+@register_workload("moe_layer")
+class MoEWorkload(Workload):
+    """MoE layers with expert parallelism (:func:`build_moe_graph`)."""
+
+    spec_type = MoESpec
+
+    def build_graph(self, system, nodes, mode, *, gpus_per_node, execution, plan=None):
+        return build_moe_graph(self.spec, system, nodes, mode, gpus_per_node=gpus_per_node, execution=execution)
+
+    def estimate(self, pricing, topology, nodes, gpus_per_node, sim_mode, execution, workers):
+        """Per layer two expert GEMMs of ``tokens x top_k x max(hidden, ffn)`` in 128 x 128 tiles."""
+        sp = self.spec
+        w = sp.tokens_per_gpu * sp.top_k * max(sp.hidden, sp.ffn) / (128.0 * 128.0)
+        return self.kernel_estimate(pricing, topology, nodes, gpus_per_node, w, 2 * sp.layers)

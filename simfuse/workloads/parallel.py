@@ -1,7 +1,7 @@
 """The independent simulations of one run, in worker processes (``simfuse run --workers N``).
 
 A point estimate of a DLRM run with a planned placement simulates the fused mode several times (each fused knob
-of :data:`~simfuse.workloads.run.TUNE_GRID`, the fused plan and the baseline's plan), and a prediction interval
+of :data:`~simfuse.workloads.dlrm_workload.TUNE_GRID`, the fused plan and the baseline's plan), and a prediction interval
 repeats the run on three (``bound``) or more (``mc``) cost models.  Those simulations do not depend on each other:
 :class:`Pool` runs them in up to ``workers`` processes.  Every simulation is deterministic and the results are
 combined in the order the serial loop would combine them, so the outputs are the same bit for bit whatever the

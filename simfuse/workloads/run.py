@@ -9,198 +9,29 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import SpecError
-from ..fused.knobs import ExecutionSpec, modes_of
-from ..spec import DLRMSpec, LLMSpec, MoESpec, TransformerDecodeSpec, load_workload
+from ..fused.knobs import ExecutionSpec
+from ..spec import load_workload
 from ..system import System, as_system
-from .dlrm import simulate_dlrm
-from .llm import simulate_llm
-from .models import simulate_decode, simulate_moe
+from .base import workload_for
+from .dlrm_workload import TUNE_GRID, _tuning_matters  # noqa: F401  (re-exported)
 from .op import bound_envelope
+from .result import IterationResult
 
 MODES = ("both", "fused", "baseline")
-#: fused knobs tried when ``tune_knobs=auto`` and the placement is planned (only knobs left at their defaults are
-#: varied).  slice_wgs 1 (every workgroup puts its own output) vs 8 (one put per 8 workgroups: fewer, larger
-#: puts, less issue overhead, later first byte); tile_order and persistent_grid keep the paper's choices
-#: (remote-first, docs/sources.md S49; one program per tile) to hold the tuning to two extra simulations per run.
-TUNE_GRID = ({"slice_wgs": 1}, {"slice_wgs": 8})
-
-
-def _tuning_matters(res) -> bool:
-    """Whether the rest of :data:`TUNE_GRID` is worth simulating after its first point gave ``res``.  Not when the
-    fused embedding kernel has more waves than :data:`~simfuse.fused.base.MAX_PUSH_WAVES`: it then pushes once
-    per macro-wave of at least two waves (>= 2 x 1,056 workgroups on an H200), and a slice of at most
-    ``max(slice_wgs)`` = 8 workgroups changes only what a macro-wave boundary holds back (< 8 workgroups per run
-    crossing it), far below the coarsening's own resolution -- while each grid point is a full simulation (the
-    cost that kept 1,024 nodes from finishing)."""
-    from ..fused.base import MAX_PUSH_WAVES
-
-    return res.fused_waves <= MAX_PUSH_WAVES
 
 
 def scaled_spec(spec, nodes: int, gpus_per_node: int, execution: ExecutionSpec):
-    """``spec`` with the global batch the scaling mode asks for: ``batch_per_gpu`` x GPUs (weak scaling),
-    ``global_batch`` (strong scaling), or the model file's.  Non-DLRM workloads refuse both settings."""
-    if execution.placement is not None:
-        if not isinstance(spec, DLRMSpec):
-            raise SpecError("<argument>", "placement", f"applies to DLRM workloads, not {spec.kind}")
-        spec = dataclasses.replace(spec, placement=execution.placement)
-    if execution.dense_fusion is not None:
-        if not isinstance(spec, DLRMSpec):
-            raise SpecError("<argument>", "dense_fusion", f"applies to DLRM workloads, not {spec.kind}")
-        spec = dataclasses.replace(spec, dense_fusion=execution.dense_fusion)
-    if execution.plan_file and not isinstance(spec, DLRMSpec):
-        raise SpecError("<argument>", "plan_file", f"a sharding plan applies to DLRM workloads, not {spec.kind}")
-    if execution.launch is not None:
-        spec = dataclasses.replace(spec, launch=execution.launch)
-    if execution.scaling == "model":
-        return spec
-    if not isinstance(spec, DLRMSpec):
-        raise SpecError("<argument>", "batch_per_gpu" if execution.batch_per_gpu else "global_batch",
-                        f"scaling modes apply to DLRM workloads, not {spec.kind}")
-    n = nodes * gpus_per_node
-    B = execution.batch_per_gpu * n if execution.batch_per_gpu else execution.global_batch
-    return dataclasses.replace(spec, global_batch=int(B))
+    """``spec`` as a run at ``nodes`` simulates it (its workload's :meth:`~simfuse.workloads.base.Workload.scaled`:
+    DLRM's scaling modes and settings; every kind refuses the settings of another)."""
+    return workload_for(spec).scaled(nodes, gpus_per_node, execution).spec
 
 
 def check_point(spec, system, nodes: int, gpus_per_node: int, execution: ExecutionSpec, modes=("baseline",)):
     """The input errors a run of ``spec`` on ``nodes`` nodes would raise, found without simulating (a sweep checks
-    every node count before it starts): the scaling settings, a DLRM global batch that does not split over the
-    GPUs, a forced plan made for another rank count; other workloads build their (small) graph."""
+    every node count before it starts): the settings, then the workload's own check
+    (:meth:`~simfuse.workloads.base.Workload.check`)."""
     system = as_system(system)
-    s = scaled_spec(spec, nodes, gpus_per_node, execution)
-    if isinstance(s, DLRMSpec):
-        from .planner import check_batch_split, load_plan
-
-        check_batch_split(s, nodes, gpus_per_node)
-        if execution.plan_file:
-
-            for m in modes:
-                load_plan(execution.plan_file, s, system, nodes, gpus_per_node, m)
-        return
-    workload_graph(spec, system, nodes, "baseline", gpus_per_node=gpus_per_node, execution=execution)
-
-
-def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan, progress=None):
-    """One DLRM simulation in a worker process (:mod:`~simfuse.workloads.parallel`): the result without its
-    simulator objects, which do not cross processes (a run that records a trace does not use workers)."""
-    r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=mode, sim_mode=sim_mode, seed=seed, knobs=knobs,
-                      tuner=tuner, plan=plan, progress=progress)
-    r.sim = r.net = None
-    return r
-
-
-def _plan_key(plan) -> tuple:
-    """What a plan places where (two plans with equal keys simulate alike)."""
-    return tuple((t.table, t.sharding, tuple(t.ranks), t.dim_per_shard) for t in plan.tables)
-
-
-def _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen=None,
-                         pool=None, progress=None) -> dict:
-    """Each mode with the faster of two plans (forced from ``plan_file``, else the planner's plan for that mode and
-    the one for the other mode) and, in fused mode with ``tune_knobs=auto`` and a planned placement, the fastest
-    knobs of :data:`TUNE_GRID`.  ``chosen``: results of
-    an earlier run whose plan and knobs each mode reuses as they are (no planning, no tuning).  ``pool``: a
-    :class:`~simfuse.workloads.parallel.Pool` for the fused candidates (the same choice as the serial loop).
-    ``progress``: a :class:`~simfuse.progress.Progress` told each simulation (and, within one, its events)."""
-    from ..progress import Progress
-    from .planner import load_plan, plan_tables
-
-    progress = progress or Progress()
-    out = {}
-    own_plans: dict = {}  # mode -> the planner's plan for it (planned once, shared by both modes' candidates)
-
-    def planned(mode):
-        if mode not in own_plans:
-            own_plans[mode] = plan_tables(spec, system, nodes, g, mode)
-        return own_plans[mode]
-
-    if chosen is not None:  # an interval's run: each mode's plan and knobs as the point estimate chose them
-        for m in modes:
-            c = chosen[m]
-            out[m] = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
-                                   record=record, record_usage=record, knobs=c.knobs, tuner=tuner, plan=c.plan,
-                                   progress=progress)
-            out[m].tuned = getattr(c, "tuned", False)
-        return out
-
-    cands = {}  # mode -> (candidate plans, knob grid, knobs per grid point)
-    for m in modes:
-        plan = load_plan(ex.plan_file, spec, system, nodes, g, m) if ex.plan_file else None
-        grid = [{}]
-        if m == "fused" and ex.tune_knobs == "auto" and spec.placement == "planned":
-            defaults = type(ex.knobs)()
-            grid = [{k: v for k, v in pt.items() if getattr(ex.knobs, k) == getattr(defaults, k)} for pt in TUNE_GRID]
-            grid = [dict(t) for t in dict.fromkeys(tuple(sorted(pt.items())) for pt in grid)]
-        # each mode also tries the other mode's plan: plans are chosen on estimates, so the plan made for one
-        # mode can simulate faster in the other.  Both modes get the same two candidates (a fair comparison:
-        # fusing must not win for want of a plan, nor lose for want of one), whichever modes were asked for.
-        plans = [plan]
-        if plan is None and spec.placement == "planned":
-            other_mode = "fused" if m == "baseline" else "baseline"
-            own, other = planned(m), planned(other_mode)
-            plans = [own]
-            if _plan_key(other) != _plan_key(own):
-                plans.append(dataclasses.replace(other, mode=m, candidate=f"{other_mode}:{other.candidate}"))
-        cands[m] = (plans, grid, [dataclasses.replace(ex.knobs, **pt) for pt in grid])
-
-    def what(m, i, j):
-        plans, grid, _knobs = cands[m]
-        return m + (f", plan {i + 1}/{len(plans)}" if len(plans) > 1 else "") + "".join(
-            f", {k} {v}" for k, v in grid[j].items())
-
-    def one(m, i, j):
-        plans, _grid, knobs = cands[m]
-        progress.doing(what(m, i, j))
-        r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
-                          record=record, record_usage=record, knobs=knobs[j], tuner=tuner, plan=plans[i],
-                          progress=progress)
-        progress.advance()
-        return r
-
-    # an upper bound: the knob grid stops early where tuning cannot matter (_tuning_matters)
-    progress.begin("simulation", sum(len(c[0]) * len(c[1]) for c in cands.values()), up_to=True)
-
-    done: dict = {}  # (mode, plan index, grid index) -> result, computed ahead in workers
-    first_s = 0.0  # wall time of this run's first simulation: whether the rest is worth shipping to workers
-    n_first = sum(len(c[0]) for c in cands.values())
-    if pool is not None and not record and pool.workers > 1 and n_first > 1:
-        # the first candidate here (its time says whether workers pay), then every mode's other first-grid
-        # candidates together, then the knob points of the plans whose first result says tuning matters: exactly
-        # what the selection below asks for when the plans agree (the usual case); it computes any it misses
-        m0 = modes[0]
-        done[(m0, 0, 0)] = r0 = one(m0, 0, 0)
-        first_s = r0.wall_s
-        first = [(m, i, 0) for m in modes for i in range(len(cands[m][0])) if (m, i, 0) not in done]
-        for stage in (first, None):
-            keys = stage if stage is not None else [
-                (m, i, j) for m in modes for i in range(len(cands[m][0])) for j in range(1, len(cands[m][1]))
-                if _tuning_matters(done[(m, i, 0)])]
-            if not keys or not pool.parallel(len(keys), first_s):
-                break
-            tasks = [(spec, system, nodes, g, m, sim_mode, seed, cands[m][2][j], tuner, cands[m][0][i])
-                     for m, i, j in keys]
-            progress.doing(f"{len(keys)} in {min(pool.workers, len(keys))} worker processes")
-            done.update(zip(keys, pool.map(_dlrm_one, tasks, progress=progress), strict=True))
-    for m in modes:
-        plans, grid, _knobs = cands[m]
-        best = None
-        n_grid = len(grid)
-        for i in range(len(plans)):
-            for j in range(len(grid)):
-                if j and not _tuning_matters(best):
-                    n_grid = min(n_grid, j)
-                    break
-                r = done.get((m, i, j))
-                if r is None:
-                    r = one(m, i, j)
-                if plans[i] is None:  # plan once per mode, reuse for every grid point
-                    plans[i] = r.plan
-                if best is None or r.iteration_time_s < best.iteration_time_s:
-                    best = r
-                first_s = first_s or r.wall_s
-        best.tuned = n_grid > 1
-        out[m] = best
-    return out
+    workload_for(spec).scaled(nodes, gpus_per_node, execution).check(system, nodes, gpus_per_node, execution, modes)
 
 
 def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus_per_node=None,
@@ -233,9 +64,11 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
     with Pool(workers) as pool:
         res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
                              record=record, seed=seed, execution=ex, pool=pool, progress=progress)
+        if not workload_for(spec).intervals:
+            return res
         method, why = _interval_method(ex, spec, system)
-        chosen = {m: _Chosen(getattr(r, "plan", None), getattr(r, "knobs", None), getattr(r, "tuned", False))
-                  for m, r in res.items()}
+        wl = workload_for(spec)
+        chosen = {m: wl.chosen(r) for m, r in res.items()}
         run_seed = ex.seed if seed is None else seed
         design = _input_design(spec, system, ex.uncertainty_draws, run_seed, ex.sensitivity == "oat") \
             if method == "inputs" else None
@@ -330,15 +163,6 @@ def _attach_input_analysis(res: dict, design, runs: list[dict]) -> None:
         r.input_analysis = analysis
 
 
-@dataclasses.dataclass(frozen=True)
-class _Chosen:
-    """What the runs of an interval keep from the point estimate's result of a mode (DLRM: its plan and knobs)."""
-
-    plan: object
-    knobs: object
-    tuned: bool
-
-
 def _interval_times(spec, system, nodes, mode, gpus_per_node, sim_mode, seed, ex, chosen,
                     progress=None) -> dict[str, float]:
     """The iteration time of every mode on the cost model ``system``, with the choices of ``chosen``."""
@@ -389,26 +213,15 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
         raise SpecError("<argument>", "--mode", f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     if nodes < 1:
         raise SpecError("<argument>", "--nodes", f"must be >= 1, got {nodes}")
-    modes = modes_of(mode)
+    ex = dataclasses.replace(ex, mode=mode, sim_mode=sim_mode, seed=seed)  # what this simulation runs
     g = gpus_per_node or system.gpus_per_node
-    spec = scaled_spec(spec, nodes, g, ex)
-    system = system.with_launch(spec.launch)  # CUDA graph: every kernel at the device's in-graph launch latency
-    if isinstance(spec, DLRMSpec):
-        from ..collectives.tuner import Tuner
-
-        tuner = Tuner(system.topology, nodes, g, ex.forced_algorithms())  # shared by both modes
-        res = _simulate_dlrm_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen, pool,
-                                   progress)
-    elif isinstance(spec, TransformerDecodeSpec):
-        res = simulate_decode(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
-    elif isinstance(spec, MoESpec):
-        res = simulate_moe(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
-    elif isinstance(spec, LLMSpec):
-        res = simulate_llm(spec, system, nodes, gpus_per_node=gpus_per_node, execution=ex, record=record)
-    else:  # pragma: no cover - load_workload only returns the kinds above
-        raise SpecError(getattr(spec, "source", "<model>"), "kind", "unsupported workload")
+    wl = workload_for(spec).scaled(nodes, g, ex)
+    modes = wl.modes(ex)
+    launch = wl.launch
+    system = system.with_launch(launch)  # CUDA graph: every kernel at the device's in-graph launch latency
+    res = wl.simulate(system, nodes, g, modes, ex, record=record, chosen=chosen, pool=pool, progress=progress)
     for m in modes:
-        res[m].launch = spec.launch
+        res[m].launch = launch
     return {m: res[m] for m in modes}
 
 
@@ -416,27 +229,11 @@ def workload_graph(spec, system, nodes: int, mode: str, *, gpus_per_node=None,
                    execution: ExecutionSpec | None = None, plan=None):
     """The operator graph a workload builder emits for ``mode`` (``baseline`` or ``fused``), without running it.
     ``plan``: a DLRM sharding plan to use (e.g. the one a run chose), over ``plan_file`` and the planner."""
-    from .dlrm import build_dlrm_graph
-    from .models import build_decode_graph, build_moe_graph
-
     system = as_system(system)
     ex = execution or ExecutionSpec()
     g = gpus_per_node or system.gpus_per_node
-    spec = scaled_spec(spec, nodes, g, ex)  # the batch, placement and dense kernels the run itself simulates
-    if isinstance(spec, DLRMSpec):
-        from .planner import load_plan
-
-        if plan is None and ex.plan_file:
-            plan = load_plan(ex.plan_file, spec, system, nodes, g, mode)
-        return build_dlrm_graph(spec, system, nodes, gpus_per_node=g, mode=mode, sim_mode=ex.sim_mode,
-                                knobs=ex.knobs, plan=plan)
-    from .llm import build_llm_graph
-
-    builder = {TransformerDecodeSpec: build_decode_graph, MoESpec: build_moe_graph,
-               LLMSpec: build_llm_graph}.get(type(spec))
-    if builder is None:
-        raise SpecError(getattr(spec, "source", "<model>"), "kind", "no graph builder for this workload kind")
-    return builder(spec, system, nodes, mode, gpus_per_node=gpus_per_node, execution=ex)
+    wl = workload_for(spec).scaled(nodes, g, ex)  # the batch, placement and dense kernels the run simulates
+    return wl.build_graph(system, nodes, mode, gpus_per_node=g, execution=ex, plan=plan)
 
 
 def simulate_graph(graph, system, *, execution: ExecutionSpec | None = None, record: bool = False,
@@ -445,7 +242,6 @@ def simulate_graph(graph, system, *, execution: ExecutionSpec | None = None, rec
     graph with a program per rank whose programs are relabellings of rank 0's runs on the exact fast path."""
     from ..graph.executor import Executor
     from ..graph.symmetry import fold
-    from .dlrm import IterationResult
 
     system = as_system(system)
     ex = execution or ExecutionSpec()
@@ -478,8 +274,11 @@ def _has_point_to_point(graph) -> bool:
 
 
 def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict,
-                 execution: ExecutionSpec | None = None) -> list[dict]:
-    """One row per mode; DLRM rows also carry the batch, the scaling mode, the plan and the fused knobs used."""
+                 execution: ExecutionSpec | None = None, workload=None) -> list[dict]:
+    """One row per mode: the shared columns, then the workload's own (:meth:`~simfuse.workloads.base.Workload.
+    row_columns`: DLRM's batch, plan and fused knobs), the speedup and the interval.  ``workload``: the run's
+    :class:`~simfuse.workloads.base.Workload` (None: a graph run, e.g. a Chakra trace, with no columns of its
+    own)."""
     ex = execution or ExecutionSpec()
     rows = []
     base = results.get("baseline")
@@ -490,38 +289,27 @@ def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict
                "iteration_time_s": r.iteration_time_s, "compute_time_s": r.compute_time_s,
                "exposed_comm_time_s": r.exposed_comm_time_s, "sim_mode": r.sim_mode, "rank_classes": r.classes,
                "events": r.events}
-        row["scaling"] = ex.scaling
-        row["launch"] = getattr(r, "launch", "eager")
-        plan = getattr(r, "plan", None)
-        kn = getattr(r, "knobs", None)
-        if kn is not None:  # DLRM
-            row["global_batch"] = r.global_batch
-            row["batch_per_gpu"] = r.global_batch // gpus
-            row["placement"] = "forced" if plan is not None and plan.candidate == "forced" else \
-                "planned" if plan is not None else "table_wise"
-            row["dense_fusion"] = getattr(r, "dense_fusion", "")
-            row["plan_candidate"] = plan.candidate if plan is not None else ""
-            row["plan_estimated_s"] = plan.estimated_critical_s if plan is not None else float("nan")
-            row["slice_wgs"], row["tile_order"], row["persistent_grid"] = (kn.slice_wgs, kn.tile_order,
-                                                                           kn.persistent_grid)
-            row["knobs_tuned"] = bool(getattr(r, "tuned", False))
+        row["scaling"] = workload.scaling(ex) if workload is not None else "model"
+        row["launch"] = r.launch
+        if workload is not None:
+            row.update(workload.row_columns(r, gpus))
         if m == "fused":
             row["speedup"] = base.iteration_time_s / r.iteration_time_s if base is not None else float("nan")
         elif m != "baseline":
             row["speedup"] = float("nan")
-        iv = getattr(r, "interval", None)
+        iv = r.interval
         if iv is not None:
             row["uncertainty"] = r.uncertainty
             row["uncertainty_note"] = interval_note(r.uncertainty, ex) if r.uncertainty != "none" or not \
-                getattr(r, "uncertainty_note", "") else f"no interval: {r.uncertainty_note}"
+                r.uncertainty_note else f"no interval: {r.uncertainty_note}"
             none = r.uncertainty == "none"  # no interval: empty (NaN) quantiles, never a collapsed "exact" one
             for k in ("p10", "p50", "p90"):
                 row[f"iteration_time_{k}_s"] = float("nan") if none else iv[k]
-            siv = getattr(r, "speedup_interval", None)
+            siv = r.speedup_interval
             if siv is not None:
                 row["speedup_p10"], row["speedup_p50"], row["speedup_p90"] = (
                     (float("nan"),) * 3 if none else (siv["p10"], siv["p50"], siv["p90"]))
-        an = getattr(r, "input_analysis", None)
+        an = r.input_analysis
         if an is not None and (m == "fused" or len(results) == 1):
             _driver_columns(row, an)
         rows.append(row)
@@ -590,14 +378,31 @@ def run_point(model, topology, nodes: int, gpus_per_node: int | None = None,
     g = gpus_per_node or system.gpus_per_node
     ex = parse_execution({**(settings or {}), "mode": mode, "sim_mode": sim_mode})
     t0 = time.perf_counter()
-    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers, progress=progress)
-    rows = summary_rows(spec.name, system.name, nodes, nodes * g, res, ex)
+    _res, rows = run_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers,
+                              progress=progress)
     for r in rows:
-        r["wall_s"] = time.perf_counter() - t0
+        r["wall_s"] = time.perf_counter() - t0  # the sweep's own timing column (not in results.csv)
     return rows
 
 
-def write_run_outputs(out: Path, results: dict, summary: list[dict], trace: bool) -> list[Path]:
+def run_workload(spec, system, nodes: int, *, gpus_per_node: int | None = None,
+                 execution: ExecutionSpec | None = None, workers: int = 1, record: bool = False,
+                 progress=None) -> tuple[dict, list[dict]]:
+    """The one run pipeline behind ``simfuse run``, :func:`simfuse.api.run` and every sweep point
+    (:func:`run_point`): ``(results, rows)``, the results of :func:`simulate_workload` and their
+    :func:`summary_rows`.  The callers check their arguments first (:func:`simfuse.arguments.check_run`, a
+    sweep every point before the first)."""
+    system = as_system(system)
+    ex = execution or ExecutionSpec()
+    g = gpus_per_node or system.gpus_per_node
+    res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=record, workers=workers,
+                            progress=progress)
+    return res, summary_rows(spec.name, system.name, nodes, nodes * g, res, ex, workload_for(spec))
+
+
+def write_run_outputs(out: Path, results: dict, summary: list[dict], trace: bool, workload=None) -> list[Path]:
+    """``summary.csv``, ``breakdown.csv``, the workload's plans (``plan.csv``: :meth:`~simfuse.workloads.base.
+    Workload.plan_of`), the input analysis of an ``uncertainty=inputs`` run and the Perfetto trace."""
     from ..results.io import atomic_write_df
 
     out.mkdir(parents=True, exist_ok=True)
@@ -606,12 +411,12 @@ def write_run_outputs(out: Path, results: dict, summary: list[dict], trace: bool
     written.append(out / "summary.csv")
     atomic_write_df(pd.DataFrame(breakdown_rows(results)), out / "breakdown.csv")
     written.append(out / "breakdown.csv")
-    plans = {m: r.plan for m, r in results.items() if getattr(r, "plan", None) is not None}
+    plans = {m: p for m, r in results.items() if workload is not None and (p := workload.plan_of(r)) is not None}
     if plans:
-        from .planner import write_plans
+        from .plan_file import write_plans
 
         written.append(write_plans(out, plans))
-    analysis = next((r.input_analysis for r in results.values() if getattr(r, "input_analysis", None)), None)
+    analysis = next((r.input_analysis for r in results.values() if r.input_analysis is not None), None)
     if analysis is not None:
         written += write_input_analysis(out, analysis)
     if trace:

@@ -9,7 +9,7 @@ import pytest
 
 from simfuse.collectives import Layout
 from simfuse.engine import Simulation
-from simfuse.fused.base import PushEngine, RunPushEngine, fused_work, wg_runs
+from simfuse.fused.base import FusedOp, PushEngine, RunPushEngine, fused_work, wg_runs
 from simfuse.fused.knobs import FusedKnobs
 from simfuse.fused.ops import EmbeddingAllToAll, GemmAllToAll
 from simfuse.network import Fabric, FlowNetwork
@@ -59,11 +59,10 @@ def test_run_engine_equals_per_workgroup_engine(tile_order, slice_wgs, persisten
 
 def test_closed_form_runs_equal_per_workgroup_runs():
     op = _emb(3, 2, 6144, 2)
-    plain = _emb(3, 2, 6144, 2)
-    plain.wg_runs = None  # fall back to wg_destinations + order
     for tile_order in ("remote_first", "natural"):
         for rank in range(6):
-            a, b = op.wg_runs(rank, None, tile_order), wg_runs(plain, rank, None, tile_order)
+            # the closed form against FusedOp's default (read off wg_destinations + order)
+            a, b = wg_runs(op, rank, None, tile_order), FusedOp.wg_runs(op, rank, None, tile_order)
             assert (np.repeat(a[0], a[1]) == np.repeat(b[0], b[1])).all()
             assert (np.repeat(a[2], a[1]) == np.repeat(b[2], b[1])).all()
 
@@ -88,12 +87,13 @@ def test_macro_waves_keep_kernel_end_and_bytes():
 
 def test_coarsened_waves_skip_the_tuning_grid():
     from simfuse.fused.base import MAX_PUSH_WAVES
-    from simfuse.workloads.dlrm import IterationResult
-    from simfuse.workloads.run import _tuning_matters
+    from simfuse.workloads.dlrm import DLRMExtras
+    from simfuse.workloads.dlrm_workload import _tuning_matters
+    from simfuse.workloads.result import IterationResult
 
     r = IterationResult("fused", 0, 0, 0, "classes", 1, 0, 0.0)
-    assert _tuning_matters(dataclasses.replace(r, fused_waves=MAX_PUSH_WAVES))
-    assert not _tuning_matters(dataclasses.replace(r, fused_waves=MAX_PUSH_WAVES + 1))
+    assert _tuning_matters(dataclasses.replace(r, extras=DLRMExtras(fused_waves=MAX_PUSH_WAVES)))
+    assert not _tuning_matters(dataclasses.replace(r, extras=DLRMExtras(fused_waves=MAX_PUSH_WAVES + 1)))
 
 
 @pytest.mark.parametrize("slice_wgs", [1, 3, 10**9])

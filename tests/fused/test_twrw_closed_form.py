@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from simfuse.collectives import Layout
 from simfuse.costs import KernelWork
-from simfuse.fused import base, ops
+from simfuse.fused import base, twrw
 from simfuse.fused.base import PushEngine, _slices, fused_work, start_puts
 from simfuse.fused.knobs import FusedKnobs
 from simfuse.network import Fabric
@@ -37,7 +37,7 @@ def _reference_member_process(self, ctx, inst, entity, rank, knobs):
     reduce_s = g * max(1, int(knobs.slice_wgs)) * self.wg_bytes / (
         dev.hbm_bw_bytes_per_s * dev.hbm_efficiency / dev.compute_units)
     tag = f"{self.name}:rail"
-    batch = -(-self.Q // ops.MAX_STAGE2_PUTS)
+    batch = -(-self.Q // twrw.MAX_STAGE2_PUTS)
     state = inst.__dict__.setdefault("twrw_state", {})
 
     def reducer_state(r):
@@ -73,7 +73,7 @@ def _reference_member_process(self, ctx, inst, entity, rank, knobs):
                     rs["procs"].append(env.process(stage2(r, np.concatenate(rs["ready"]))))
                     rs["ready"], rs["n_ready"] = [], 0
                 if rs["reduced"] == self.Q:
-                    env.process(ops._all_then(env, list(rs["procs"]), rs["done"]))
+                    env.process(twrw._all_then(env, list(rs["procs"]), rs["done"]))
 
     _, q_of = self._wgs(rank)
     eng = None
@@ -115,11 +115,11 @@ def test_schedule_closed_form_matches_the_workgroup_arrays(g, N, t, kb, s, natur
     tables = np.full(n, t)
     rank = rank_seed % n
     work = KernelWork("embedding_bag", t * B // bags, 1.0, 1.0)
-    op = ops.TwrwEmbeddingPush(work, lay, tables, rank, B, bags, 8, 4)
+    op = twrw.TwrwEmbeddingPush(work, lay, tables, rank, B, bags, 8, 4)
     topo = System.from_topology(make_topology(gpus_per_node=g, nics_per_node=g)).topology
     fabric = Fabric(topo, N, gpus_per_node=g, symmetric=False)
     knobs = FusedKnobs(slice_wgs=s, tile_order="natural" if natural else "remote_first")
-    sched = ops._TwrwStage1(op, rank, fabric, topo, knobs)
+    sched = twrw._TwrwStage1(op, rank, fabric, topo, knobs)
     reducer, q = op._wgs(rank)
     order = op.order(rank, fabric, knobs.tile_order, s)
     slice_of = _slices(order, reducer, s)
@@ -166,7 +166,7 @@ def test_coverage_matches_a_count_array(K, g, seed, per_call):
         cuts = np.unique(np.concatenate([[0, K], rng.integers(0, K + 1, size=rng.integers(0, 5))]))
         ranges += list(zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
     rng.shuffle(ranges)
-    cov, count = ops._Coverage(K, g), np.zeros(K, dtype=int)
+    cov, count = twrw._Coverage(K, g), np.zeros(K, dtype=int)
     seen = np.zeros(K, dtype=bool)
     for i in range(0, len(ranges), per_call):
         call = ranges[i:i + per_call]
@@ -186,7 +186,7 @@ def test_coverage_matches_a_count_array(K, g, seed, per_call):
 
 
 def test_coverage_ranges_are_sorted_segments():
-    cov = ops._Coverage(10, 2)
+    cov = twrw._Coverage(10, 2)
     assert cov.add([(2, 5)]) == []
     assert cov.add([(0, 3), (3, 6)]) == [(2, 5)]
     assert cov.add([(0, 2), (5, 10)]) == [(0, 2), (5, 6)]
@@ -223,18 +223,18 @@ def _twrw_plan(tmp_path, spec, system, nodes, g, n_twrw):
 def _both(monkeypatch, spec, system, nodes, g, plan, knobs, sim_mode):
     kw = {"gpus_per_node": g, "mode": "fused", "sim_mode": sim_mode, "plan": plan, "knobs": knobs}
     calls = []
-    real = ops.TwrwEmbeddingPush.member_process
+    real = twrw.TwrwEmbeddingPush.member_process
 
     def counted(self, ctx, inst, entity, rank, kn):
         calls.append(self.t)
         return (yield from real(self, ctx, inst, entity, rank, kn))
 
     with monkeypatch.context() as m:
-        m.setattr(ops.TwrwEmbeddingPush, "member_process", counted)
+        m.setattr(twrw.TwrwEmbeddingPush, "member_process", counted)
         new = simulate_dlrm(spec, system, nodes, **kw).iteration_time_s
     assert sum(calls) > 0  # the hierarchical push ran, with shards
     with monkeypatch.context() as m:
-        m.setattr(ops.TwrwEmbeddingPush, "member_process", _reference_member_process)
+        m.setattr(twrw.TwrwEmbeddingPush, "member_process", _reference_member_process)
         ref = simulate_dlrm(spec, system, nodes, **kw).iteration_time_s
     return new, ref
 
@@ -264,7 +264,7 @@ def test_many_waves_equal_the_per_workgroup_model(tmp_path, monkeypatch, sim_mod
     spec = _spec([(5000, 20), (6000, 3), (7000, 9)], 32768)  # 4,096 bags per rank: 32 waves per table shard
     plan = _twrw_plan(tmp_path, spec, system, nodes, g, 2)
     monkeypatch.setattr(base, "MAX_PUSH_WAVES", 4)
-    monkeypatch.setattr(ops, "MAX_TWRW_PUSH_WAVES", 10**9)
+    monkeypatch.setattr(twrw, "MAX_TWRW_PUSH_WAVES", 10**9)
     coarse = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode="fused", sim_mode=sim_mode,
                            plan=plan).iteration_time_s
     monkeypatch.setattr(base, "MAX_PUSH_WAVES", 10**9)

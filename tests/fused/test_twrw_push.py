@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simfuse.errors import SpecError
-from simfuse.fused import base, ops
+from simfuse.fused import base, ops, push_kernel, twrw
 from simfuse.fused.knobs import FusedKnobs, parse_execution
 from simfuse.graph import AllToAllVNode, FusedNode
 from simfuse.spec import workload_from_dict
@@ -72,7 +72,8 @@ def spy(monkeypatch):
         return out
 
     monkeypatch.setattr(base, "start_puts", wrapped)
-    monkeypatch.setattr(ops, "start_puts", wrapped)
+    for mod in (ops, push_kernel, twrw):  # every module whose operators put
+        monkeypatch.setattr(mod, "start_puts", wrapped)
     return log
 
 

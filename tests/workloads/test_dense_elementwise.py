@@ -218,18 +218,19 @@ def test_unknown_dense_fusion_is_refused_with_the_field():
 
 
 def test_execution_setting_overrides_the_model_file_and_is_reported(small):
-    """``--set dense_fusion=...`` (ExecutionSpec.dense_fusion) replaces the model file's setting for DLRM, is
+    """``--set dense_fusion=...`` (DLRMSettings.dense_fusion) replaces the model file's setting for DLRM, is
     reported on the result, and is refused for other workloads."""
     from simfuse.fused.knobs import ExecutionSpec
+    from simfuse.spec.workload import DLRMSettings
     from simfuse.workloads.run import scaled_spec, simulate_workload
 
     spec = _spec()
-    ex = ExecutionSpec(mode="baseline", dense_fusion="unfused", uncertainty="none")
+    ex = ExecutionSpec(mode="baseline", settings=(DLRMSettings(dense_fusion="unfused"),), uncertainty="none")
     res = simulate_workload(spec, small, NODES, gpus_per_node=G, execution=ex)
     direct = simulate_dlrm(dataclasses.replace(spec, dense_fusion="unfused"), small, NODES, gpus_per_node=G,
                            mode="baseline")
     assert res["baseline"].iteration_time_s == direct.iteration_time_s
-    assert res["baseline"].dense_fusion == "unfused"
+    assert res["baseline"].extras.dense_fusion == "unfused"
     assert scaled_spec(spec, NODES, G, ExecutionSpec()).dense_fusion == "epilogue"  # no override: the file's
     from simfuse.spec import MoESpec
 

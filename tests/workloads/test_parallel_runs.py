@@ -10,7 +10,8 @@ from simfuse.errors import SimfuseError, SpecError
 from simfuse.fused.knobs import ExecutionSpec
 from simfuse.spec import load_workload, workload_from_dict
 from simfuse.system import System
-from simfuse.workloads import parallel, run
+from simfuse.workloads import dlrm_candidates as cands
+from simfuse.workloads import dlrm_workload, parallel, run
 from simfuse.workloads.parallel import Pool
 from simfuse.workloads.run import simulate_workload, summary_rows
 
@@ -43,13 +44,13 @@ def eager(monkeypatch):
 
 def _count_sims(monkeypatch):
     calls = []
-    orig = run.simulate_dlrm
+    orig = cands.simulate_dlrm
 
     def counted(*a, **k):
         calls.append(k.get("mode"))
         return orig(*a, **k)
 
-    monkeypatch.setattr(run, "simulate_dlrm", counted)
+    monkeypatch.setattr(cands, "simulate_dlrm", counted)
     return calls
 
 
@@ -61,8 +62,8 @@ def test_workers_change_no_result(h200, eager, uncertainty):
     assert _rows(one, ex, 2, 8) == _rows(two, ex, 2, 8)
     for m in one:
         assert one[m].phases == two[m].phases
-        assert one[m].plan.to_frame().equals(two[m].plan.to_frame())
-    assert one["fused"].tuned and two["fused"].tuned  # the knob grid ran (planned placement, tune_knobs auto)
+        assert one[m].extras.plan.to_frame().equals(two[m].extras.plan.to_frame())
+    assert one["fused"].extras.tuned and two["fused"].extras.tuned  # the knob grid ran (planned placement, tune_knobs auto)
 
 
 def test_candidates_ran_in_workers(h200, eager, monkeypatch):
@@ -86,16 +87,16 @@ def test_plans_that_disagree_on_tuning_keep_the_serial_choice(h200, eager, monke
     spec = _dlrm()
 
     def fake(res):  # tuning matters for the candidates marked True: the fused plan, the baseline's plan
-        return matters[1] if res.plan.candidate.startswith("baseline:") else matters[0]
+        return matters[1] if res.extras.plan.candidate.startswith("baseline:") else matters[0]
 
-    monkeypatch.setattr(run, "_tuning_matters", fake)
+    monkeypatch.setattr(cands, "_tuning_matters", fake)
     calls = _count_sims(monkeypatch)
     one = simulate_workload(spec, h200, 2, execution=ex, workers=1)
     serial = list(calls)
     calls.clear()
     two = simulate_workload(spec, h200, 2, execution=ex, workers=2)
     assert _rows(one, ex, 2, 8) == _rows(two, ex, 2, 8)
-    assert one["fused"].tuned == two["fused"].tuned
+    assert one["fused"].extras.tuned == two["fused"].extras.tuned
     assert serial[:2] == ["baseline"] * 2 and 2 <= serial.count("fused") <= 2 + matters[0] + matters[1]
     assert calls.count("baseline") == 1 and calls.count("fused") <= serial.count("fused") - 2  # the rest: workers
 
@@ -155,10 +156,10 @@ def test_results_pickle_without_simulator_objects(h200):
     import pickle
 
     spec = run.scaled_spec(_dlrm(), 2, 8, ExecutionSpec())
-    r = run._dlrm_one(spec, h200, 2, 8, "fused", "auto", 0, ExecutionSpec().knobs, None, None)
+    r = dlrm_workload._dlrm_one(spec, h200, 2, 8, "fused", "auto", 0, ExecutionSpec().knobs, None, None)
     back = pickle.loads(pickle.dumps(r))
     assert back.sim is None and back.net is None
-    assert dataclasses.asdict(back.knobs) == dataclasses.asdict(r.knobs) and back.phases == r.phases
+    assert dataclasses.asdict(back.extras.knobs) == dataclasses.asdict(r.extras.knobs) and back.phases == r.phases
 
 
 def test_a_one_point_sweep_gives_its_workers_to_the_point(root, tmp_path, eager, monkeypatch):

@@ -13,6 +13,7 @@ from simfuse.errors import SpecError
 from simfuse.fused.knobs import ExecutionSpec, parse_execution
 from simfuse.graph import AllToAllVNode, CollectiveNode
 from simfuse.spec import workload_from_dict
+from simfuse.spec.workload import DLRMSettings
 from simfuse.system import System
 from simfuse.workloads.dlrm import build_dlrm_graph, simulate_dlrm
 from simfuse.workloads.planner import (
@@ -220,25 +221,26 @@ def test_scaling_modes_give_the_documented_batch(small):
         assert scaled_spec(spec, nodes, G, weak).global_batch == 96 * nodes * G
         assert scaled_spec(spec, nodes, G, strong).global_batch == 4096
         assert scaled_spec(spec, nodes, G, ExecutionSpec()).global_batch == spec.global_batch
-    assert (weak.scaling, strong.scaling, ExecutionSpec().scaling) == ("weak", "strong", "model")
+    assert tuple(e.settings_of(DLRMSettings).scaling for e in (weak, strong, ExecutionSpec())) == (
+        "weak", "strong", "model")
     with pytest.raises(SpecError) as exc:
         parse_execution({"batch_per_gpu": "96", "global_batch": "4096"})
     assert exc.value.field == "batch_per_gpu"
     res = simulate_workload(spec, small, 2, gpus_per_node=G, execution=parse_execution(
         {"batch_per_gpu": "64", "mode": "baseline"}))
-    assert res["baseline"].global_batch == 64 * 2 * G
+    assert res["baseline"].extras.global_batch == 64 * 2 * G
 
 
 def test_fused_knobs_tuned_only_when_left_at_defaults(small):
     spec = _spec(TABLES, batch=2048)
     res = simulate_workload(spec, small, 2, gpus_per_node=G, execution=parse_execution({"mode": "fused"}))
-    assert res["fused"].tuned and res["fused"].knobs.slice_wgs in (1, 8)
+    assert res["fused"].extras.tuned and res["fused"].extras.knobs.slice_wgs in (1, 8)
     fixed = simulate_workload(spec, small, 2, gpus_per_node=G,
                               execution=parse_execution({"mode": "fused", "slice_wgs": "4"}))
-    assert fixed["fused"].knobs.slice_wgs == 4 and not fixed["fused"].tuned
+    assert fixed["fused"].extras.knobs.slice_wgs == 4 and not fixed["fused"].extras.tuned
     off = simulate_workload(spec, small, 2, gpus_per_node=G,
                             execution=parse_execution({"mode": "fused", "tune_knobs": "off"}))
-    assert not off["fused"].tuned
+    assert not off["fused"].extras.tuned
     # the tuned run is never slower than the default knobs
     assert res["fused"].iteration_time_s <= off["fused"].iteration_time_s * (1 + 1e-12)
 

@@ -136,10 +136,11 @@ def test_mlperf_plans_equal_the_per_rank_construction(root, h200_system, nodes, 
     """The MLPerf DLRM-DCNv2 plans mix table-wise, column-wise, table-row-wise and data-parallel tables."""
     from simfuse.fused.knobs import ExecutionSpec
     from simfuse.spec import load_workload
+    from simfuse.spec.workload import DLRMSettings
     from simfuse.workloads.run import scaled_spec
 
     spec = scaled_spec(load_workload(root / "models" / "dlrm_dcnv2_mlperf_16n.yaml"), nodes, 8,
-                       ExecutionSpec(batch_per_gpu=1056))
+                       ExecutionSpec(settings=(DLRMSettings(batch_per_gpu=1056),)))
     plan = plan_tables(spec, h200_system, nodes, 8, mode)
     assert len({tp.sharding for tp in plan.tables}) >= 2
     _check_plan(plan, spec, h200_system, nodes, 8, mode, simulate=False)

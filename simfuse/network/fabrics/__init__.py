@@ -4,8 +4,8 @@ builds the registered class for the topology.
 
 To add a fabric: write a module here with a :class:`Fabric` subclass decorated ``@register_fabric("name")``
 that implements ``_link_families``, ``_inter_classes`` and ``_route_kinds`` (and ``_inter_latency_s`` if its
-tiers add latency), import it below, and add the name (and any fields it reads) to
-:mod:`simfuse.spec.topology`.
+tiers add latency), import it below (registering adds the name to the topology validator), and validate any
+fields it reads in :mod:`simfuse.spec.topology`.
 """
 
 from . import fat_tree, fat_tree_3tier, rail_optimized  # noqa: F401  (registers the fabrics)

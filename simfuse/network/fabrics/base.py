@@ -64,14 +64,16 @@ _SMALL_FLOWS = 64
 
 
 def register_fabric(name: str):
-    """Class decorator: make ``cls`` the fabric for ``scale_out.fabric: name`` (names must also be listed in
-    ``simfuse.spec.topology.FABRICS``, which validates the YAML without importing the network layer)."""
+    """Class decorator: make ``cls`` the fabric for ``scale_out.fabric: name`` (the name is added to
+    ``simfuse.spec.topology.FABRICS``, which validates the YAML)."""
+    from ...spec.topology import register_fabric_kind
 
     def deco(cls):
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise ValueError(f"fabric {name!r} registered twice")
         cls.kind = name
         _REGISTRY[name] = cls
+        register_fabric_kind(name)
         return cls
 
     return deco

@@ -1,0 +1,122 @@
+"""The candidates of a DLRM run: the sharding plans each mode tries (its own and the other mode's, a fair
+comparison), the fused knob grid (:data:`~simfuse.workloads.dlrm_workload.TUNE_GRID`), simulated serially or in
+worker processes, the fastest kept per mode."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .dlrm import simulate_dlrm
+from .dlrm_workload import TUNE_GRID, _dlrm_one, _plan_key, _tuning_matters
+
+
+def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen=None,
+                         pool=None, progress=None) -> dict:
+    """Each mode with the faster of two plans (forced from ``plan_file``, else the planner's plan for that mode and
+    the one for the other mode) and, in fused mode with ``tune_knobs=auto`` and a planned placement, the fastest
+    knobs of :data:`TUNE_GRID`.  ``chosen``: results of
+    an earlier run whose plan and knobs each mode reuses as they are (no planning, no tuning).  ``pool``: a
+    :class:`~simfuse.workloads.parallel.Pool` for the fused candidates (the same choice as the serial loop).
+    ``progress``: a :class:`~simfuse.progress.Progress` told each simulation (and, within one, its events)."""
+    from ..progress import Progress
+    from ..spec.workload import DLRMSettings
+    from .plan_file import load_plan
+    from .planner import plan_tables
+
+    progress = progress or Progress()
+    out = {}
+    own_plans: dict = {}  # mode -> the planner's plan for it (planned once, shared by both modes' candidates)
+
+    def planned(mode):
+        if mode not in own_plans:
+            own_plans[mode] = plan_tables(spec, system, nodes, g, mode)
+        return own_plans[mode]
+
+    if chosen is not None:  # an interval's run: each mode's plan and knobs as the point estimate chose them
+        for m in modes:
+            c = chosen[m]
+            out[m] = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
+                                   record=record, record_usage=record, knobs=c.knobs, tuner=tuner, plan=c.plan,
+                                   progress=progress)
+            out[m].extras.tuned = c.tuned
+        return out
+
+    plan_file = ex.settings_of(DLRMSettings).plan_file
+    cands = {}  # mode -> (candidate plans, knob grid, knobs per grid point)
+    for m in modes:
+        plan = load_plan(plan_file, spec, system, nodes, g, m) if plan_file else None
+        grid = [{}]
+        if m == "fused" and ex.tune_knobs == "auto" and spec.placement == "planned":
+            defaults = type(ex.knobs)()
+            grid = [{k: v for k, v in pt.items() if getattr(ex.knobs, k) == getattr(defaults, k)} for pt in TUNE_GRID]
+            grid = [dict(t) for t in dict.fromkeys(tuple(sorted(pt.items())) for pt in grid)]
+        # each mode also tries the other mode's plan: plans are chosen on estimates, so the plan made for one
+        # mode can simulate faster in the other.  Both modes get the same two candidates (a fair comparison:
+        # fusing must not win for want of a plan, nor lose for want of one), whichever modes were asked for.
+        plans = [plan]
+        if plan is None and spec.placement == "planned":
+            other_mode = "fused" if m == "baseline" else "baseline"
+            own, other = planned(m), planned(other_mode)
+            plans = [own]
+            if _plan_key(other) != _plan_key(own):
+                plans.append(dataclasses.replace(other, mode=m, candidate=f"{other_mode}:{other.candidate}"))
+        cands[m] = (plans, grid, [dataclasses.replace(ex.knobs, **pt) for pt in grid])
+
+    def what(m, i, j):
+        plans, grid, _knobs = cands[m]
+        return m + (f", plan {i + 1}/{len(plans)}" if len(plans) > 1 else "") + "".join(
+            f", {k} {v}" for k, v in grid[j].items())
+
+    def one(m, i, j):
+        plans, _grid, knobs = cands[m]
+        progress.doing(what(m, i, j))
+        r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
+                          record=record, record_usage=record, knobs=knobs[j], tuner=tuner, plan=plans[i],
+                          progress=progress)
+        progress.advance()
+        return r
+
+    # an upper bound: the knob grid stops early where tuning cannot matter (_tuning_matters)
+    progress.begin("simulation", sum(len(c[0]) * len(c[1]) for c in cands.values()), up_to=True)
+
+    done: dict = {}  # (mode, plan index, grid index) -> result, computed ahead in workers
+    first_s = 0.0  # wall time of this run's first simulation: whether the rest is worth shipping to workers
+    n_first = sum(len(c[0]) for c in cands.values())
+    if pool is not None and not record and pool.workers > 1 and n_first > 1:
+        # the first candidate here (its time says whether workers pay), then every mode's other first-grid
+        # candidates together, then the knob points of the plans whose first result says tuning matters: exactly
+        # what the selection below asks for when the plans agree (the usual case); it computes any it misses
+        m0 = modes[0]
+        done[(m0, 0, 0)] = r0 = one(m0, 0, 0)
+        first_s = r0.wall_s
+        first = [(m, i, 0) for m in modes for i in range(len(cands[m][0])) if (m, i, 0) not in done]
+        for stage in (first, None):
+            keys = stage if stage is not None else [
+                (m, i, j) for m in modes for i in range(len(cands[m][0])) for j in range(1, len(cands[m][1]))
+                if _tuning_matters(done[(m, i, 0)])]
+            if not keys or not pool.parallel(len(keys), first_s):
+                break
+            tasks = [(spec, system, nodes, g, m, sim_mode, seed, cands[m][2][j], tuner, cands[m][0][i])
+                     for m, i, j in keys]
+            progress.doing(f"{len(keys)} in {min(pool.workers, len(keys))} worker processes")
+            done.update(zip(keys, pool.map(_dlrm_one, tasks, progress=progress), strict=True))
+    for m in modes:
+        plans, grid, _knobs = cands[m]
+        best = None
+        n_grid = len(grid)
+        for i in range(len(plans)):
+            for j in range(len(grid)):
+                if j and not _tuning_matters(best):
+                    n_grid = min(n_grid, j)
+                    break
+                r = done.get((m, i, j))
+                if r is None:
+                    r = one(m, i, j)
+                if plans[i] is None:  # plan once per mode, reuse for every grid point
+                    plans[i] = r.extras.plan
+                if best is None or r.iteration_time_s < best.iteration_time_s:
+                    best = r
+                first_s = first_s or r.wall_s
+        best.extras.tuned = n_grid > 1
+        out[m] = best
+    return out

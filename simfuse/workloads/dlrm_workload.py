@@ -1,0 +1,200 @@
+"""DLRM as a registered :class:`~simfuse.workloads.base.Workload`: its scaling modes, its candidates (the
+sharding plans each mode tries and the fused knob grid), its cost estimate and its result columns.  The graph
+itself is built by :mod:`simfuse.workloads.dlrm`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..spec import DLRMSpec
+from ..spec.workload import DLRMSettings
+from .base import Workload, register_workload
+
+#: fused knobs tried when ``tune_knobs=auto`` and the placement is planned (only knobs left at their defaults are
+#: varied).  slice_wgs 1 (every workgroup puts its own output) vs 8 (one put per 8 workgroups: fewer, larger
+#: puts, less issue overhead, later first byte); tile_order and persistent_grid keep the paper's choices
+#: (remote-first, docs/sources.md S49; one program per tile) to hold the tuning to two extra simulations per run.
+TUNE_GRID = ({"slice_wgs": 1}, {"slice_wgs": 8})
+
+
+def _tuning_matters(res) -> bool:
+    """Whether the rest of :data:`TUNE_GRID` is worth simulating after its first point gave ``res``.  Not when the
+    fused embedding kernel has more waves than :data:`~simfuse.fused.base.MAX_PUSH_WAVES`: it then pushes once
+    per macro-wave of at least two waves (>= 2 x 1,056 workgroups on an H200), and a slice of at most
+    ``max(slice_wgs)`` = 8 workgroups changes only what a macro-wave boundary holds back (< 8 workgroups per run
+    crossing it), far below the coarsening's own resolution -- while each grid point is a full simulation (the
+    cost that kept 1,024 nodes from finishing)."""
+    from ..fused.base import MAX_PUSH_WAVES
+
+    return res.extras.fused_waves <= MAX_PUSH_WAVES
+
+
+def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan, progress=None):
+    """One DLRM simulation in a worker process (:mod:`~simfuse.workloads.parallel`): the result without its
+    simulator objects, which do not cross processes (a run that records a trace does not use workers)."""
+    from .dlrm import simulate_dlrm
+
+    r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=mode, sim_mode=sim_mode, seed=seed, knobs=knobs,
+                      tuner=tuner, plan=plan, progress=progress)
+    r.sim = r.net = None
+    return r
+
+
+def _plan_key(plan) -> tuple:
+    """What a plan places where (two plans with equal keys simulate alike)."""
+    return tuple((t.table, t.sharding, tuple(t.ranks), t.dim_per_shard) for t in plan.tables)
+
+
+@register_workload("dlrm")
+class DLRMWorkload(Workload):
+    """One DLRM training iteration (:mod:`simfuse.workloads.dlrm`)."""
+
+    spec_type = DLRMSpec
+    settings = DLRMSettings
+
+    def _settings(self, execution) -> DLRMSettings:
+        return execution.settings_of(DLRMSettings)
+
+    def scaled(self, nodes: int, gpus_per_node: int, execution) -> DLRMWorkload:
+        """The spec with the settings' placement and dense kernels, and the global batch the scaling mode asks
+        for: ``batch_per_gpu`` x GPUs (weak scaling), ``global_batch`` (strong scaling), or the model file's."""
+        st, spec = self._settings(execution), self.spec
+        if st.placement is not None:
+            spec = dataclasses.replace(spec, placement=st.placement)
+        if st.dense_fusion is not None:
+            spec = dataclasses.replace(spec, dense_fusion=st.dense_fusion)
+        if execution.launch is not None:
+            spec = dataclasses.replace(spec, launch=execution.launch)
+        if st.scaling != "model":
+            n = nodes * gpus_per_node
+            spec = dataclasses.replace(spec, global_batch=int(st.batch_per_gpu * n if st.batch_per_gpu
+                                                              else st.global_batch))
+        return DLRMWorkload(spec)
+
+    def scaling(self, execution) -> str:
+        return self._settings(execution).scaling
+
+    def precheck(self, nodes: int, gpus_per_node: int) -> None:
+        from .planner import check_batch_split
+
+        check_batch_split(self.spec, nodes, gpus_per_node)
+
+    def check(self, system, nodes: int, gpus_per_node: int, execution, modes=("baseline",)) -> None:
+        """A global batch that does not split over the GPUs, a forced plan made for another rank count."""
+        from .plan_file import load_plan
+        from .planner import check_batch_split
+
+        check_batch_split(self.spec, nodes, gpus_per_node)
+        plan_file = self._settings(execution).plan_file
+        if plan_file:
+            for m in modes:
+                load_plan(plan_file, self.spec, system, nodes, gpus_per_node, m)
+
+    def build_graph(self, system, nodes: int, mode: str, *, gpus_per_node: int, execution, plan=None):
+        """``plan``: a sharding plan to use (e.g. the one a run chose), over ``plan_file`` and the planner."""
+        from .dlrm import build_dlrm_graph
+        from .plan_file import load_plan
+
+        plan_file = self._settings(execution).plan_file
+        if plan is None and plan_file:
+            plan = load_plan(plan_file, self.spec, system, nodes, gpus_per_node, mode)
+        return build_dlrm_graph(self.spec, system, nodes, gpus_per_node=gpus_per_node, mode=mode,
+                                sim_mode=execution.sim_mode, knobs=execution.knobs, plan=plan)
+
+    def simulate(self, system, nodes: int, gpus_per_node: int, modes, execution, *, record: bool = False,
+                 chosen: dict | None = None, pool=None, progress=None) -> dict:
+        from ..collectives.tuner import Tuner
+        from .dlrm_candidates import simulate_modes
+
+        tuner = Tuner(system.topology, nodes, gpus_per_node, execution.forced_algorithms())  # shared by the modes
+        return simulate_modes(self.spec, system, nodes, gpus_per_node, modes, execution, execution.sim_mode,
+                              execution.seed, record, tuner, chosen, pool, progress)
+
+    # ----------------------------------------------------------------------------------------- cost and rows
+    def simulations_by_mode(self, pricing, topology, execution) -> dict[str, int]:
+        """How many simulations a run makes per mode: each candidate plan (two with a planned placement and no
+        forced plan) times the fused knob grid (``tune_knobs: auto``), and with a calibration profile the
+        interval's runs (``bound``: 3 per mode, ``mc``: the draws)."""
+        from ..fused.knobs import modes_of
+
+        ex, spec = execution, self.spec
+        modes = modes_of("both" if ex is None else ex.mode)
+        planned = spec.placement == "planned" and not (ex is not None and self._settings(ex).plan_file)
+        out = {}
+        for m in modes:
+            grid = len(TUNE_GRID) if m == "fused" and planned and (ex is None or ex.tune_knobs == "auto") else 1
+            out[m] = (2 if planned else 1) * grid + pricing.interval_runs(spec, topology, ex)
+        return out
+
+    @staticmethod
+    def simulated_ranks(mode: str, sim_mode: str, uneven: bool, nodes: int, ranks: int) -> int:
+        """Ranks a simulation runs (:func:`~simfuse.workloads.dlrm.build_dlrm_graph`): every rank in full mode;
+        one for an even placement; for an uneven one up to ``FULL_SIM_MAX_RANKS`` ranks its orbit classes (or
+        every rank, where the fabric has none), counted as every rank for a fused graph (whose classes merge a
+        node's GPUs only by local shifts: few placements have any) and two a node for a baseline graph (GPUs of
+        equal placement columns merge); beyond, a few classes (counted as 2)."""
+        from .dlrm import FULL_SIM_MAX_RANKS
+
+        if sim_mode == "full":
+            return ranks
+        if not uneven:
+            return 1
+        if ranks <= FULL_SIM_MAX_RANKS:
+            return ranks if mode == "fused" else min(ranks, 2 * nodes)
+        return 2
+
+    def estimate(self, pricing, topology, nodes: int, gpus_per_node: int, sim_mode: str, execution,
+                 workers: int):
+        """The engine runs a DLRM embedding kernel wave by wave without per-workgroup arrays (run_kernel_waves,
+        RunPushEngine: at most MAX_PUSH_WAVES push points, each starting flows): its cost grows with the waves,
+        so a wave is one record; every simulation of the run pays its flow solves, each mode with its own
+        simulated ranks, and the run its work per rank outside the simulations."""
+        from ..fused.base import MAX_PUSH_WAVES
+
+        spec, ranks = self.spec, nodes * gpus_per_node
+        slots = pricing._slots(topology)
+        tables = len(spec.tables)
+        per_rank = tables if spec.placement == "row_wise" else math.ceil(tables / ranks)
+        uneven = spec.placement != "row_wise" and tables % ranks != 0
+        w = per_rank * spec.global_batch / max(1, spec.bags_per_wg)
+        waves = math.ceil(w / max(1, slots))
+        push = min(waves, MAX_PUSH_WAVES)
+        simulated = flows = events = 0
+        flow_s = 0.0
+        parallel = pricing.interval_runs(spec, topology, execution)  # per mode, shared by the workers
+        for mode, n_sims in self.simulations_by_mode(pricing, topology, execution).items():
+            sim_m = self.simulated_ranks(mode, sim_mode, uneven, nodes, ranks)
+            flows_m = sim_m * 2 * push * min(max(0, ranks - 1), 64)
+            events_m = sim_m * 2 * waves + 2 * flows_m
+            n_wall = n_sims - parallel + parallel / max(1, min(workers, parallel or 1))
+            flow_s += n_wall * events_m * pricing.DLRM_SECONDS_PER_EVENT
+            simulated, flows, events = max(simulated, sim_m), max(flows, flows_m), max(events, events_m)
+        planned = spec.placement == "planned" and not (execution is not None and
+                                                        self._settings(execution).plan_file)
+        flow_s += ranks * (pricing.DLRM_SECONDS_PER_RANK + (pricing.DLRM_PLANNED_SECONDS_PER_RANK if planned
+                                                            else 0.0))
+        full = simulated == ranks and ranks > 1
+        return pricing.CostEstimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs ({'full' if full else 'classes'})",
+                                    ranks, simulated, 2 * waves, 2 * waves, flows, events, flow_s)
+
+    def estimate_run(self, pricing, topology, nodes: int, gpus_per_node: int, sim_mode: str, execution,
+                     workers: int):
+        """:meth:`estimate` counts every simulation of the run already."""
+        return self.estimate(pricing, topology, nodes, gpus_per_node, sim_mode, execution, workers)
+
+    def row_columns(self, result, gpus: int) -> dict:
+        """The batch, the placement, the plan and the fused knobs used."""
+        x = result.extras
+        plan, kn = x.plan, x.knobs
+        return {"global_batch": x.global_batch, "batch_per_gpu": x.global_batch // gpus,
+                "placement": "forced" if plan is not None and plan.candidate == "forced" else
+                "planned" if plan is not None else "table_wise",
+                "dense_fusion": x.dense_fusion,
+                "plan_candidate": plan.candidate if plan is not None else "",
+                "plan_estimated_s": plan.estimated_critical_s if plan is not None else float("nan"),
+                "slice_wgs": kn.slice_wgs, "tile_order": kn.tile_order, "persistent_grid": kn.persistent_grid,
+                "knobs_tuned": bool(x.tuned)}
+
+    def plan_of(self, result):
+        return result.extras.plan

@@ -15,7 +15,7 @@ from ..network import INTRA, SELF, Fabric, FlowNetwork
 from ..spec import TopologySpec
 from .algorithms import BUSBW_FACTOR, Algorithm, Layout, make_algorithm, missing_hardware
 from .posting import PostRule, bulk_rule, post_queue, post_transfers
-from .protocols import ProtocolCost
+from .protocols import ProtocolCost, algorithm_rate_factor
 
 
 class FlowGroupCache:
@@ -48,7 +48,8 @@ def protocol_cost(fabric: Fabric, algo) -> ProtocolCost:
     co = fabric.topology.collectives
     return ProtocolCost(getattr(algo, "family", "ring"), getattr(algo, "protocol", "Simple"), co.protocol_model,
                         multi_node=algo.layout.nodes > 1, net_overhead_s=co.net_overhead_s,
-                        p2p=getattr(algo, "op", "") == "all_to_all")
+                        p2p=getattr(algo, "op", "") == "all_to_all",
+                        rate_factor=algorithm_rate_factor(fabric.topology, algo))
 
 
 class ProtocolGroups:

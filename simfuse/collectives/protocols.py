@@ -27,7 +27,7 @@ The tree's own bandwidth limits (:func:`tree_rate_factor`): NCCL's tree all-redu
 channels' rate, and each tree channel at most at a measured per-channel rate (``perChMaxTreeBws`` for Simple,
 ``perChMaxTreeLL128Bws`` for LL128, per GPU generation and for 2 / more than 2 nodes).  A tree channel enters and
 leaves a node through one NIC (src/graph/search.cc: "Trees are symmetric", one NIC per channel), so the cap is a
-rate per NIC; simfuse charges it by scaling the tree's bytes on the wire so that its network part runs at
+rate per NIC; simfuse charges it by scaling the tree's off-node bytes so that its network part runs at
 ``min(0.92 x NIC rate, cap)`` per NIC.
 
 Left out of NCCL's model (documented, not silently): the ring's "plateau" latency factor (x1.4 on Hopper for
@@ -144,22 +144,23 @@ def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, n
     return max(1.0, k * nic_rate_bytes_per_s / per_nic)
 
 
-def algorithm_rate_factor(topology, algo) -> float:
-    """The multiplier on ``algo``'s bytes on the wire for its algorithm-level limits under ``protocol_model:
-    nccl`` (1 otherwise): the tree's rate per NIC (:func:`tree_rate_factor`) times the pipeline fill of the
-    pipelined multi-node all-reduces (``fill_factor`` of :mod:`.algorithms`; ``algo``: an Algorithm or a group's
-    wrapper of one)."""
+def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
+    """``(all flows, off-node flows)``: multipliers on ``algo``'s bytes on the wire for its algorithm-level limits
+    under ``protocol_model: nccl`` (1, 1 otherwise).  All flows: the pipeline fill of the pipelined multi-node
+    all-reduces (``fill_factor`` of :mod:`.algorithms`; it stretches every stage alike).  Off-node flows: the
+    tree's rate per NIC (:func:`tree_rate_factor`; a limit of the network part, not of the NVLink part).
+    ``algo``: an Algorithm or a group's wrapper of one."""
     co = topology.collectives
     if co.protocol_model != "nccl":
-        return 1.0
+        return 1.0, 1.0
     inner = getattr(algo, "algo", algo)
     L = algo.layout
     so = topology.scale_out
-    f = tree_rate_factor(inner.family, inner.protocol, L.nodes, topology.device.name, so.effective_nic_bw_bytes_per_s,
-                         co.protocol_model, so.nic_bw_bytes_per_s, so.nics_per_node // max(1, L.gpus_per_node))
-    if L.nodes > 1 and hasattr(inner, "fill_factor"):
-        f *= inner.fill_factor()
-    return f
+    net = tree_rate_factor(inner.family, inner.protocol, L.nodes, topology.device.name,
+                           so.effective_nic_bw_bytes_per_s, co.protocol_model, so.nic_bw_bytes_per_s,
+                           so.nics_per_node // max(1, L.gpus_per_node))
+    fill = inner.fill_factor() if L.nodes > 1 and hasattr(inner, "fill_factor") else 1.0
+    return fill, net
 
 
 def canonical_protocol(name: str | None, source: str = "<argument>", field: str = "protocol") -> str | None:
@@ -208,8 +209,10 @@ class ProtocolCost:
     #: point-to-point (all-to-all: grouped send/recv): the ring's net-overhead floor on NVLink hops does not apply
     #: (an intra-node send posts nothing to the network proxy; its posts are priced by :mod:`.posting`)
     p2p: bool = False
-    #: algorithm-level bandwidth limit, as a multiplier on the bytes on the wire (:func:`tree_rate_factor`)
+    #: algorithm-level limits as multipliers on the bytes on the wire (:func:`algorithm_rate_factors`): of every
+    #: flow (pipeline fill) and, on top, of the off-node flows (the tree's rate per NIC)
     rate_factor: float = 1.0
+    net_rate_factor: float = 1.0
 
     def __post_init__(self):
         if self.family not in FAMILIES:

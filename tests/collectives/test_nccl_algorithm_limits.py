@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from simfuse.collectives import run_collective
 from simfuse.collectives.algorithms import Layout, make_algorithm
-from simfuse.collectives.protocols import algorithm_rate_factor, nccl_generation, tree_rate_factor
+from simfuse.collectives.protocols import algorithm_rate_factors, nccl_generation, tree_rate_factor
 
 from ..conftest import make_topology
 
@@ -102,9 +102,9 @@ def test_tree_time_under_nccl_model_closed_form(nodes):
     cap = 41.4e9 if nodes == 2 else 36.0e9
     rate = k * 50e9 / min(0.92 * k * 50e9, cap)
     fill = 1 + (2 * ((g - 1) + depth) - 1) * 512 * 1024 * (2 * g) / size
-    wf = rate * fill
-    inter = (size / g if nodes == 2 else 2 * size / g) * wf / 50e9
-    intra = 2 * size / g * wf / 400e9
+    # the fill stretches both parts; the tree's rate per NIC only the network part
+    inter = (size / g if nodes == 2 else 2 * size / g) * fill * rate / 50e9
+    intra = 2 * size / g * fill / 400e9
     nvl, net = 4.0e-6, 14.0e-6  # NCCL's tree Simple hop latencies (NVLink, network), above the fabric's
     expect = nvl + max(intra + nvl, inter + net) + (2 * depth - 1) * net + nvl
     assert r.time_s == pytest.approx(expect, rel=1e-6)
@@ -114,7 +114,26 @@ def test_limits_leave_the_idealised_model_and_one_node_alone():
     t_none, t_nccl = _hopper(8, "none"), _hopper(8, "nccl")
     for nodes, algo in ((2, "tree"), (4, "tree"), (2, "nvls_tree")):
         a = make_algorithm("all_reduce", algo, Layout(nodes, 8), 64 * MiB)
-        assert algorithm_rate_factor(t_none, a) == 1.0
-        assert algorithm_rate_factor(t_nccl, a) > 1.0
+        assert algorithm_rate_factors(t_none, a) == (1.0, 1.0)
+        fill, net = algorithm_rate_factors(t_nccl, a)
+        assert fill > 1.0 and (net > 1.0) == (algo == "tree")
     ring = make_algorithm("all_reduce", "ring", Layout(4, 8), 64 * MiB)
-    assert algorithm_rate_factor(t_nccl, ring) == 1.0
+    assert algorithm_rate_factors(t_nccl, ring) == (1.0, 1.0)
+    nvls = make_algorithm("all_reduce", "nvls", Layout(1, 8), 64 * MiB)
+    assert algorithm_rate_factors(t_nccl, nvls) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("nvl_gbps", [400, 100])
+def test_tree_cap_slows_the_network_part_only(nvl_gbps):
+    # two nodes, 8 GPUs: each GPU's NVLink port carries 2 size/g to each of 7 peers; the NIC the shard size/g at
+    # NCCL's tree rate (factor 2 x 50 / 41.4); with slow NVLink the NVLink part sets the time, cap or not
+    g, size = 8, 1024 * MiB
+    t = make_topology(gpus_per_node=g, nics_per_node=g, nvl_gbps=nvl_gbps, nvl_lat_us=1.0, nic_gbit=400,
+                      nic_lat_us=3.0, fabric="rail_optimized", device_extra={"name": "H100"},
+                      collectives_extra={"protocol_model": "nccl"})
+    r = run_collective(t, 2, "all_reduce", size, algorithm="tree", protocol="Simple")
+    fill = 1 + 15 * 512 * 1024 * 16 / size
+    intra = (g - 1) * 2 * size / g * fill / (nvl_gbps * 1e9)
+    inter = size / g * fill * (100 / 41.4) / 50e9
+    assert (intra > inter) == (nvl_gbps == 100)
+    assert r.time_s == pytest.approx(4e-6 + max(intra + 4e-6, inter + 14e-6) + 14e-6 + 4e-6, rel=1e-6)

@@ -297,8 +297,9 @@ class AllReduceHierarchicalRHD(AllReduceHierarchical):
 #: Simple: ``DEFAULT_BUFFSIZE`` 4 MiB / ``NCCL_STEPS`` 8, one step per chunk outside rings (src/init.cc,
 #: src/include/device.h, src/enqueue.cc ``chunkSteps = ... ALGO_RING ? chunkSteps : 1``);
 #: LL128: ``NCCL_LL128_ELEMS_PER_THREAD`` 120 x ``NCCL_LL128_MAX_NTHREADS`` 640 x 8 B x 8 steps / 8 steps, of
-#: which 15 of every 16 words carry data (src/include/device.h, src/enqueue.cc)
-TREE_CHUNK_BYTES = {"Simple": 4 * 2**20 // 8, "LL128": 120 * 640 * 8 // 16 * 15}
+#: which 15 of every 16 words carry data; LL: ``NCCL_LL_LINES_PER_THREAD`` 8 x ``NCCL_LL_MAX_NTHREADS`` 512 x
+#: 16 B lines x 8 steps / 8 steps, half of it data (src/include/device.h, src/init.cc, src/enqueue.cc)
+TREE_CHUNK_BYTES = {"Simple": 4 * 2**20 // 8, "LL128": 120 * 640 * 8 // 16 * 15, "LL": 8 * 512 * 16 // 2}
 #: NVLS (and NVLSTree) on Hopper: ``NVLS_NCHANNELS_SM90`` 16 channels, ``NCCL_NVLS_CHUNKSIZE`` 128 KiB, NVLSTree's
 #: largest chunk 128 KiB below 4 nodes and 64 KiB from 4 (src/transport/nvls.cc ``ncclNvlsTuning``)
 NVLS_CHANNELS = 16
@@ -433,9 +434,7 @@ class AllReduceTree(_HierarchicalInNetwork):
         """Pipeline fill of NCCL's tree: each channel's chunks pass the intra-node chain (``g-1`` hops) and the
         tree (``depth`` network hops) up, then back down: ``2 ((g-1) + depth)`` stages.  Channels: two per
         NIC (one tree channel per NIC, src/graph/search.cc; doubled for the second tree of the double binary tree,
-        src/graph/connect.cc), NICs = ``channels`` or one per GPU.  LL: no fill (its chunks are small)."""
-        if self.protocol not in TREE_CHUNK_BYTES:
-            return 1.0
+        src/graph/connect.cc), NICs = ``channels`` or one per GPU."""
         L = self.layout
         ops = 2 * (self.channels or L.gpus_per_node)
         stages = 2 * ((L.gpus_per_node - 1) + _tree_depth(L.nodes))

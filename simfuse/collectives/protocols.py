@@ -86,6 +86,10 @@ _TREE_CAP_GBYTE_PER_S = {
 }
 #: the tree all-reduce's share of its channels' rate (``busBw * .92``, same file, ``ncclTopoTuneModel``)
 TREE_BW_SHARE = 0.92
+#: LL on a tree: ``busBw * 1.0 / 3.8`` of the Simple rate, and at most ``llMaxBws`` in all (GB/s; multi-node rows
+#: are by host CPU: Intel 39.0 on 2 nodes, 20.4 beyond; simfuse assumes Intel hosts, as ``net_overhead_us``'s 1 us)
+TREE_LL_SHARE = 1.0 / 3.8
+_LL_MAX_GBYTE_PER_S = (39.0, 20.4)
 #: GPU names -> NCCL's compute-capability class (``compCapIndex``: Volta sm70, Ampere sm80, Hopper sm90,
 #: Blackwell sm100); longest match first
 _GENERATIONS = (("GB200", "blackwell"), ("B200", "blackwell"), ("B100", "blackwell"), ("H100", "hopper"),
@@ -111,11 +115,12 @@ _TOP_CHANNEL_GBYTE_PER_S = {"volta": 48.0, "ampere": 48.0, "hopper": 48.0, "blac
 
 def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, nic_rate_bytes_per_s: float,
                      model: str = "nccl", nic_line_bytes_per_s: float | None = None,
-                     nics_per_gpu: int = 1) -> float:
+                     nics_per_gpu: int = 1, nics_per_node: int = 1) -> float:
     """Bytes-on-the-wire multiplier that holds a multi-node tree all-reduce to NCCL's tree rate per NIC
     (``nic_rate_bytes_per_s``: the NIC's achievable rate; ``nic_line_bytes_per_s``: its line rate, which sets
     its channel count, default the achievable rate; ``nics_per_gpu``: NICs per GPU of the group where a node has
-    more NICs than the group has GPUs on it -- NCCL's channels use them all, simfuse's flows one).
+    more NICs than the group has GPUs on it -- NCCL's channels use them all, simfuse's flows one;
+    ``nics_per_node``: shares LL's total cap).
 
     NCCL's model: ``busBw = min(0.92 x channels x rate, channels x cap)``, ``algbw = busBw / 2`` (rate and cap
     per channel; below, per NIC).  simfuse's tree
@@ -125,9 +130,10 @@ def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, n
     beyond two nodes (``r`` = the NIC's rate, NCCL's ``bwInter``) and ``2 rate / min(0.92 x 2 rate, cap)`` on two,
     where NCCL prices the tree at its intra-node rate, at most twice the network's (src/graph/search.cc: "increase
     bwIntra for trees (2 nodes or collnet)" while ``bwIntra < bwInter * 2``); never below 1.  NCCL applies this
-    limit to every protocol; LL128 then takes ``x 120/128`` and its own cap (``perChMaxTreeLL128Bws``), LL keeps
-    simfuse's ``x 0.5`` (NCCL's 1/3.8 and ``llMaxBws`` are left out).  Other families, one node,
-    ``protocol_model: none`` and GPUs outside NCCL's tables: 1."""
+    limit to every protocol; LL128 then takes ``x 120/128`` and its own cap (``perChMaxTreeLL128Bws``), LL
+    ``x 1/3.8`` and at most ``llMaxBws`` in all (:data:`TREE_LL_SHARE`); the protocol's own wire factor
+    (:data:`_BW_EFFICIENCY`) is taken out of the result.  Other families, one node, ``protocol_model: none`` and
+    GPUs outside NCCL's tables: 1."""
     if model != "nccl" or family != "tree" or nodes < 2:
         return 1.0
     gen = nccl_generation(device_name)
@@ -138,10 +144,11 @@ def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, n
     idx = 0 if nodes <= 2 else 1
     k = 2.0 if nodes <= 2 else 1.0
     per_nic = min(TREE_BW_SHARE * k * nic_rate_bytes_per_s, channels * _TREE_CAP_GBYTE_PER_S["Simple"][gen][idx] * 1e9)
-    if protocol == "LL128":  # then x 120/128 and LL128's own cap; simfuse's LL128 wire factor holds 1/0.92 of it
+    if protocol == "LL128":
         per_nic = min(per_nic * 120 / 128, channels * _TREE_CAP_GBYTE_PER_S["LL128"][gen][idx] * 1e9)
-        return max(1.0, _BW_EFFICIENCY["LL128"] * k * nic_rate_bytes_per_s / per_nic)
-    return max(1.0, k * nic_rate_bytes_per_s / per_nic)
+    elif protocol == "LL":
+        per_nic = min(per_nic * TREE_LL_SHARE, _LL_MAX_GBYTE_PER_S[idx] * 1e9 / max(1, nics_per_node))
+    return max(1.0, _BW_EFFICIENCY.get(protocol, 1.0) * k * nic_rate_bytes_per_s / per_nic)
 
 
 def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
@@ -158,7 +165,7 @@ def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
     so = topology.scale_out
     net = tree_rate_factor(inner.family, inner.protocol, L.nodes, topology.device.name,
                            so.effective_nic_bw_bytes_per_s, co.protocol_model, so.nic_bw_bytes_per_s,
-                           so.nics_per_node // max(1, L.gpus_per_node))
+                           so.nics_per_node // max(1, L.gpus_per_node), so.nics_per_node)
     fill = inner.fill_factor() if L.nodes > 1 and hasattr(inner, "fill_factor") else 1.0
     return fill, net
 

@@ -37,9 +37,12 @@ GB = 1e9
     (4, "H100", 192 * GB, 200 * GB, 1, "Simple", 192 / 144.0),
     # a node with 4 NICs per GPU of the group: 4 channels over the GPU's one simulated NIC
     (4, "H100", 48 * GB, 50 * GB, 4, "Simple", 1 / 0.92),
+    # LL: min(min(0.92 r, 36) / 3.8, llMaxBws 20.4 / 8 NICs), its x2 wire factor taken out
+    (4, "H100", 50 * GB, None, 1, "LL", 0.5 * 50 / min(36.0 / 3.8, 20.4 / 8)),
+    (2, "H100", 50 * GB, None, 1, "LL", 0.5 * 100 / min(41.4 / 3.8, 39.0 / 8)),
 ])
 def test_tree_rate_factor_closed_form(nodes, gpu, rate, line, nics_per_gpu, proto, expect):
-    f = tree_rate_factor("tree", proto, nodes, gpu, rate, "nccl", line, nics_per_gpu)
+    f = tree_rate_factor("tree", proto, nodes, gpu, rate, "nccl", line, nics_per_gpu, nics_per_node=8)
     assert f == pytest.approx(expect, rel=1e-9)
 
 
@@ -60,8 +63,9 @@ def test_tree_fill_closed_form():
     # 4 nodes: depth 2 -> 2 x (7 + 2) = 18 stages
     t = make_algorithm("all_reduce", "tree", Layout(4, 8), 1024 * MiB)
     assert t.fill_factor() == pytest.approx(1 + 17 * 0.5 * 16 / 1024)
-    # LL has no modelled fill
-    assert make_algorithm("all_reduce", "tree", Layout(4, 8), 64 * MiB, protocol="LL").fill_factor() == 1.0
+    # LL: 32 KiB chunks
+    t = make_algorithm("all_reduce", "tree", Layout(4, 8), 64 * MiB, protocol="LL")
+    assert t.fill_factor() == pytest.approx(1 + 17 * 32768 * 16 / (64 * MiB))
 
 
 def test_nvls_tree_fill_closed_form():

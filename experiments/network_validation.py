@@ -13,9 +13,11 @@ the run's own hardware (:func:`simfuse.calibrate.corpus.topology_for_run`: GPUs 
 NVLink rate, SHARP) and the algorithm the run forced, if any (else the tuner's choice).  The simulated time of
 every (run, size) is computed once on a grid of the three terms; a fit picks the grid point with the smallest
 training loss: the mean over training sources of the mean over their runs of the mean |log(simulated /
-measured)| at sizes >= 1 MiB (each independent source weighs the same, however many runs it published).  The
-split is leave-source-out: each source in turn is held out whole, the terms are fitted on the others and the
-held-out source's runs are predicted.  The spread of the refits gives the terms' ranges
+measured)| at sizes >= 1 MiB (each independent source weighs the same, however many runs it published).  Only
+runs whose NIC line rate is known train (:func:`trains`): elsewhere the simulation runs on the base topology's
+NICs and a fit would turn the unknown hardware into efficiency or per-message cost; every run is tested.  A term
+the training points do not move keeps the base topology's value.  The split is leave-source-out: each source in
+turn is held out whole, the terms are fitted on the others and the held-out source's runs are predicted.  The spread of the refits gives the terms' ranges
 (``fitted_ranges.csv``: low / high = the smallest / largest value any leave-one-source-out refit chose, one grid
 step further each way for the grid's resolution; nominal = the fit on every source).
 

@@ -293,13 +293,10 @@ class AllReduceHierarchicalRHD(AllReduceHierarchical):
         return rs + rs[::-1]
 
 
-#: NCCL's pipeline chunks (bytes), NVIDIA/nccl 5067397c2676d5aed50042fc39e5c8ee96eb0027:
-#: Simple: ``DEFAULT_BUFFSIZE`` 4 MiB / ``NCCL_STEPS`` 8, one step per chunk outside rings (src/init.cc,
-#: src/include/device.h, src/enqueue.cc ``chunkSteps = ... ALGO_RING ? chunkSteps : 1``);
-#: LL128: ``NCCL_LL128_ELEMS_PER_THREAD`` 120 x ``NCCL_LL128_MAX_NTHREADS`` 640 x 8 B x 8 steps / 8 steps, of
-#: which 15 of every 16 words carry data; LL: ``NCCL_LL_LINES_PER_THREAD`` 8 x ``NCCL_LL_MAX_NTHREADS`` 512 x
-#: 16 B lines x 8 steps / 8 steps, half of it data (src/include/device.h, src/init.cc, src/enqueue.cc)
-TREE_CHUNK_BYTES = {"Simple": 4 * 2**20 // 8, "LL128": 120 * 640 * 8 // 16 * 15, "LL": 8 * 512 * 16 // 2}
+#: NCCL's Simple pipeline chunk outside rings (bytes): ``DEFAULT_BUFFSIZE`` 4 MiB / ``NCCL_STEPS`` 8, one step per
+#: chunk (NVIDIA/nccl 5067397c2676d5aed50042fc39e5c8ee96eb0027: src/init.cc, src/include/device.h, src/enqueue.cc
+#: ``chunkSteps = ... ALGO_RING ? chunkSteps : 1``)
+TREE_CHUNK_BYTES = 4 * 2**20 // 8
 #: NVLS (and NVLSTree) on Hopper: ``NVLS_NCHANNELS_SM90`` 16 channels, ``NCCL_NVLS_CHUNKSIZE`` 128 KiB, NVLSTree's
 #: largest chunk 128 KiB below 4 nodes and 64 KiB from 4 (src/transport/nvls.cc ``ncclNvlsTuning``)
 NVLS_CHANNELS = 16
@@ -417,28 +414,18 @@ class AllReduceTree(_HierarchicalInNetwork):
     def _inter_hops(self):
         return 2 * _tree_depth(self.layout.nodes)
 
-    def _tree_chunk(self, ops: int) -> float:
-        """NCCL's tree chunk: Simple 512 KiB (never shrunk); LL128 halved while the channels carry few chunks
-        (src/enqueue.cc: ``nstepsLL128 = 1 + log2i(nNodes) + 0.1 ppn``, down to 128 KiB while ``size / (channels
-        x chunk) < nstepsLL128 x 64 / ppn``, then to 32 KiB while ``< nstepsLL128 x 16 / ppn``)."""
-        chunk = float(TREE_CHUNK_BYTES.get(self.protocol, 0))
-        if self.protocol == "LL128":
-            ppn = self.layout.gpus_per_node
-            k = 1 + int(np.log2(self.layout.nodes)) + 0.1 * ppn
-            for floor, mult in ((131072, 64), (32768, 16)):
-                while self.size_bytes // (ops * chunk) < k * mult / ppn and chunk > floor:
-                    chunk /= 2
-        return chunk
-
     def fill_factor(self):
-        """Pipeline fill of NCCL's tree: each channel's chunks pass the intra-node chain (``g-1`` hops) and the
-        tree (``depth`` network hops) up, then back down: ``2 ((g-1) + depth)`` stages.  Channels: two per
-        NIC (one tree channel per NIC, src/graph/search.cc; doubled for the second tree of the double binary tree,
-        src/graph/connect.cc), NICs = ``channels`` or one per GPU."""
+        """Pipeline fill of NCCL's tree with Simple: each channel's 512 KiB chunks pass the intra-node chain
+        (``g-1`` hops) and the tree (``depth`` network hops) up, then back down: ``2 ((g-1) + depth)`` stages.
+        Channels: two per NIC (one tree channel per NIC, src/graph/search.cc; doubled for the second tree of the
+        double binary tree, src/graph/connect.cc), NICs = ``channels`` or one per GPU.  LL and LL128 move small
+        chunks whose passage NCCL's per-hop latencies already hold (they were measured with them): no fill."""
+        if self.protocol != "Simple":
+            return 1.0
         L = self.layout
         ops = 2 * (self.channels or L.gpus_per_node)
         stages = 2 * ((L.gpus_per_node - 1) + _tree_depth(L.nodes))
-        return _pipeline_fill(self.size_bytes, stages, self._tree_chunk(ops), ops)
+        return _pipeline_fill(self.size_bytes, stages, TREE_CHUNK_BYTES, ops)
 
 
 class AllReduceNvls(_HierarchicalInNetwork):

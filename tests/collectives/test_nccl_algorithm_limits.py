@@ -63,9 +63,9 @@ def test_tree_fill_closed_form():
     # 4 nodes: depth 2 -> 2 x (7 + 2) = 18 stages
     t = make_algorithm("all_reduce", "tree", Layout(4, 8), 1024 * MiB)
     assert t.fill_factor() == pytest.approx(1 + 17 * 0.5 * 16 / 1024)
-    # LL: 32 KiB chunks
-    t = make_algorithm("all_reduce", "tree", Layout(4, 8), 64 * MiB, protocol="LL")
-    assert t.fill_factor() == pytest.approx(1 + 17 * 32768 * 16 / (64 * MiB))
+    # LL and LL128: no fill beyond NCCL's per-hop latencies
+    for proto in ("LL", "LL128"):
+        assert make_algorithm("all_reduce", "tree", Layout(4, 8), 64 * MiB, protocol=proto).fill_factor() == 1.0
 
 
 def test_nvls_tree_fill_closed_form():

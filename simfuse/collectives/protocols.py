@@ -28,10 +28,10 @@ channels' rate, and each tree channel at most at a measured per-channel rate (``
 ``perChMaxTreeLL128Bws`` for LL128, per GPU generation and for 2 / more than 2 nodes).  A tree channel enters and
 leaves a node through one NIC (src/graph/search.cc: "Trees are symmetric", one NIC per channel), so the cap is a
 rate per NIC; simfuse charges it by scaling the tree's off-node bytes so that its network part runs at
-``min(0.92 x NIC rate, cap)`` per NIC.
+``min(0.92 x NIC rate, cap)`` per NIC (LL128 and LL with their own factors and caps).
 
 Left out of NCCL's model (documented, not silently): the ring's "plateau" latency factor (x1.4 on Hopper for
-multi-node Simple), the tree correction factors per size, the LL caps (``llMaxBws``) and NVLSTree's per-channel
+multi-node Simple), the tree correction factors per size, the ring's LL cap (``llMaxBws``) and NVLSTree's per-channel
 cap (``perChMaxNVLSTreeBws``, 57.7 / 45.5 GB/s per channel on Hopper over 16 NVLS channels: above the NICs' rate):
 the flow network computes bandwidth from the links instead.
 """

@@ -71,6 +71,18 @@ def test_topology_for_run_takes_the_runs_hardware(corpus):
     assert nvlink_gbyte_per_s("NVIDIA H800") == 200.0 and nvlink_gbyte_per_s("NVIDIA H100 80GB HBM3") == 450.0
 
 
+def test_topology_for_run_has_nvls_only_where_the_gpu_and_run_allow_it(corpus):
+    base = load_topology(TOPO)
+    assert base.scale_up.nvls
+    # NVLink SHARP needs a third-generation NVSwitch: none on A100 / V100 nodes, whatever the base file says
+    for rid in ("ncclt152_a100_ar_2x8", "ncclt78_v100_ar_16x16"):
+        topo, _ = topology_for_run(corpus.run(rid), base)
+        assert not topo.scale_up.nvls and topo.device.name == corpus.run(rid).gpu
+    # a B200 run that turned NVLS off runs without it; an H100 run whose setting is unknown keeps the base's
+    assert not topology_for_run(corpus.run("together_b200_ar_2x8_collnetdirect"), base)[0].scale_up.nvls
+    assert topology_for_run(corpus.run("a3mega_ar_2x8"), base)[0].scale_up.nvls
+
+
 def _copy(tmp_path):
     d = tmp_path / "corpus"
     shutil.copytree(CORPUS, d)

@@ -13,9 +13,11 @@ the run's own hardware (:func:`simfuse.calibrate.corpus.topology_for_run`: GPUs 
 NVLink rate, SHARP) and the algorithm the run forced, if any (else the tuner's choice).  The simulated time of
 every (run, size) is computed once on a grid of the three terms; a fit picks the grid point with the smallest
 training loss: the mean over training sources of the mean over their runs of the mean |log(simulated /
-measured)| at sizes >= 1 MiB (each independent source weighs the same, however many runs it published).  The
-split is leave-source-out: each source in turn is held out whole, the terms are fitted on the others and the
-held-out source's runs are predicted.  The spread of the refits gives the terms' ranges
+measured)| at sizes >= 1 MiB (each independent source weighs the same, however many runs it published).  Only
+runs whose NIC line rate is known train (:func:`trains`): elsewhere the simulation runs on the base topology's
+NICs and a fit would turn the unknown hardware into efficiency or per-message cost; every run is tested.  A term
+the training points do not move keeps the base topology's value.  The split is leave-source-out: each source in
+turn is held out whole, the terms are fitted on the others and the held-out source's runs are predicted.  The spread of the refits gives the terms' ranges
 (``fitted_ranges.csv``: low / high = the smallest / largest value any leave-one-source-out refit chose, one grid
 step further each way for the grid's resolution; nominal = the fit on every source).
 
@@ -51,13 +53,15 @@ from simfuse.spec import load_topology  # noqa: E402
 
 MiB = 2**20
 #: grid of the three terms (full run); bounds from physics and sources: efficiency <= 1 (line rate); NCCL's own
-#: network latency constants are 2.7-14 us per step (hwLat NET, src/graph/tuning.cc); getNetOverhead 1 us (x86),
-#: 2 us (AMD CPUs) -- the grid reaches 4x that for proxies under load
-GRID = {"scale_out.efficiency": (0.60, 0.70, 0.80, 0.88, 0.94, 1.0),
+#: network latency constants are 2.7-14 us per step (hwLat NET, src/graph/tuning.cc); the proxy's cost per
+#: network message at most NCCL's getNetOverhead on AMD hosts, 2 us (1 us on Intel; NVIDIA/nccl
+#: 5067397c2676d5aed50042fc39e5c8ee96eb0027:src/graph/tuning.cc).  The base topologies' values (0.92, 3 us,
+#: 1 us) are grid points: a term the training points do not move keeps its value (:func:`fit`).
+GRID = {"scale_out.efficiency": (0.60, 0.70, 0.80, 0.88, 0.92, 0.96, 1.0),
         "scale_out.latency_s": (1e-6, 3e-6, 6e-6, 12e-6),
-        "collectives.net_overhead_s": (0.0, 1e-6, 3e-6, 8e-6, 16e-6)}
+        "collectives.net_overhead_s": (0.0, 0.5e-6, 1e-6, 2e-6)}
 SMOKE_GRID = {"scale_out.efficiency": (0.8, 1.0), "scale_out.latency_s": (3e-6, 6e-6),
-              "collectives.net_overhead_s": (1e-6, 3e-6)}
+              "collectives.net_overhead_s": (0.5e-6, 1e-6)}
 SMOKE_SOURCES = ("gcp_a3mega_fork", "nccl_tests_152")
 MAX_SIZES_PER_RUN = 5
 MIN_FIT_BYTES = MiB
@@ -140,11 +144,42 @@ def _loss(sim: pd.DataFrame, meas: dict, run_ids, source_of: dict, algorithms=No
     return per_source.groupby(keys)["err"].mean()
 
 
-def fit(sim: pd.DataFrame, meas: dict, run_ids, source_of: dict, algorithms=None) -> dict[str, float]:
+def fit(sim: pd.DataFrame, meas: dict, run_ids, source_of: dict, algorithms=None,
+        nominal: dict[str, float] | None = None) -> dict[str, float]:
+    """The grid point of least training loss.  A term the training points do not move (the loss is the same at
+    each of its values, the others at their best: no training all-to-all for the per-message cost) keeps its
+    ``nominal`` value (the base topology's, a grid point) instead of the grid's first."""
     loss = _loss(sim, meas, run_ids, source_of, algorithms)
-    best = loss.idxmin()
     keys = list(loss.index.names)
-    return dict(zip(keys, (float(v) for v in (best if isinstance(best, tuple) else (best,))), strict=True))
+    best = loss.idxmin()
+    out = dict(zip(keys, (float(v) for v in (best if isinstance(best, tuple) else (best,))), strict=True))
+    for k, v in (nominal or {}).items():
+        if k not in out:
+            continue
+        others = [c for c in keys if c != k]
+        sl = loss
+        for c in others:
+            sl = sl[np.isclose(sl.index.get_level_values(c), out[c])]
+        vals = sl.to_numpy()
+        if len(vals) > 1 and float(vals.max() - vals.min()) <= 1e-12 and np.isclose(
+                sl.index.get_level_values(k), v).any():
+            out[k] = float(v)
+    return out
+
+
+def _nominal(base, grid: dict) -> dict[str, float]:
+    """The base topology's values of the fitted terms (used where the training points do not move a term)."""
+    vals = {"scale_out.efficiency": base.scale_out.efficiency, "scale_out.latency_s": base.scale_out.latency_s,
+            "collectives.net_overhead_s": base.collectives.net_overhead_s}
+    return {k: v for k, v in vals.items() if k in grid}
+
+
+def trains(run: CorpusRun) -> bool:
+    """Whether a run's points may train the network terms: its NIC line rate is known (stated by the source,
+    or pinned by its own numbers, as ``runs.csv`` records).  Where it is not, the simulation runs on the base
+    topology's NICs, and a fit would turn the unknown hardware into efficiency or per-message cost; such runs
+    are predicted (tested), never trained on."""
+    return run.nic_gbps is not None
 
 
 def predict(sim: pd.DataFrame, params: dict[str, float]) -> pd.DataFrame:
@@ -186,9 +221,10 @@ def main(argv=None) -> int:
     source_of = {r.run_id: r.source_id for r in runs}
     sources = sorted({r.source_id for r in runs})
     rows, fits = [], []
+    nominal = _nominal(base, grid)
     for held in sources:
-        train = [r.run_id for r in runs if r.source_id != held]
-        params = fit(sim, meas, train, source_of, FIT_ON[args.fit_on])
+        train = [r.run_id for r in runs if r.source_id != held and trains(r)]
+        params = fit(sim, meas, train, source_of, FIT_ON[args.fit_on], nominal)
         fits.append({"held_out_source": held, **params})
         pred = predict(sim, params)
         for _, p in pred[pred["run_id"].isin([r.run_id for r in runs if r.source_id == held])].iterrows():
@@ -196,11 +232,12 @@ def main(argv=None) -> int:
             m = meas[(run.run_id, p["size_bytes"])]
             rows.append({"held_out_source": held, "run_id": run.run_id, "gpu": run.gpu, "collective": run.collective,
                          "nodes": run.nodes, "gpus_per_node": run.gpus_per_node, "forced_algorithm": run.nccl_algo,
+                         "trains": trains(run),
                          "simulated_algorithm": p["algorithm"], "size_bytes": int(p["size_bytes"]),
                          "measured_s": m, "simulated_s": p["simulated_s"],
                          "pct_error": 100.0 * (p["simulated_s"] / m - 1.0), **params})
     table = pd.DataFrame(rows)
-    all_fit = fit(sim, meas, [r.run_id for r in runs], source_of, FIT_ON[args.fit_on])
+    all_fit = fit(sim, meas, [r.run_id for r in runs if trains(r)], source_of, FIT_ON[args.fit_on], nominal)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "leave_source_out.csv", index=False, float_format="%.6g")

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..collectives.protocols import nccl_generation
 from ..errors import SpecError
 from ..names import collective_or_none
 from .nccl_tests import NcclRow, NcclTestLog
@@ -231,17 +232,23 @@ def nvlink_gbyte_per_s(gpu: str) -> float | None:
     return None
 
 
+#: GPU generations whose NVSwitch reduces in the switch (NVLS: third-generation NVSwitch, HGX H100 and later)
+NVLS_GENERATIONS = ("hopper", "blackwell")
+
+
 def topology_for_run(run: CorpusRun, base):
     """``(topology, assumptions)``: ``base`` (a :class:`~simfuse.spec.TopologySpec`) with the run's hardware:
     NVLink rate of its GPU, GPUs per node (at least the run's), NICs per node and their line rate where the source
-    states them (else the base file's, said in ``assumptions``), SHARP when the run used CollNet.  Raises
+    states them (else the base file's, said in ``assumptions``), SHARP when the run used CollNet, no NVLS
+    for GPUs before Hopper or runs that turned it off.  Raises
     :class:`SpecError` for a GPU whose NVLink rate is not known (AMD: not simulated)."""
     nv = nvlink_gbyte_per_s(run.gpu)
     if nv is None:
         raise SpecError(run.source, f"run {run.run_id}", f"GPU {run.gpu!r}: no NVLink rate known, not simulated "
                                                          "(the topology files model NVSwitch nodes)")
     assumptions = []
-    over: dict = {"scale_up.bw_bytes_per_s": nv * 1e9,
+    over: dict = {"device.name": run.gpu,  # NCCL's per-generation constants follow the GPU (collectives.protocols)
+                  "scale_up.bw_bytes_per_s": nv * 1e9,
                   "scale_up.gpus_per_node": max(run.gpus_per_node, base.scale_up.gpus_per_node)
                   if run.gpus_per_node > 1 else base.scale_up.gpus_per_node}
     rate = run.nic_gbps / 8 * 1e9 if run.nic_gbps is not None else None
@@ -265,6 +272,10 @@ def topology_for_run(run: CorpusRun, base):
                            "(the base topology's)")
     if run.collnet_sharp.lower().startswith("yes"):
         over["scale_out.sharp"] = True
+    if base.scale_up.nvls and (nccl_generation(run.gpu) not in NVLS_GENERATIONS
+                               or run.nvls.strip().lower().startswith(("no", "disabled"))):
+        # NVLink SHARP needs a third-generation NVSwitch (Hopper and later); a run that turned it off ran without
+        over["scale_up.nvls"] = False
     return base.with_overrides(over), assumptions
 
 

@@ -293,6 +293,26 @@ class AllReduceHierarchicalRHD(AllReduceHierarchical):
         return rs + rs[::-1]
 
 
+#: NCCL's Simple pipeline chunk outside rings (bytes): ``DEFAULT_BUFFSIZE`` 4 MiB / ``NCCL_STEPS`` 8, one step per
+#: chunk (NVIDIA/nccl 5067397c2676d5aed50042fc39e5c8ee96eb0027: src/init.cc, src/include/device.h, src/enqueue.cc
+#: ``chunkSteps = ... ALGO_RING ? chunkSteps : 1``)
+TREE_CHUNK_BYTES = 4 * 2**20 // 8
+#: NVLS (and NVLSTree) on Hopper: ``NVLS_NCHANNELS_SM90`` 16 channels, ``NCCL_NVLS_CHUNKSIZE`` 128 KiB, NVLSTree's
+#: largest chunk 128 KiB below 4 nodes and 64 KiB from 4 (src/transport/nvls.cc ``ncclNvlsTuning``)
+NVLS_CHANNELS = 16
+NVLS_CHUNK_BYTES = 128 * 1024
+
+
+def _pipeline_fill(size_bytes: float, stages: int, chunk_bytes: float, ops: int) -> float:
+    """Multiplier on a pipelined step's bytes for its pipeline fill.  ``ops`` pipelines (channels x heads) each
+    carry ``size/ops`` in chunks through ``stages`` stages: ``(chunks + stages - 1)`` chunk times where the
+    steady state takes ``chunks``, i.e. ``1 + (stages - 1) x min(chunk, size/ops) x ops / size``."""
+    if size_bytes <= 0 or stages <= 1 or ops <= 0:
+        return 1.0
+    c = min(chunk_bytes, size_bytes / ops)
+    return 1.0 + (stages - 1) * c * ops / size_bytes
+
+
 def _tree_depth(nodes: int) -> int:
     """Height (hops from leaf to root) of each of the two trees of a double binary tree over ``nodes`` nodes:
     ``ceil(log2(nodes))``, 1 for two nodes (NCCL's tuning charges ``log2i(nNodes)`` network hops each way)."""
@@ -308,8 +328,8 @@ class _HierarchicalInNetwork(Algorithm):
 
     The representative schedule is one step carrying both parts' volumes concurrently (they use different
     links: NVLink ports, NICs), framed by latency-only hops so the latency terms stay those of the phases: one
-    intra-node hop before and after, and the inter-node part's hops (:meth:`_inter_hops`).  Pipeline fill (a
-    chunk's time) is left out.  Subclasses choose the intra-node transport (``nvls_intra``) and the inter-node
+    intra-node hop before and after, and the inter-node part's hops (:meth:`_inter_hops`).  Pipeline fill
+    (:meth:`fill_factor`) scales that step's bytes under NCCL's protocol model.  Subclasses choose the intra-node transport (``nvls_intra``) and the inter-node
     volumes (:meth:`_inter_flows`)."""
 
     nvls_intra = False  # intra-node parts through the NVSwitch (NVLS) instead of direct NVLink copies
@@ -332,6 +352,12 @@ class _HierarchicalInNetwork(Algorithm):
     def _inter_hops(self) -> int:
         """Network hop latencies of the inter-node part (the pipelined step counts as one)."""
         return 1
+
+    def fill_factor(self) -> float:
+        """Multiplier on the pipelined step's bytes for NCCL's pipeline fill (:func:`_pipeline_fill`), charged
+        under ``collectives.protocol_model: nccl`` across nodes (:func:`~.protocols.algorithm_rate_factor`: the
+        only step with bytes is the pipelined one); 1 where it is not modelled (CollNet, NVLS)."""
+        return 1.0
 
     def steps(self, rank):
         L = self.layout
@@ -388,6 +414,19 @@ class AllReduceTree(_HierarchicalInNetwork):
     def _inter_hops(self):
         return 2 * _tree_depth(self.layout.nodes)
 
+    def fill_factor(self):
+        """Pipeline fill of NCCL's tree with Simple: each channel's 512 KiB chunks pass the intra-node chain
+        (``g-1`` hops) and the tree (``depth`` network hops) up, then back down: ``2 ((g-1) + depth)`` stages.
+        Channels: two per NIC (one tree channel per NIC, src/graph/search.cc; doubled for the second tree of the
+        double binary tree, src/graph/connect.cc), NICs = ``channels`` or one per GPU.  LL and LL128 move small
+        chunks whose passage NCCL's per-hop latencies already hold (they were measured with them): no fill."""
+        if self.protocol != "Simple":
+            return 1.0
+        L = self.layout
+        ops = 2 * (self.channels or L.gpus_per_node)
+        stages = 2 * ((L.gpus_per_node - 1) + _tree_depth(L.nodes))
+        return _pipeline_fill(self.size_bytes, stages, TREE_CHUNK_BYTES, ops)
+
 
 class AllReduceNvls(_HierarchicalInNetwork):
     """NVLink SHARP all-reduce (NCCL's NVLS).  One node: each GPU's buffer goes to the NVSwitch once and the
@@ -396,8 +435,13 @@ class AllReduceNvls(_HierarchicalInNetwork):
     ``t = size (1 + 1/g) / B_nvls`` and busbw ``= 2 (g-1)/(g+1) B_nvls``, above the port rate for ``g > 3``.
     ``B_nvls`` is the NVLS link of the fabric (``scale_up.bw * efficiency * nvls_efficiency``).
 
-    Several nodes: NCCL runs NVLS across nodes only with CollNet (IB SHARP): NVLS reduce-scatter, one SHARP
-    all-reduce of each shard among the same-index GPUs, NVLS all-gather, pipelined."""
+    Several nodes: NCCL runs NVLS across nodes only with CollNet (IB SHARP): NVLS reduce-scatter, an all-reduce
+    of each shard among the same-index GPUs over the network, NVLS all-gather, pipelined.  NCCL's model prices
+    the network part at its channels' network rate with a ring's step count -- ``busBw = channels x
+    min(intraBw, bwInter)``, ``algbw = busBw x nRanks / (2 (nRanks-1))`` (src/graph/tuning.cc; the factor 2
+    that SHARP's halving would give is applied to NVLSTree on two nodes only) -- so each NIC carries
+    ``2 (n-1)/n x size/g`` each way, as in a ring, not the ``size/g`` an ideal in-switch reduction would:
+    ``t = max(NVLS part, 2 (n-1)/n x size / (g x B_nic))``."""
 
     nccl = True
     family = "nvls"
@@ -408,7 +452,7 @@ class AllReduceNvls(_HierarchicalInNetwork):
     def __post_init__(self):
         self.name, self.op = "nvls", "all_reduce"
         if self.layout.nodes > 1:
-            self.requires = self.via = ("nvls", "sharp")
+            self.requires = ("nvls", "sharp")
 
     def steps(self, rank):
         L = self.layout
@@ -422,7 +466,9 @@ class AllReduceNvls(_HierarchicalInNetwork):
         return [(peers, np.full(len(peers), self._intra_bytes()))]
 
     def _inter_flows(self, node, local, shard):
-        return _sharp_flows(self.layout, node, local, shard)
+        n = self.layout.n
+        d, sz = _sharp_flows(self.layout, node, local, shard)
+        return d, sz * 2.0 * (n - 1) / n
 
 
 def _sharp_flows(L: Layout, node: int, local: int, shard: float) -> Step:
@@ -445,6 +491,20 @@ class AllReduceNvlsTree(AllReduceTree):
 
     def __post_init__(self):
         self.name, self.op = "nvls_tree", "all_reduce"
+
+    def fill_factor(self):
+        """Pipeline fill of NCCL's NVLSTree: ``16 channels x g heads`` pipelines (one head per NIC, src/graph/
+        connect.cc ``connectNvls``), each chunk through the NVLS reduce-scatter, the tree up and down
+        (``depth`` network hops each) and the NVLS all-gather: ``2 + 2 depth`` stages.  Chunk: 128 KiB (64 KiB
+        from 4 nodes), shrunk as NCCL does when the pipelines carry few chunks (src/enqueue.cc: 128 KiB below
+        ``16 x ops x chunk`` bytes, 64 KiB below ``4 x``, 32 KiB below ``1 x``)."""
+        L = self.layout
+        ops = NVLS_CHANNELS * L.gpus_per_node
+        chunk = float(NVLS_CHUNK_BYTES if L.nodes < 4 else 65536)
+        for below, floor, to in ((16, 131072, 131072), (4, 65536, 65536), (1, 32768, 32768)):
+            if self.size_bytes < below * ops * chunk and chunk > floor:
+                chunk = to
+        return _pipeline_fill(self.size_bytes, 2 + 2 * _tree_depth(L.nodes), chunk, ops)
 
 
 class AllReduceCollNet(_HierarchicalInNetwork):

@@ -23,9 +23,17 @@ and for the network the proxy, so the larger of the two is charged, never their 
 relative to Simple's (the topology's ``collectives.launch_us`` + ``sync_us`` are the Simple collective's fixed
 cost): LL starts 1.8 us earlier than Simple on a ring, LL128 5.6 us later.
 
+The tree's own bandwidth limits (:func:`tree_rate_factor`): NCCL's tree all-reduce runs at ``0.92`` of its
+channels' rate, and each tree channel at most at a measured per-channel rate (``perChMaxTreeBws`` for Simple,
+``perChMaxTreeLL128Bws`` for LL128, per GPU generation and for 2 / more than 2 nodes).  A tree channel enters and
+leaves a node through one NIC (src/graph/search.cc: "Trees are symmetric", one NIC per channel), so the cap is a
+rate per NIC; simfuse charges it by scaling the tree's off-node bytes so that its network part runs at
+``min(0.92 x NIC rate, cap)`` per NIC (LL128 and LL with their own factors and caps).
+
 Left out of NCCL's model (documented, not silently): the ring's "plateau" latency factor (x1.4 on Hopper for
-multi-node Simple), the tree correction factors per size, per-channel bandwidth caps (``llMaxBws``,
-``perChMaxTreeBws``): the flow network computes bandwidth from the links instead.
+multi-node Simple), the tree correction factors per size, the ring's LL cap (``llMaxBws``) and NVLSTree's per-channel
+cap (``perChMaxNVLSTreeBws``, 57.7 / 45.5 GB/s per channel on Hopper over 16 NVLS channels: above the NICs' rate):
+the flow network computes bandwidth from the links instead.
 """
 
 from __future__ import annotations
@@ -67,6 +75,99 @@ _HW_LAT_NET_US = {  # hwLatencies[NCCL_HW_NET]
 _BW_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
 #: NCCL multiplies the network post overhead by 3 for Simple (``if (p == NCCL_PROTO_SIMPLE) netOverhead *= 3``)
 _NET_OVERHEAD_MULT = {"LL": 1.0, "LL128": 1.0, "Simple": 3.0}
+
+
+#: NCCL's per-channel tree all-reduce caps (GB/s of bus bandwidth per channel) for [2 nodes, more than 2 nodes],
+#: per GPU generation: ``perChMaxTreeBws`` (Simple) and ``perChMaxTreeLL128Bws`` (LL128), NVIDIA/nccl
+#: 5067397c2676d5aed50042fc39e5c8ee96eb0027:src/graph/tuning.cc (``ncclTunerConstantsDefaults``)
+_TREE_CAP_GBYTE_PER_S = {
+    "Simple": {"volta": (18.5, 10.0), "ampere": (23.6, 17.8), "hopper": (41.4, 36.0), "blackwell": (42.8, 24.0)},
+    "LL128": {"volta": (20.0, 20.0), "ampere": (20.0, 20.0), "hopper": (36.7, 29.0), "blackwell": (31.67, 20.0)},
+}
+#: the tree all-reduce's share of its channels' rate (``busBw * .92``, same file, ``ncclTopoTuneModel``)
+TREE_BW_SHARE = 0.92
+#: LL on a tree: ``busBw * 1.0 / 3.8`` of the Simple rate, and at most ``llMaxBws`` in all (GB/s; multi-node rows
+#: are by host CPU: Intel 39.0 on 2 nodes, 20.4 beyond; simfuse assumes Intel hosts, as ``net_overhead_us``'s 1 us)
+TREE_LL_SHARE = 1.0 / 3.8
+_LL_MAX_GBYTE_PER_S = (39.0, 20.4)
+#: GPU names -> NCCL's compute-capability class (``compCapIndex``: Volta sm70, Ampere sm80, Hopper sm90,
+#: Blackwell sm100); longest match first
+_GENERATIONS = (("GB200", "blackwell"), ("B200", "blackwell"), ("B100", "blackwell"), ("H100", "hopper"),
+                ("H200", "hopper"), ("H800", "hopper"), ("H20", "hopper"), ("GH200", "hopper"), ("A100", "ampere"),
+                ("A800", "ampere"), ("V100", "volta"))
+
+
+def nccl_generation(device_name: str) -> str | None:
+    """NCCL's GPU class of ``device_name`` (``hopper``, ...), None for a GPU NCCL's tables do not cover."""
+    name = device_name.upper()
+    for key, gen in sorted(_GENERATIONS, key=lambda kv: len(kv[0]), reverse=True):
+        if key in name:
+            return gen
+    return None
+
+
+#: fastest network channel NCCL's topology search tries (GB/s): ``sm90SpeedArrayInter`` / ``sm100SpeedArrayInter``
+#: / ``speedArrayInter`` start at 48 / 96 / 48 (src/graph/search.cc, same commit): a NIC of line rate ``B`` carries
+#: ``max(1, round(B / top))`` tree channels (one per 400 Gb/s NIC; a topology NIC that stands for several physical
+#: ones, as the corpus's 4 x 400 Gb/s per GPU, carries several)
+_TOP_CHANNEL_GBYTE_PER_S = {"volta": 48.0, "ampere": 48.0, "hopper": 48.0, "blackwell": 96.0}
+
+
+def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, nic_rate_bytes_per_s: float,
+                     model: str = "nccl", nic_line_bytes_per_s: float | None = None,
+                     nics_per_gpu: int = 1, nics_per_node: int = 1) -> float:
+    """Bytes-on-the-wire multiplier that holds a multi-node tree all-reduce to NCCL's tree rate per NIC
+    (``nic_rate_bytes_per_s``: the NIC's achievable rate; ``nic_line_bytes_per_s``: its line rate, which sets
+    its channel count, default the achievable rate; ``nics_per_gpu``: NICs per GPU of the group where a node has
+    more NICs than the group has GPUs on it -- NCCL's channels use them all, simfuse's flows one;
+    ``nics_per_node``: shares LL's total cap).
+
+    NCCL's model: ``busBw = min(0.92 x channels x rate, channels x cap)``, ``algbw = busBw / 2`` (rate and cap
+    per channel; below, per NIC).  simfuse's tree
+    (:class:`~simfuse.collectives.algorithms.AllReduceTree`) moves ``2 size / nics`` per NIC each way beyond two
+    nodes and ``size / nics`` on two nodes (each node the root of one tree), one channel per NIC.  Holding the
+    NIC part to NCCL's time ``2 size / (nics x min(0.92 r, cap))`` takes a factor ``rate / min(0.92 rate, cap)``
+    beyond two nodes (``r`` = the NIC's rate, NCCL's ``bwInter``) and ``2 rate / min(0.92 x 2 rate, cap)`` on two,
+    where NCCL prices the tree at its intra-node rate, at most twice the network's (src/graph/search.cc: "increase
+    bwIntra for trees (2 nodes or collnet)" while ``bwIntra < bwInter * 2``); never below 1.  NCCL applies this
+    limit to every protocol; LL128 then takes ``x 120/128`` and its own cap (``perChMaxTreeLL128Bws``), LL
+    ``x 1/3.8`` and at most ``llMaxBws`` in all (:data:`TREE_LL_SHARE`); the protocol's own wire factor
+    (:data:`_BW_EFFICIENCY`) is taken out of the result.  Other families, one node, ``protocol_model: none`` and
+    GPUs outside NCCL's tables: 1."""
+    if model != "nccl" or family != "tree" or nodes < 2:
+        return 1.0
+    gen = nccl_generation(device_name)
+    if gen is None or nic_rate_bytes_per_s <= 0:
+        return 1.0
+    line = nic_line_bytes_per_s or nic_rate_bytes_per_s
+    channels = max(1, nics_per_gpu) * max(1, round(line / (_TOP_CHANNEL_GBYTE_PER_S[gen] * 1e9)))
+    idx = 0 if nodes <= 2 else 1
+    k = 2.0 if nodes <= 2 else 1.0
+    per_nic = min(TREE_BW_SHARE * k * nic_rate_bytes_per_s, channels * _TREE_CAP_GBYTE_PER_S["Simple"][gen][idx] * 1e9)
+    if protocol == "LL128":
+        per_nic = min(per_nic * 120 / 128, channels * _TREE_CAP_GBYTE_PER_S["LL128"][gen][idx] * 1e9)
+    elif protocol == "LL":
+        per_nic = min(per_nic * TREE_LL_SHARE, _LL_MAX_GBYTE_PER_S[idx] * 1e9 / max(1, nics_per_node))
+    return max(1.0, _BW_EFFICIENCY.get(protocol, 1.0) * k * nic_rate_bytes_per_s / per_nic)
+
+
+def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
+    """``(all flows, off-node flows)``: multipliers on ``algo``'s bytes on the wire for its algorithm-level limits
+    under ``protocol_model: nccl`` (1, 1 otherwise).  All flows: the pipeline fill of the pipelined multi-node
+    all-reduces (``fill_factor`` of :mod:`.algorithms`; it stretches every stage alike).  Off-node flows: the
+    tree's rate per NIC (:func:`tree_rate_factor`; a limit of the network part, not of the NVLink part).
+    ``algo``: an Algorithm or a group's wrapper of one."""
+    co = topology.collectives
+    if co.protocol_model != "nccl":
+        return 1.0, 1.0
+    inner = getattr(algo, "algo", algo)
+    L = algo.layout
+    so = topology.scale_out
+    net = tree_rate_factor(inner.family, inner.protocol, L.nodes, topology.device.name,
+                           so.effective_nic_bw_bytes_per_s, co.protocol_model, so.nic_bw_bytes_per_s,
+                           so.nics_per_node // max(1, L.gpus_per_node), so.nics_per_node)
+    fill = inner.fill_factor() if L.nodes > 1 and hasattr(inner, "fill_factor") else 1.0
+    return fill, net
 
 
 def canonical_protocol(name: str | None, source: str = "<argument>", field: str = "protocol") -> str | None:
@@ -115,6 +216,10 @@ class ProtocolCost:
     #: point-to-point (all-to-all: grouped send/recv): the ring's net-overhead floor on NVLink hops does not apply
     #: (an intra-node send posts nothing to the network proxy; its posts are priced by :mod:`.posting`)
     p2p: bool = False
+    #: algorithm-level limits as multipliers on the bytes on the wire (:func:`algorithm_rate_factors`): of every
+    #: flow (pipeline fill) and, on top, of the off-node flows (the tree's rate per NIC)
+    rate_factor: float = 1.0
+    net_rate_factor: float = 1.0
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -135,7 +240,7 @@ class ProtocolCost:
     @property
     def wire_factor(self) -> float:
         """Bytes on the wire per byte of data."""
-        return 1.0 / _BW_EFFICIENCY[self.protocol] if self.active else 1.0
+        return self.rate_factor / _BW_EFFICIENCY[self.protocol] if self.active else 1.0
 
     @property
     def base_offset_s(self) -> float:

@@ -13,7 +13,7 @@ from ..network import INTRA, SELF, Fabric, FlowNetwork
 from ..spec import TopologySpec
 from .algorithms import Algorithm, missing_hardware
 from .posting import PostRule, bulk_rule, post_queue, post_transfers
-from .protocols import ProtocolCost
+from .protocols import ProtocolCost, algorithm_rate_factors
 
 
 class FlowGroupCache:
@@ -44,9 +44,10 @@ def start_groups(net: FlowNetwork, groups, tag=None) -> list[simpy.Event]:
 def protocol_cost(fabric: Fabric, algo) -> ProtocolCost:
     """The protocol costs of ``algo`` (an Algorithm or GroupAlgorithm) on ``fabric``'s topology."""
     co = fabric.topology.collectives
+    fill, net = algorithm_rate_factors(fabric.topology, algo)
     return ProtocolCost(getattr(algo, "family", "ring"), getattr(algo, "protocol", "Simple"), co.protocol_model,
                         multi_node=algo.layout.nodes > 1, net_overhead_s=co.net_overhead_s,
-                        p2p=getattr(algo, "op", "") == "all_to_all")
+                        p2p=getattr(algo, "op", "") == "all_to_all", rate_factor=fill, net_rate_factor=net)
 
 
 class ProtocolGroups:
@@ -70,13 +71,15 @@ class ProtocolGroups:
         gs = self.groups_fn(src, dsts, sizes, via=self.via) if self.via else self.groups_fn(src, dsts, sizes)
         if not self.cost.active:
             return gs
-        out = []
+        out, nf = [], self.cost.net_rate_factor
         for g in gs:
             if g.route_class == SELF:
                 out.append(g)
                 continue
             lat = max(g.latency_s, self._lat[g.route_class != INTRA])
-            out.append(g if lat == g.latency_s else dataclasses.replace(g, latency_s=lat))
+            size = g.size_bytes * nf if g.route_class != INTRA else g.size_bytes
+            out.append(g if (lat, size) == (g.latency_s, g.size_bytes) else
+                       dataclasses.replace(g, latency_s=lat, size_bytes=size))
         return out
 
     def start(self, net: FlowNetwork, src: int, groups, tag=None) -> list:

@@ -103,17 +103,21 @@ def test_collnet_halves_network_bytes():
     assert r.time_s < tree.time_s
 
 
-def test_nvls_multi_node_needs_sharp_and_uses_both():
-    g, nodes = 4, 2
+@pytest.mark.parametrize("g,nodes,nvls_eff", [(4, 2, 0.5), (4, 4, 0.5), (8, 2, 0.25)])
+def test_nvls_multi_node_needs_sharp_and_uses_both(g, nodes, nvls_eff):
     t = make_topology(gpus_per_node=g, nics_per_node=g, nvl_gbps=400, nvl_lat_us=1.0, nic_gbit=400, nic_lat_us=3.0,
-                      fabric="rail_optimized", scale_up_extra={"nvls": True, "nvls_efficiency": 0.5},
-                      scale_out_extra={"sharp": True, "sharp_efficiency": 1.0})
+                      fabric="rail_optimized", scale_up_extra={"nvls": True, "nvls_efficiency": nvls_eff},
+                      scale_out_extra={"sharp": True, "sharp_efficiency": 0.5})
     size = 64 * MiB
     r = run_collective(t, nodes, "all_reduce", size, algorithm="nvls")
-    # NVLS reduce-scatter and all-gather together: size (1 + 1/g) each way on the NVLS port (200 GB/s); SHARP:
-    # the shard once each way
-    expect = _pipelined(size * (1 + 1 / g) / 200e9, 1e-6, size / g / 50e9, 3e-6, 1)
+    n = g * nodes
+    # NVLS reduce-scatter and all-gather together: size (1 + 1/g) each way on the NVLS port (400 GB/s x eff);
+    # the network part as NCCL's model prices it: 2 (n-1)/n of the shard each way at the NIC's rate (50 GB/s; the
+    # SHARP links' efficiency, CollNet's, does not apply)
+    expect = _pipelined(size * (1 + 1 / g) / (400e9 * nvls_eff), 1e-6, 2 * (n - 1) / n * size / g / 50e9, 3e-6, 1)
     assert r.time_s == pytest.approx(expect, rel=1e-6)
+    with pytest.raises(SpecError, match="scale_out.sharp"):
+        run_collective(t.with_overrides({"scale_out.sharp": False}), nodes, "all_reduce", size, algorithm="nvls")
 
 
 @pytest.mark.parametrize("proto,wire,hop_us,base_us", [("LL", 2.0, 0.6, -1.8), ("LL128", 1 / 0.92, 1.9, 5.6),

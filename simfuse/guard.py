@@ -16,11 +16,12 @@ The estimate (order of magnitude, documented so that users can reason about it):
 * ``flows <= R_sim x min(W / slice_wgs, waves x (R - 1))``: a slice's put leaves when its last workgroup ends;
   slices of one wave bound for one rank share a flow.  ``events ~ R_sim x waves + 2 x flows``.
 
-* DLRM runs also pay their flow solves (:data:`DLRM_SECONDS_PER_EVENT` per estimated event, measured) in every
+* DLRM runs also pay their flow solves (:data:`DLRM_SECONDS_PER_EVENT` per estimated event in full simulation,
+  :data:`DLRM_SECONDS_PER_CLASS` and :data:`DLRM_SECONDS_PER_CLASS_FLOW` with rank classes; measured) in every
   simulation of the run (``DLRMWorkload.simulations_by_mode``: the modes asked for, two candidate plans each with a
   planned placement, the fused knob grid, the interval's runs), each mode with its own simulated ranks
   (``DLRMWorkload.simulated_ranks``, :mod:`simfuse.workloads.dlrm_workload`), and their work per rank outside the simulations
-  (:data:`DLRM_SECONDS_PER_RANK`, more with a planned placement).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
+  (:data:`DLRM_SECONDS_PER_RANK_TABLE`, more with a planned placement).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
 
 A run whose estimate exceeds :data:`MAX_WG_RECORDS` workgroup records, :data:`MAX_EVENTS` events or
 :data:`MAX_SECONDS` seconds is refused with
@@ -44,17 +45,25 @@ SECONDS_PER_WG_RECORD = 0.33e-6
 BYTES_PER_WG_RECORD = 40
 SECONDS_PER_EVENT = 1 / 300_000
 #: A DLRM simulation's events cost far more than an operator's: each starts or ends flows that the flow network
-#: re-solves with every active flow.  Measured 2026-12-06 on the 2-core VM (DLRM-DCNv2 and its MLPerf
-#: configuration, planned placement, full simulation of 16 / 32 / 64 ranks, whole `run`s of 2 + 4 simulations):
-#: 7-22 us of wall time per *estimated* event (the estimate is an upper bound, 4-8x the events that occur).
+#: re-solves with every active flow, so an event costs more the more ranks are simulated.  Full simulation (every
+#: rank, up to FULL_SIM_MAX_RANKS = 64): :data:`DLRM_SECONDS_PER_EVENT` per *estimated* event at 64 ranks, times
+#: ``(ranks / 64) ** DLRM_EVENT_RANK_EXPONENT`` below.  Measured on the 2-core VM: MLPerf DLRM-DCNv2 at 8 nodes
+#: (64 ranks, 6 simulations) 175 s of CPU against 188 s estimated at 20 us (2026-12-07); at 1 and 2 nodes (8 / 16
+#: ranks) 3-4 and 4-8.5 us per estimated event (experiments/results/bench_targets.csv, 2026-12-07 01:45 UTC run).
 DLRM_SECONDS_PER_EVENT = 20e-6
-#: A DLRM run's work per rank outside the simulations (placement, the planner's candidates with a planned
-#: placement, rank classes, per-rank arrays of the graph): what dominates at 16,384 nodes (131,072 ranks), where
-#: the simulations are a few classes.  Measured 2026-12-06 on the 2-core VM (CPU time of ``simfuse run`` at
-#: 16,384 nodes, ``uncertainty=none``, experiments/results/bench_targets.csv, beyond the per-event term):
-#: DLRM-DCNv2 table-wise ~47 us per rank, MLPerf DLRM-DCNv2 planned ~210 us per rank.
-DLRM_SECONDS_PER_RANK = 50e-6
-DLRM_PLANNED_SECONDS_PER_RANK = 160e-6
+DLRM_EVENT_RANK_EXPONENT = 0.75
+#: Rank classes (uneven placements beyond 64 ranks): :data:`DLRM_SECONDS_PER_CLASS` per simulated class and
+#: simulation, plus :data:`DLRM_SECONDS_PER_CLASS_FLOW` per class, push point and peer (at most 64 peer groups);
+#: a run's work outside its simulations (placement, the planner's candidates, per-rank arrays) is
+#: :data:`DLRM_SECONDS_PER_RANK_TABLE` per rank and table (:data:`DLRM_PLANNED_SECONDS_PER_RANK_TABLE` more with a
+#: planned placement), and :data:`DLRM_SECONDS_FIXED` once.  A least-squares fit (relative error, non-negative) to
+#: the CPU time of `simfuse run` on the ten shipped DLRM files at 1, 2, 16, 128 and 16,384 nodes
+#: (2026-12-07 01:45 UTC, before the bench run that checks it: experiments/results/bench_targets.csv).
+DLRM_SECONDS_PER_CLASS = 0.017
+DLRM_SECONDS_PER_CLASS_FLOW = 6.4e-6
+DLRM_SECONDS_PER_RANK_TABLE = 0.36e-6
+DLRM_PLANNED_SECONDS_PER_RANK_TABLE = 1.0e-6
+DLRM_SECONDS_FIXED = 0.09
 #: A run estimated above this many seconds is refused (without ``force``) whatever its records and events.
 MAX_SECONDS = 1800.0
 #: A run estimated above this many seconds runs, with a note saying so and what would be cheaper.

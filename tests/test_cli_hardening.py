@@ -330,8 +330,9 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
     import dataclasses
 
     from simfuse.guard import (
-        DLRM_PLANNED_SECONDS_PER_RANK,
-        DLRM_SECONDS_PER_RANK,
+        DLRM_PLANNED_SECONDS_PER_RANK_TABLE,
+        DLRM_SECONDS_FIXED,
+        DLRM_SECONDS_PER_RANK_TABLE,
         NOTE_SECONDS,
         cost_note,
         estimate_workload,
@@ -349,12 +350,14 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
     one = {mode: estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "none", "mode": mode}))
            for mode in ("baseline", "fused")}
     assert one["baseline"].simulated_ranks == 16 and one["fused"].simulated_ranks == 64
-    # beside the simulations, each run pays its work per rank once (more with a planned placement)
-    run_p = 64 * (DLRM_SECONDS_PER_RANK + DLRM_PLANNED_SECONDS_PER_RANK)
+    # beside the simulations, each run pays its work per rank and table once (more with a planned placement)
+    tables = len(spec.tables)
+    run_p = DLRM_SECONDS_FIXED + 64 * tables * (DLRM_SECONDS_PER_RANK_TABLE + DLRM_PLANNED_SECONDS_PER_RANK_TABLE)
     sims = {m: e.extra_seconds - run_p for m, e in one.items()}
     assert planned.extra_seconds - run_p == pytest.approx(sims["baseline"] + sims["fused"])
     per_sim = {"baseline": sims["baseline"] / 2, "fused": sims["fused"] / 4}
-    assert tw.extra_seconds - 64 * DLRM_SECONDS_PER_RANK == pytest.approx(sum(per_sim.values()))  # one per mode
+    tw_run = DLRM_SECONDS_FIXED + 64 * tables * DLRM_SECONDS_PER_RANK_TABLE
+    assert tw.extra_seconds - tw_run == pytest.approx(sum(per_sim.values()))  # one per mode
     bound = estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "bound"}))
     assert bound.extra_seconds == pytest.approx(planned.extra_seconds + 3 * sum(per_sim.values()))
     assert "cheaper: --sim-mode classes" in cost_note(planned)

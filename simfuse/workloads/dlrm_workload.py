@@ -128,12 +128,13 @@ class DLRMWorkload(Workload):
         return out
 
     @staticmethod
-    def simulated_ranks(mode: str, sim_mode: str, uneven: bool, nodes: int, ranks: int) -> int:
+    def simulated_ranks(mode: str, sim_mode: str, uneven: bool, nodes: int, ranks: int, tables: int = 4) -> int:
         """Ranks a simulation runs (:func:`~simfuse.workloads.dlrm.build_dlrm_graph`): every rank in full mode;
         one for an even placement; for an uneven one up to ``FULL_SIM_MAX_RANKS`` ranks its orbit classes (or
         every rank, where the fabric has none), counted as every rank for a fused graph (whose classes merge a
         node's GPUs only by local shifts: few placements have any) and two a node for a baseline graph (GPUs of
-        equal placement columns merge); beyond, a few classes (counted as 2)."""
+        equal placement columns merge); beyond, its rank classes, counted as half the tables (the MLPerf files'
+        planned placements have 10-19 classes at 16-16,384 nodes, the table-wise one 17, DLRM v1 6)."""
         from .dlrm import FULL_SIM_MAX_RANKS
 
         if sim_mode == "full":
@@ -142,7 +143,7 @@ class DLRMWorkload(Workload):
             return 1
         if ranks <= FULL_SIM_MAX_RANKS:
             return ranks if mode == "fused" else min(ranks, 2 * nodes)
-        return 2
+        return min(ranks, max(2, math.ceil(tables / 2)))
 
     def estimate(self, pricing, topology, nodes: int, gpus_per_node: int, sim_mode: str, execution,
                  workers: int):
@@ -161,19 +162,25 @@ class DLRMWorkload(Workload):
         waves = math.ceil(w / max(1, slots))
         push = min(waves, MAX_PUSH_WAVES)
         simulated = flows = events = 0
-        flow_s = 0.0
+        flow_s = pricing.DLRM_SECONDS_FIXED
         parallel = pricing.interval_runs(spec, topology, execution)  # per mode, shared by the workers
+        peers = min(max(0, ranks - 1), 64)
         for mode, n_sims in self.simulations_by_mode(pricing, topology, execution).items():
-            sim_m = self.simulated_ranks(mode, sim_mode, uneven, nodes, ranks)
-            flows_m = sim_m * 2 * push * min(max(0, ranks - 1), 64)
+            sim_m = self.simulated_ranks(mode, sim_mode, uneven, nodes, ranks, tables)
+            flows_m = sim_m * 2 * push * peers
             events_m = sim_m * 2 * waves + 2 * flows_m
             n_wall = n_sims - parallel + parallel / max(1, min(workers, parallel or 1))
-            flow_s += n_wall * events_m * pricing.DLRM_SECONDS_PER_EVENT
+            if sim_m == ranks or sim_m == 1:  # every rank (or the one of an even placement) simulated
+                per_event = pricing.DLRM_SECONDS_PER_EVENT * min(1.0, sim_m / 64) ** pricing.DLRM_EVENT_RANK_EXPONENT
+                flow_s += n_wall * events_m * per_event
+            else:  # rank classes
+                flow_s += n_wall * sim_m * (pricing.DLRM_SECONDS_PER_CLASS
+                                            + pricing.DLRM_SECONDS_PER_CLASS_FLOW * push * peers)
             simulated, flows, events = max(simulated, sim_m), max(flows, flows_m), max(events, events_m)
         planned = spec.placement == "planned" and not (execution is not None and
                                                         self._settings(execution).plan_file)
-        flow_s += ranks * (pricing.DLRM_SECONDS_PER_RANK + (pricing.DLRM_PLANNED_SECONDS_PER_RANK if planned
-                                                            else 0.0))
+        flow_s += ranks * tables * (pricing.DLRM_SECONDS_PER_RANK_TABLE
+                                    + (pricing.DLRM_PLANNED_SECONDS_PER_RANK_TABLE if planned else 0.0))
         full = simulated == ranks and ranks > 1
         return pricing.CostEstimate(f"{spec.name} on {nodes} x {gpus_per_node} GPUs ({'full' if full else 'classes'})",
                                     ranks, simulated, 2 * waves, 2 * waves, flows, events, flow_s)

@@ -35,7 +35,7 @@ def test_network_validation_smoke(root, tmp_path):
 def _nv():
     import importlib.util
 
-    path = ROOT / "experiments" / "network_validation.py"
+    path = ROOT / "experiments" / "validation" / "network_validation.py"
     spec = importlib.util.spec_from_file_location("network_validation_under_test", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -231,6 +231,10 @@ def simulate(model: str, topo: str, nodes: int, placement: str, global_batch: in
         data = yaml.safe_load(path.read_text())
         data.update(overrides.get("root", {}))
         data["embedding"].update(overrides.get("embedding", {}))
+        # a field set here is set, not uncertain: its input range (which may not hold the new value) goes
+        unc = data.get("uncertain") or {}
+        for key in [*overrides.get("root", {}), *(f"embedding.{k}" for k in overrides.get("embedding", {}))]:
+            unc.pop(key, None)
         spec = workload_from_dict(data, f"{path} (with {overrides})")
     else:
         spec = load_workload(path)

@@ -89,6 +89,17 @@ def test_dlrm_validation_smoke(root, tmp_path):
     assert (df["fixture"] == "experiments/results/dlrm_validation/derived_steps.csv").all()
 
 
+def test_dlrm_validation_ablation_smoke(root, tmp_path):
+    """--ablation sets fields the model files declare uncertain (grad_dtype, the embedding's dtypes) to values
+    outside their declared choices: set, not sampled, so the run must accept them."""
+    _run(root, "experiments/validation/dlrm_validation.py", "--smoke", "--ablation", "--out", str(tmp_path))
+    ab = pd.read_csv(tmp_path / "ablation.csv")
+    # every setting added in turn and removed in turn, per row (the script checks that all of them together give
+    # the HugeCTR model file's step)
+    assert set(ab["kind"]) == {"added", "removed"} and (ab["step_s"] > 0).all()
+    assert ab.groupby("config").size().nunique() == 1
+
+
 def test_trace_campaign_smoke_grids(root, tmp_path):
     """The v2 (axes v1 held fixed) and held-out grids run under the interpreter and write one row per shape with
     the table size and allocation labels."""

@@ -18,7 +18,7 @@ for nodes in (2, 16):
     print(df[["nodes", "gpus", "mode", "iteration_time_s", "exposed_comm_time_s", "speedup"]].to_string(index=False))
 
 # a 64 MiB all-reduce on 16 nodes with the tuner's algorithm
-print(simfuse.collective(system, 16, "all_reduce", 64 * 2**20)[["algorithm", "time_s", "busbw_gbps"]])
+print(simfuse.collective(system, 16, "all_reduce", 64 * 2**20)[["algorithm", "time_s", "busbw_gbyte_per_s"]])
 
 # the fused GEMV + AllReduce of a tensor-parallel decode step on one node
 print(simfuse.op("gemv_all_reduce", system, nodes=1, n=8192, k=28672, tokens=4)[

@@ -86,8 +86,10 @@ def sweep(model, topology, nodes, out, *, gpus_per_node: int | None = None, mode
 
 
 def collective(topology, nodes: int, op: str, size_bytes: float, *, algorithm: str | None = None,
-               gpus_per_node: int | None = None, mode: str = "auto", force: bool = False) -> pd.DataFrame:
-    """One bulk collective (``simfuse collective``): time, algbw and busbw (nccl-tests definitions).  Checked as
+               protocol: str | None = None, gpus_per_node: int | None = None, mode: str = "auto",
+               force: bool = False) -> pd.DataFrame:
+    """One bulk collective (``simfuse collective``): time, algbw and busbw (nccl-tests definitions; the columns
+    the command writes, ``algbw_gbyte_per_s`` and ``busbw_gbyte_per_s``), ``protocol`` as ``--protocol``.  Checked as
     the command line checks it (a finite whole size up to 1 PiB, nodes in range, the cost guard unless
     ``force``); a :class:`~simfuse.errors.SpecError` names the argument."""
     from .arguments import API, check_collective, collective_size
@@ -97,10 +99,12 @@ def collective(topology, nodes: int, op: str, size_bytes: float, *, algorithm: s
     topo = _system(topology).topology
     op = canonical_collective(op, "<argument>", "op") if isinstance(op, str) else op
     size = collective_size(size_bytes, API)
+    from .units import OUTPUT_RENAMES
+
     g = check_collective(topo, nodes, op, [size], algorithm=algorithm, gpus_per_node=gpus_per_node, mode=mode,
-                         force=force, names=API)
-    r = run_collective(topo, nodes, op, size, algorithm=algorithm, gpus_per_node=g, mode=mode)
-    return pd.DataFrame([r.as_dict()]).drop(columns=["wall_s"])
+                         protocol=protocol, force=force, names=API)
+    r = run_collective(topo, nodes, op, size, algorithm=algorithm, gpus_per_node=g, mode=mode, protocol=protocol)
+    return pd.DataFrame([r.as_dict()]).drop(columns=["wall_s"]).rename(columns=OUTPUT_RENAMES)
 
 
 def op(name: str, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mode: str = "auto",

@@ -11,7 +11,7 @@ from .errors import SpecError, short_repr
 
 #: how each interface spells an argument
 CLI = {"nodes": "--nodes", "gpus_per_node": "--gpus-per-node", "size": "--size", "algorithm": "--algorithm",
-       "mode": "--mode", "workers": "--workers", "force": "--force", "op": "--op"}
+       "mode": "--mode", "workers": "--workers", "force": "--force", "op": "--op", "protocol": "--protocol"}
 API = {k: k for k in CLI} | {"size": "size_bytes"}
 
 COLLECTIVE_MODES = ("auto", "symmetric", "full")
@@ -42,6 +42,11 @@ def check_collective(topology, nodes, op: str, sizes: list[int], *, algorithm: s
     if mode not in COLLECTIVE_MODES:
         raise SpecError("<argument>", names["mode"], f"unknown mode {short_repr(mode)}; expected one of "
                         f"{', '.join(COLLECTIVE_MODES)}")
+    from .collectives.protocols import PROTOCOLS
+
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise SpecError("<argument>", names["protocol"], f"unknown protocol {short_repr(protocol)}; "
+                        f"expected one of {', '.join(PROTOCOLS)} (NCCL_PROTO)")
     g = resolve_gpus_per_node(topology, gpus_per_node, names["gpus_per_node"])
     check_cost(estimate_collective_run(topology, op, nodes, g, sizes, mode, algorithm, protocol), force,
                field=names["force"], command="collective")

@@ -399,16 +399,7 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
         df.attrs["reused_points"] = len(nodes) - len(todo)
         atomic_write_df(df, inside(out, "results.csv"))
         if sens is not None:
-            from .results.tornado import plot_tornado
-
-            atomic_write_df(sens, inside(out, "sensitivity.csv"))
-            # one-at-a-time points where there are any, else the draws' conditional ends
-            oat = sens[sens["method"] == "oat"]
-            oat = oat if len(oat) else sens[sens["method"] == "conditional"]
-            if plots and len(oat):
-                sens = oat
-                show = _tornado_nodes(sorted(set(sens["nodes"])))
-                plot_tornado(sens[sens["nodes"].isin(show)], inside(out, "tornado.png"), group="nodes")
+            _write_sensitivity(sens, out, plots)
         if plots and len(df):
             from .results.plots import plot_breakdown, plot_speedup_vs_nodes
 
@@ -427,6 +418,19 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
         lock.release()
         if created:
             _remove_if_empty(out)
+
+
+def _write_sensitivity(sens: pd.DataFrame, out: Path, plots: bool) -> None:
+    """The gathered ``sensitivity.csv`` and the tornado of the one-at-a-time points where there are any, else of
+    the draws' conditional ends."""
+    from .results.tornado import plot_tornado
+
+    atomic_write_df(sens, inside(out, "sensitivity.csv"))
+    shown = sens[sens["method"] == "oat"]
+    shown = shown if len(shown) else sens[sens["method"] == "conditional"]
+    if plots and len(shown):
+        show = _tornado_nodes(sorted(set(shown["nodes"])))
+        plot_tornado(shown[shown["nodes"].isin(show)], inside(out, "tornado.png"), group="nodes")
 
 
 def _sensitivity_table(df) -> pd.DataFrame | None:

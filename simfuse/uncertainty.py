@@ -135,33 +135,33 @@ class InputAnalysis:
 
     def sensitivity_rows(self) -> list[dict]:
         """One row per input, most influential first.  With one-at-a-time runs (``sensitivity=oat``) the swing is
-        the metric from the input's least to its most favourable end, the others nominal.  Without them
-        (``sensitivity=rank``) it is read off the joint draws: the mean metric of the draws in the input's lowest
-        and highest quarter (a categorical input: of each choice's draws), so every input still gets a swing and
-        a tornado bar at no extra run; the other inputs vary in those draws, so this swing is noisier and is
-        labelled ``conditional``.  ``spearman``: the rank correlation of the input with the metric over the
-        draws."""
+        the metric from the input's least to its most favourable end, the others nominal (the nominal point within
+        it).  Without them (``sensitivity=rank``) and with at least :data:`MIN_CONDITIONAL_DRAWS` draws, it is read
+        off the joint draws: the gap between the mean metric of the draws in the input's lowest and highest
+        quarter (a categorical input: between its choices' means), labelled ``conditional``; the other inputs
+        vary within those draws, so it is noisier than a one-at-a-time swing.  With fewer draws only the rank
+        correlation ranks the inputs (swing 0, ``rank``).  ``spearman``: the rank correlation of the input with the
+        metric over the draws."""
         point = self.metric(self.nominal)
         ys = np.array([self.metric(d["times"]) for d in self.draws], dtype=float)
+        conditional = not self.oat and len(ys) >= MIN_CONDITIONAL_DRAWS
         rows = []
         for inp in self.inputs:
             x = coded(inp, [d["values"][inp.name] for d in self.draws]) if self.draws else np.zeros(0)
-            runs = [o for o in self.oat if o["input"] == inp.name]
-            ends = [(o["value"], self.metric(o["times"])) for o in runs]
-            if not self.oat and len(ys) >= 4:
-                ends = _conditional_ends(inp, x, ys)
-            lo, hi = (min(ends, key=lambda e: e[1]), max(ends, key=lambda e: e[1])) if ends else (None, None)
-            vals = [m for _, m in ends]
             r = inp.range
+            if self.oat:
+                ends = [(o["value"], self.metric(o["times"])) for o in self.oat if o["input"] == inp.name]
+                ends.append((r.nominal, point))  # a one-at-a-time swing spans the nominal point
+            else:
+                ends = _conditional_ends(inp, x, ys) if conditional else [(r.nominal, point)]
+            lo, hi = min(ends, key=lambda e: e[1]), max(ends, key=lambda e: e[1])
             rows.append({
                 "input": inp.name, "file": inp.owner, "path": r.path, "nominal": r.nominal,
                 "range": r.describe(), "source": r.source, "metric": self.metric_name, "metric_nominal": point,
-                "metric_min": min(vals + [point]), "metric_max": max(vals + [point]),
-                "value_at_min": lo[0] if lo and lo[1] < point else r.nominal,
-                "value_at_max": hi[0] if hi and hi[1] > point else r.nominal,
-                "swing": max(vals + [point]) - min(vals + [point]),
+                "metric_min": lo[1], "metric_max": hi[1], "value_at_min": lo[0], "value_at_max": hi[0],
+                "swing": hi[1] - lo[1],
                 "spearman": spearman(x, ys) if len(ys) else 0.0,
-                "method": "oat" if self.oat else ("conditional" if ends else "rank"),
+                "method": "oat" if self.oat else ("conditional" if conditional else "rank"),
             })
         rows.sort(key=lambda row: (-row["swing"], -abs(row["spearman"]), row["input"]))
         for i, row in enumerate(rows, 1):
@@ -178,6 +178,10 @@ class InputAnalysis:
                 row["speedup"] = self.metric(d["times"])
             out.append(row)
         return out
+
+
+#: fewest joint draws from which ``sensitivity=rank`` reads conditional swings (four a quarter)
+MIN_CONDITIONAL_DRAWS = 16
 
 
 def _conditional_ends(inp: Input, x: np.ndarray, ys: np.ndarray) -> list[tuple[object, float]]:

@@ -43,3 +43,25 @@ def test_example_script_runs(root):
                        timeout=300)
     assert r.returncode == 0, r.stderr
     assert "speedup" in r.stdout
+
+
+def test_collective_columns_match_the_command(root, capsys):
+    """The API's collective row has the command's columns and numbers (GB/s names, the protocol asked)."""
+    import json
+
+    from simfuse.cli import main
+
+    topo = root / "topologies" / "h100_nvl8_ib_ndr.yaml"
+    df = simfuse.collective(simfuse.load_topology(topo), 2, "all_reduce", 1 << 20, protocol="LL128")
+    capsys.readouterr()
+    assert main(["collective", "--topology", str(topo), "--nodes", "2", "--op", "all_reduce", "--size", "1MiB",
+                 "--protocol", "LL128", "--format", "json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    row = df.iloc[0].to_dict()
+    assert {"algbw_gbyte_per_s", "busbw_gbyte_per_s"} <= set(row) and row["protocol"] == "LL128"
+    shared = [k for k in row if k in cli]
+    assert {"time_s", "algbw_gbyte_per_s", "busbw_gbyte_per_s", "algorithm", "protocol"} <= set(shared)
+    for k in shared:
+        assert cli[k] == (pytest.approx(row[k]) if isinstance(row[k], float) else row[k]), k
+    with pytest.raises(SpecError, match="protocol"):
+        simfuse.collective(simfuse.load_topology(topo), 2, "all_reduce", 1 << 20, protocol="LL256")

@@ -345,6 +345,9 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
     planned = estimate_workload(spec, topo, 8, 8, execution=none)
     tw = estimate_workload(dataclasses.replace(spec, placement="table_wise"), topo, 8, 8, execution=none)
     assert planned.simulated_ranks == 64 and planned.seconds > NOTE_SECONDS
+    # --sim-mode classes (the cheaper run the note suggests) simulates rank classes, and is priced so
+    classes = estimate_workload(spec, topo, 8, 8, sim_mode="classes", execution=none)
+    assert classes.simulated_ranks < 64 and classes.seconds < planned.seconds and "(classes)" in classes.what
     # one mode: its two plans (baseline) or two plans x two knob points (fused); a baseline simulation runs fewer
     # ranks (orbit classes of equal placement columns: two a node) than a fused one (every rank)
     one = {mode: estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "none", "mode": mode}))

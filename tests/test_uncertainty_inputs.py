@@ -146,5 +146,10 @@ def test_rank_mode_reads_swings_off_the_draws():
     # the quarter means of a uniform x differ by 3/4 of its range: swing ~ 0.75 |w| (other inputs average out)
     assert rows[0]["swing"] == pytest.approx(0.75 * 4.0, rel=0.15)
     assert rows[1]["value_at_min"] > 0.5 > rows[1]["value_at_max"]  # x1 hurts: its high quarter is the minimum
-    for r in rows:
-        assert r["metric_min"] <= r["metric_nominal"] <= r["metric_max"]
+    for r in rows:  # the swing is the gap between the quarters' means (the nominal point need not lie between)
+        assert r["swing"] == pytest.approx(r["metric_max"] - r["metric_min"]) and r["swing"] >= 0
+    assert rows[-1]["input"] == "model:x3" or rows[-1]["swing"] < 0.2 * rows[0]["swing"]  # x3 does nothing
+    # too few draws for quarters: the rank correlation alone orders the inputs, and no swing is claimed
+    few = InputAnalysis(inp, draws[:8], [], {"baseline": y({}), "fused": 1.0}).sensitivity_rows()
+    assert {r["method"] for r in few} == {"rank"} and all(r["swing"] == 0 for r in few)
+    assert {r["input"] for r in few[:2]} == {"model:x0", "model:x1"}  # the two strong ones, by |rank corr.|

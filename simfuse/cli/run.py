@@ -114,10 +114,17 @@ def cmd_run(args) -> int:
         an = next(r.input_analysis for r in res.values() if r.input_analysis is not None)
         print(f"p10/p50/p90: {len(an.draws)} Latin hypercube draws of {len(an.inputs)} input ranges "
               "(the files' uncertain: blocks) joint with the kernel residuals; point = nominal inputs")
-        top = an.sensitivity_rows()[:3]
-        if top:
-            print(f"top drivers of the {an.metric_name} (one at a time, min..max): " + "; ".join(
+        rows = an.sensitivity_rows()
+        how = {"oat": "one at a time, min..max",
+               "conditional": "mean of the draws at each input's low and high quarter, min..max"}
+        top = rows[:3]
+        if top and top[0]["method"] in how:
+            print(f"top drivers of the {an.metric_name} ({how[top[0]['method']]}): " + "; ".join(
                 f"{r['input']} {r['metric_min']:.3f}..{r['metric_max']:.3f}" for r in top))
+        elif top:
+            print(f"top drivers of the {an.metric_name} (rank correlation over {len(an.draws)} draws; "
+                  f"{len(an.draws)} are too few for swings): " + "; ".join(
+                      f"{r['input']} {r['spearman']:+.2f}" for r in top))
     elif "uncertainty_note" in df:
         print(("p10/p50/p90: " if unc != "none" else "") + df["uncertainty_note"].iloc[0])
     if written:

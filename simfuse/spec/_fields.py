@@ -227,7 +227,9 @@ class Fields:
         self._used.add(key)
         if key not in self.data or self.data[key] is None:
             if required:
-                raise SpecError(self.source, self.name(key), "missing required field")
+                typo = _close(key, [k for k in self.data if k not in self._used])
+                raise SpecError(self.source, self.name(key), "missing required field"
+                                + (f" (is {typo!r} a misspelling of it?)" if typo else ""))
             return default
         return self.data[key]
 
@@ -324,4 +326,14 @@ class Fields:
         """Unknown keys are errors (catches typos such as ``bw_gpbs``)."""
         unknown = sorted(set(self.data) - self._used - set(extra_allowed), key=lambda k: (str(type(k)), str(k)))
         if unknown:
-            raise SpecError(self.source, self.name(unknown[0]), "unknown field")
+            near = _close(unknown[0], sorted(self._used | set(extra_allowed)))
+            raise SpecError(self.source, self.name(unknown[0]),
+                            "unknown field" + (f"; did you mean {near!r}?" if near else ""))
+
+
+def _close(key, candidates) -> str | None:
+    """The candidate ``key`` most likely misspells (difflib's ratio >= 0.8), or None."""
+    import difflib
+
+    hit = difflib.get_close_matches(str(key), [str(c) for c in candidates], n=1, cutoff=0.8)
+    return hit[0] if hit else None

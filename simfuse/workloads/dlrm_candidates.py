@@ -1,5 +1,5 @@
 """The candidates of a DLRM run: the sharding plans each mode tries (its own and the other mode's, a fair
-comparison), the fused knob grid (:data:`~simfuse.workloads.dlrm_workload.TUNE_GRID`), simulated serially or in
+comparison), the fused knob grid (:data:`TUNE_GRID`), simulated serially or in
 worker processes, the fastest kept per mode."""
 
 from __future__ import annotations
@@ -7,7 +7,40 @@ from __future__ import annotations
 import dataclasses
 
 from .dlrm import simulate_dlrm
-from .dlrm_workload import TUNE_GRID, _dlrm_one, _plan_key, _tuning_matters
+
+#: fused knobs tried when ``tune_knobs=auto`` and the placement is planned (only knobs left at their defaults are
+#: varied).  slice_wgs 1 (every workgroup puts its own output) vs 8 (one put per 8 workgroups: fewer, larger
+#: puts, less issue overhead, later first byte); tile_order and persistent_grid keep the paper's choices
+#: (remote-first, docs/sources.md S49; one program per tile) to hold the tuning to two extra simulations per run.
+TUNE_GRID = ({"slice_wgs": 1}, {"slice_wgs": 8})
+
+
+def _tuning_matters(res) -> bool:
+    """Whether the rest of :data:`TUNE_GRID` is worth simulating after its first point gave ``res``.  Not when the
+    fused embedding kernel has more waves than :data:`~simfuse.fused.base.MAX_PUSH_WAVES`: it then pushes once
+    per macro-wave of at least two waves (>= 2 x 1,056 workgroups on an H200), and a slice of at most
+    ``max(slice_wgs)`` = 8 workgroups changes only what a macro-wave boundary holds back (< 8 workgroups per run
+    crossing it), far below the coarsening's own resolution -- while each grid point is a full simulation (the
+    cost that kept 1,024 nodes from finishing)."""
+    from ..fused.base import MAX_PUSH_WAVES
+
+    return res.extras.fused_waves <= MAX_PUSH_WAVES
+
+
+def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan, progress=None):
+    """One DLRM simulation in a worker process (:mod:`~simfuse.workloads.parallel`): the result without its
+    simulator objects, which do not cross processes (a run that records a trace does not use workers)."""
+    from .dlrm import simulate_dlrm
+
+    r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=mode, sim_mode=sim_mode, seed=seed, knobs=knobs,
+                      tuner=tuner, plan=plan, progress=progress)
+    r.sim = r.net = None
+    return r
+
+
+def _plan_key(plan) -> tuple:
+    """What a plan places where (two plans with equal keys simulate alike)."""
+    return tuple((t.table, t.sharding, tuple(t.ranks), t.dim_per_shard) for t in plan.tables)
 
 
 def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen=None,

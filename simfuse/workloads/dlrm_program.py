@@ -15,7 +15,7 @@ from ..fused.ops import EmbeddingAllToAll, PushKernel, RelayWait, TwrwEmbeddingP
 from ..fused.twrw import twrw_rail_bytes, twrw_stage1_bytes
 from ..graph import AllToAllVNode, CollectiveNode, ComputeNode, DelayNode, FusedNode
 from .dense import elementwise_work, gemm_work
-from .dlrm import (
+from .dlrm_kernels import (
     _A2A_KINDS,
     _HIER_KINDS,
     _SHARDED_KINDS,

@@ -10,40 +10,7 @@ import math
 from ..spec import DLRMSpec
 from ..spec.workload import DLRMSettings
 from .base import Workload, register_workload
-
-#: fused knobs tried when ``tune_knobs=auto`` and the placement is planned (only knobs left at their defaults are
-#: varied).  slice_wgs 1 (every workgroup puts its own output) vs 8 (one put per 8 workgroups: fewer, larger
-#: puts, less issue overhead, later first byte); tile_order and persistent_grid keep the paper's choices
-#: (remote-first, docs/sources.md S49; one program per tile) to hold the tuning to two extra simulations per run.
-TUNE_GRID = ({"slice_wgs": 1}, {"slice_wgs": 8})
-
-
-def _tuning_matters(res) -> bool:
-    """Whether the rest of :data:`TUNE_GRID` is worth simulating after its first point gave ``res``.  Not when the
-    fused embedding kernel has more waves than :data:`~simfuse.fused.base.MAX_PUSH_WAVES`: it then pushes once
-    per macro-wave of at least two waves (>= 2 x 1,056 workgroups on an H200), and a slice of at most
-    ``max(slice_wgs)`` = 8 workgroups changes only what a macro-wave boundary holds back (< 8 workgroups per run
-    crossing it), far below the coarsening's own resolution -- while each grid point is a full simulation (the
-    cost that kept 1,024 nodes from finishing)."""
-    from ..fused.base import MAX_PUSH_WAVES
-
-    return res.extras.fused_waves <= MAX_PUSH_WAVES
-
-
-def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan, progress=None):
-    """One DLRM simulation in a worker process (:mod:`~simfuse.workloads.parallel`): the result without its
-    simulator objects, which do not cross processes (a run that records a trace does not use workers)."""
-    from .dlrm import simulate_dlrm
-
-    r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=mode, sim_mode=sim_mode, seed=seed, knobs=knobs,
-                      tuner=tuner, plan=plan, progress=progress)
-    r.sim = r.net = None
-    return r
-
-
-def _plan_key(plan) -> tuple:
-    """What a plan places where (two plans with equal keys simulate alike)."""
-    return tuple((t.table, t.sharding, tuple(t.ranks), t.dim_per_shard) for t in plan.tables)
+from .dlrm_candidates import TUNE_GRID
 
 
 @register_workload("dlrm")
@@ -133,7 +100,7 @@ class DLRMWorkload(Workload):
         one for an even placement; for an uneven one up to ``FULL_SIM_MAX_RANKS`` ranks its orbit classes (or
         every rank, where the fabric has none), counted as every rank for a fused graph (whose classes merge a
         node's GPUs only by local shifts: few placements have any) and two a node for a baseline graph (GPUs of
-        equal placement columns merge); beyond, its rank classes, counted as half the tables (the MLPerf files'
+        equal placement columns merge); beyond (or with ``sim_mode="classes"``), its rank classes, counted as half the tables (the MLPerf files'
         planned placements have 10-19 classes at 16-16,384 nodes, the table-wise one 17, DLRM v1 6)."""
         from .dlrm import FULL_SIM_MAX_RANKS
 
@@ -141,7 +108,7 @@ class DLRMWorkload(Workload):
             return ranks
         if not uneven:
             return 1
-        if ranks <= FULL_SIM_MAX_RANKS:
+        if ranks <= FULL_SIM_MAX_RANKS and sim_mode != "classes":
             return ranks if mode == "fused" else min(ranks, 2 * nodes)
         return min(ranks, max(2, math.ceil(tables / 2)))
 

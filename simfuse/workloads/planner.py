@@ -780,12 +780,3 @@ def _option_for(ctx: _Ctx, units: list[Unit], t: int) -> _Option:
         return _with_keys(ctx, _hier_option(ctx, t, u.kind, u.shards // ctx.g), t)
     opts = {(o.kind, o.shards): o for o in enumerate_options(ctx, t, SHARDINGS)}
     return opts.get((u.kind, u.shards)) or _custom_option(ctx, u)
-
-
-def __getattr__(name: str):
-    """``load_plan`` and ``write_plans`` (forced plans in and out) live in :mod:`.plan_file`."""
-    if name in ("load_plan", "write_plans"):
-        from . import plan_file
-
-        return getattr(plan_file, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ from ..fused.knobs import ExecutionSpec
 from ..spec import load_workload
 from ..system import System, as_system
 from .base import workload_for
-from .dlrm_workload import TUNE_GRID, _tuning_matters  # noqa: F401  (re-exported)
+from .dlrm_candidates import TUNE_GRID, _tuning_matters  # noqa: F401  (re-exported)
 from .op import bound_envelope
 from .result import IterationResult
 
@@ -317,7 +317,8 @@ def summary_rows(model: str, topology: str, nodes: int, gpus: int, results: dict
 
 
 def _driver_columns(row: dict, analysis) -> None:
-    """The three inputs that move a run's speedup (or time) most, one at a time, as flat columns, and the
+    """The three inputs that move a run's speedup (or time) most (:meth:`~simfuse.uncertainty.InputAnalysis.
+    sensitivity_rows`: one at a time, or the draws' conditional ends), as flat columns, and the
     whole sensitivity table as JSON text (``sensitivity_json``: a sweep gathers it into ``sensitivity.csv``)."""
     import json
 

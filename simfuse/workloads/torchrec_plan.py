@@ -1,6 +1,6 @@
 """TorchRec sharding plans as simfuse forced plans (``simfuse run --plan FILE``), without importing torchrec.
 
-Three inputs, one result (rows ``table``, ``sharding``, ``ranks`` for :func:`simfuse.workloads.planner.load_plan`):
+Three inputs, one result (rows ``table``, ``sharding``, ``ranks`` for :func:`simfuse.workloads.plan_file.load_plan`):
 
 * **The text TorchRec prints** for a ``ShardingPlan`` (``print(plan)``): per module a line ``module: <path>``,
   then a parameter table with the columns ``param | sharding type | compute kernel | ranks`` (``ranks`` a Python

@@ -88,7 +88,7 @@ def test_macro_waves_keep_kernel_end_and_bytes():
 def test_coarsened_waves_skip_the_tuning_grid():
     from simfuse.fused.base import MAX_PUSH_WAVES
     from simfuse.workloads.dlrm import DLRMExtras
-    from simfuse.workloads.dlrm_workload import _tuning_matters
+    from simfuse.workloads.dlrm_candidates import _tuning_matters
     from simfuse.workloads.result import IterationResult
 
     r = IterationResult("fused", 0, 0, 0, "classes", 1, 0, 0.0)

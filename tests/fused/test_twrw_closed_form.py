@@ -19,7 +19,7 @@ from simfuse.network import Fabric
 from simfuse.spec import workload_from_dict
 from simfuse.system import System
 from simfuse.workloads.dlrm import simulate_dlrm
-from simfuse.workloads.planner import load_plan
+from simfuse.workloads.plan_file import load_plan
 
 from ..conftest import make_topology
 

@@ -15,7 +15,8 @@ from simfuse.graph import AllToAllVNode, FusedNode
 from simfuse.spec import workload_from_dict
 from simfuse.system import System
 from simfuse.workloads.dlrm import build_dlrm_graph, simulate_dlrm
-from simfuse.workloads.planner import load_plan, plan_tables
+from simfuse.workloads.plan_file import load_plan
+from simfuse.workloads.planner import plan_tables
 
 from ..conftest import make_topology
 

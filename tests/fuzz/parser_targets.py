@@ -66,7 +66,7 @@ def _model_and_system():
 
 
 def _plan_loader(path):
-    from simfuse.workloads.planner import load_plan
+    from simfuse.workloads.plan_file import load_plan
 
     spec, system = _model_and_system()
     return load_plan(path, spec, system, 1, 8, "baseline")

@@ -118,3 +118,23 @@ def test_shipped_files_ranges_parse(root):
     for p in sorted((root / "models").glob("*.yaml")):
         n += len(load_workload(p).inputs.ranges)
     assert n > 0
+
+
+def test_misspelt_keys_are_named():
+    """A misspelt required key is named beside the missing one, and an unknown key gets the known one it is
+    closest to (a typo hint, not a guess: nothing is suggested for a key unlike every known one)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    m = yaml.safe_load((root / "models" / "dlrm_synthetic.yaml").read_text())
+    m["dense_featurez"] = m.pop("dense_features")
+    with pytest.raises(SpecError, match=r"dense_features: missing required field \(is 'dense_featurez'"):
+        workload_from_dict(m, "m.yaml")
+    m = yaml.safe_load((root / "models" / "dlrm_synthetic.yaml").read_text())
+    m["embedding"]["dimm"] = 3
+    with pytest.raises(SpecError, match=r"embedding.dimm: unknown field; did you mean 'dim'\?"):
+        workload_from_dict(m, "m.yaml")
+    m["embedding"].pop("dimm")
+    m["embedding"]["zzzzqqq"] = 3
+    with pytest.raises(SpecError, match=r"zzzzqqq: unknown field$"):
+        workload_from_dict(m, "m.yaml")

@@ -8,7 +8,8 @@ from simfuse.fused.knobs import ExecutionSpec
 from simfuse.spec import workload_from_dict
 from simfuse.system import System
 from simfuse.workloads.dlrm import simulate_dlrm
-from simfuse.workloads.planner import plan_tables, write_plans
+from simfuse.workloads.plan_file import write_plans
+from simfuse.workloads.planner import plan_tables
 from simfuse.workloads.run import simulate_workload
 
 

@@ -20,6 +20,7 @@ from simfuse.graph import AllToAllVNode, ComputeNode, FusedNode
 from simfuse.spec import workload_from_dict
 from simfuse.system import System
 from simfuse.workloads.dlrm import build_dlrm_graph, simulate_dlrm
+from simfuse.workloads.plan_file import load_plan, write_plans
 from simfuse.workloads.planner import (
     SHARDINGS,
     _context,
@@ -27,9 +28,7 @@ from simfuse.workloads.planner import (
     _partition,
     enumerate_options,
     estimate_plan,
-    load_plan,
     plan_tables,
-    write_plans,
 )
 
 from ..conftest import make_topology

@@ -16,7 +16,8 @@ from simfuse.graph import AllToAllVNode, CollectiveNode, ComputeNode
 from simfuse.spec import load_topology, load_workload, workload_from_dict
 from simfuse.system import System
 from simfuse.workloads.dlrm import build_dlrm_graph, simulate_dlrm
-from simfuse.workloads.planner import _context, enumerate_options, load_plan
+from simfuse.workloads.plan_file import load_plan
+from simfuse.workloads.planner import _context, enumerate_options
 
 from ..conftest import make_topology
 

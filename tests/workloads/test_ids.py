@@ -14,7 +14,8 @@ from simfuse.graph import AllToAllVNode
 from simfuse.system import System
 from simfuse.workloads.dlrm import build_dlrm_graph
 from simfuse.workloads.ids import INDEX_BYTES, expected_distinct, ids_bytes
-from simfuse.workloads.planner import SHARDINGS, _context, enumerate_options, load_plan
+from simfuse.workloads.plan_file import load_plan
+from simfuse.workloads.planner import SHARDINGS, _context, enumerate_options
 
 from ..conftest import make_topology
 from .test_input_dist import _spec

@@ -11,7 +11,7 @@ from simfuse.fused.knobs import ExecutionSpec
 from simfuse.spec import load_workload, workload_from_dict
 from simfuse.system import System
 from simfuse.workloads import dlrm_candidates as cands
-from simfuse.workloads import dlrm_workload, parallel, run
+from simfuse.workloads import parallel, run
 from simfuse.workloads.parallel import Pool
 from simfuse.workloads.run import simulate_workload, summary_rows
 
@@ -156,7 +156,7 @@ def test_results_pickle_without_simulator_objects(h200):
     import pickle
 
     spec = run.scaled_spec(_dlrm(), 2, 8, ExecutionSpec())
-    r = dlrm_workload._dlrm_one(spec, h200, 2, 8, "fused", "auto", 0, ExecutionSpec().knobs, None, None)
+    r = cands._dlrm_one(spec, h200, 2, 8, "fused", "auto", 0, ExecutionSpec().knobs, None, None)
     back = pickle.loads(pickle.dumps(r))
     assert back.sim is None and back.net is None
     assert dataclasses.asdict(back.extras.knobs) == dataclasses.asdict(r.extras.knobs) and back.phases == r.phases

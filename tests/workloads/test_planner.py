@@ -16,14 +16,13 @@ from simfuse.spec import workload_from_dict
 from simfuse.spec.workload import DLRMSettings
 from simfuse.system import System
 from simfuse.workloads.dlrm import build_dlrm_graph, simulate_dlrm
+from simfuse.workloads.plan_file import load_plan, write_plans
 from simfuse.workloads.planner import (
     SHARDINGS,
     enumerate_options,
     format_ranks,
-    load_plan,
     parse_ranks,
     plan_tables,
-    write_plans,
 )
 from simfuse.workloads.run import scaled_spec, simulate_workload
 

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from simfuse.errors import SpecError
 from simfuse.spec import load_topology, load_workload, workload_from_dict
 from simfuse.system import System
-from simfuse.workloads.planner import load_plan, plan_tables, write_plans
+from simfuse.workloads.plan_file import load_plan, write_plans
+from simfuse.workloads.planner import plan_tables
 
 from ..conftest import make_topology
 from .test_planner import FORCED, TABLES, _plan_csv

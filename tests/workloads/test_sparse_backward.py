@@ -20,7 +20,7 @@ from simfuse.workloads.dlrm import (
     sparse_update_bytes,
     sparse_update_works,
 )
-from simfuse.workloads.planner import load_plan
+from simfuse.workloads.plan_file import load_plan
 
 from ..conftest import make_topology
 from .test_input_dist import NODES, G, _spec

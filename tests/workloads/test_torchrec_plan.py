@@ -13,7 +13,7 @@ from simfuse.errors import SpecError
 from simfuse.spec import workload_from_dict
 from simfuse.system import System
 from simfuse.workloads.dlrm import simulate_dlrm
-from simfuse.workloads.planner import load_plan
+from simfuse.workloads.plan_file import load_plan
 from simfuse.workloads.torchrec_plan import dump_json, sniff, table_index
 
 from ..conftest import make_topology

@@ -13,7 +13,8 @@ from simfuse.graph import AllToAllVNode
 from simfuse.spec import workload_from_dict
 from simfuse.system import System
 from simfuse.workloads.dlrm import _pool_work, build_dlrm_graph
-from simfuse.workloads.planner import _context, _hier_option, load_plan
+from simfuse.workloads.plan_file import load_plan
+from simfuse.workloads.planner import _context, _hier_option
 
 from ..conftest import make_topology
 

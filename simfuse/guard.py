@@ -253,10 +253,11 @@ GRAPH_SECONDS_PER_NODE = 40e-6
 #: Wall time of one send of a Chakra graph (its flow, the receive's rendezvous): 257-450 us measured on
 #: send/recv rings of 64-256 ranks x 16-64 steps on the loaded VM (about a third of that idle).
 P2P_SECONDS_PER_SEND = 200e-6
-#: One simulation of an LLM workload, per layer (llama3 8B, 32 layers: 0.35-1.6 s a simulation over runs of 2 to 42
-#: simulations, both modes, as the VM's load varied; 70B, 80 layers: 4.2 s); other non-DLRM workloads: at least
+#: One simulation of an LLM workload, per layer: `simfuse run` (both modes, two simulations) takes 0.5-0.7 s of CPU
+#: for Llama 3 8B (32 layers) and 2.5-2.9 s for 70B (80 layers) at 1-16,384 nodes (experiments/results/
+#: bench_targets.csv, 2026-12-07 01:45 UTC run): 0.008-0.018 s a layer; other non-DLRM workloads: at least
 #: SIM_FLOOR_S a simulation (MoE layer, TP decode: 0.035-0.045 s).
-LLM_SECONDS_PER_LAYER = 0.025
+LLM_SECONDS_PER_LAYER = 0.014
 SIM_FLOOR_S = 0.04
 #: Above this many ranks a schedule is priced without being built (its arrays would be the cost).
 MAX_SCHEDULE_RANKS = 1 << 16

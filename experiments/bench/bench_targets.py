@@ -63,10 +63,12 @@ def _batch_args(model: str, nodes: int, g: int) -> list[str]:
 
 
 def _estimate(model: str, topology: str, nodes: int):
-    """The cost guard's estimate of the run point (what ``simfuse run`` checks before it starts)."""
+    """The cost guard's estimate of the run point: what ``simfuse run`` checks before it starts
+    (:func:`simfuse.guard.estimate_run` with the command's default workers)."""
     sys.path.insert(0, str(ROOT))
+    from simfuse.cli.run import _workers
     from simfuse.fused.knobs import parse_execution
-    from simfuse.guard import estimate_workload
+    from simfuse.guard import estimate_run
     from simfuse.spec import load_topology, load_workload
     from simfuse.workloads.run import scaled_spec
 
@@ -77,7 +79,8 @@ def _estimate(model: str, topology: str, nodes: int):
     if extra:
         settings["batch_per_gpu"] = int(extra[1])
     ex = parse_execution(settings)
-    return estimate_workload(scaled_spec(load_workload(model), nodes, g, ex), topo, nodes, g, "auto", ex), extra, g
+    return (estimate_run(scaled_spec(load_workload(model), nodes, g, ex), topo, nodes, g, "auto", ex, _workers(None)),
+            extra, g)
 
 
 def _child_run(model: str, topology: str, nodes: int) -> dict:

@@ -42,11 +42,9 @@ def check_collective(topology, nodes, op: str, sizes: list[int], *, algorithm: s
     if mode not in COLLECTIVE_MODES:
         raise SpecError("<argument>", names["mode"], f"unknown mode {short_repr(mode)}; expected one of "
                         f"{', '.join(COLLECTIVE_MODES)}")
-    from .collectives.protocols import PROTOCOLS
+    from .collectives.protocols import canonical_protocol
 
-    if protocol is not None and protocol not in PROTOCOLS:
-        raise SpecError("<argument>", names["protocol"], f"unknown protocol {short_repr(protocol)}; "
-                        f"expected one of {', '.join(PROTOCOLS)} (NCCL_PROTO)")
+    canonical_protocol(protocol, "<argument>", names["protocol"])  # ll128 is LL128; an unknown name is refused
     g = resolve_gpus_per_node(topology, gpus_per_node, names["gpus_per_node"])
     check_cost(estimate_collective_run(topology, op, nodes, g, sizes, mode, algorithm, protocol), force,
                field=names["force"], command="collective")

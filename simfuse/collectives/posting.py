@@ -92,7 +92,7 @@ def post_queue(net, rank: int, rule: PostRule, scope=None) -> PostQueue:
     One queue per operation: the batches of one exchange or one fused kernel serialize; two operations in flight
     at once do not share a queue -- NCCL runs the operations of one communicator one after another and gives
     each communicator its own proxy thread, so two concurrent all-to-alls are not posted by one thread."""
-    queues = net.__dict__.setdefault("_simfuse_post_queues", {})
+    queues = net.sim.post_queues
     key = (int(rank), rule.transport, scope)
     q = queues.get(key)
     if q is None or q.rule != rule:

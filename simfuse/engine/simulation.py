@@ -71,6 +71,10 @@ class Simulation:
         self.kernel_memo: dict = {}
         #: ranks whose kernels share the GPU with kernels of another compute stream (engine.share)
         self.shares: dict = {}
+        #: each GPU's post queues (simfuse.collectives.posting.post_queue), by (rank, transport, operation)
+        self.post_queues: dict = {}
+        #: the relay channels of push kernels that forward what they receive (simfuse.fused.push_kernel)
+        self.relay_channels: dict = {}
 
     def enable_share(self, rank: int):
         """Kernels of ``rank`` from now on share its GPU by occupancy demand (:class:`~simfuse.engine.share.

@@ -90,8 +90,8 @@ class PushKernel(MemberOp):
         relaying = self.relay_bytes is not None
         # orbit classes (the executor's exact class mode) relay as full simulation does, at the representative of
         # each receiver's class (``ctx.rep_of``; the identity in full simulation)
-        symmetric = ctx.fabric.symmetric and not getattr(ctx, "orbit_classes", False)
-        rep_of = getattr(ctx, "rep_of", int)
+        symmetric = ctx.fabric.symmetric and not ctx.orbit_classes
+        rep_of = ctx.rep_of
         relay_tag = f"{self.tag}:relay"
         if relaying:
             st = relay_channel(ctx.sim, self.relay_channel, env)
@@ -177,7 +177,7 @@ class PushKernel(MemberOp):
 def relay_channel(sim, name: str, env) -> dict:
     """The state a relaying :class:`PushKernel` shares with its :class:`RelayWait` nodes in one simulation (kept
     on the simulation object: nothing outlives the run)."""
-    chans = sim.__dict__.setdefault("_relay_channels", {})
+    chans = sim.relay_channels
     st = chans.get(name)
     if st is None:
         st = chans[name] = {"issued": {}, "land": {}, "procs": {}, "relayed": {}, "flows": [], "inst": None}

@@ -363,8 +363,8 @@ class TwrwEmbeddingPush(MemberOp):
         gi = topology.gpu_initiated
         # a push to reducer h is credited to h's simulated stand-in: h in full simulation, the representative of
         # h's class with orbit classes; rank 0's own state in the symmetric mode (relabelling)
-        rep_of = getattr(ctx, "rep_of", int)
-        symmetric = ctx.fabric.symmetric and not getattr(ctx, "orbit_classes", False)
+        rep_of = ctx.rep_of
+        symmetric = ctx.fabric.symmetric and not ctx.orbit_classes
         reduce_s = ctx.cost.reduction_time_s(g * max(1, int(knobs.slice_wgs)) * self.wg_bytes)
         tag = f"{self.name}:rail"
         batch = -(-self.Q // MAX_STAGE2_PUTS)

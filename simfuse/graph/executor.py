@@ -443,7 +443,7 @@ class Executor:
         knobs = nd.knobs or FusedKnobs()
         rank = self.ent_ranks[e]
         wait_label = getattr(nd, "wait_phase", "") or f"{nd.label()}_wait"
-        if getattr(op, "exchange", False):
+        if op.exchange:
             inst = self._exchange(nd.group, key)
             kernel_end = yield env.process(op.member_process(self.ctx, inst, e, rank, knobs))
             self._finish(er, nd, t0, kernel_end, _is_compute_stream(nd.stream))

@@ -273,6 +273,7 @@ def _collective_flows(topology, op: str, nodes: int, g: int, size: float, mode: 
     that schedule is symmetric."""
     from .collectives.algorithms import Layout, make_algorithm
     from .collectives.groups import world
+    from .collectives.runner import relabelling
     from .collectives.tuner import Tuner
 
     layout = Layout(nodes, g)
@@ -290,7 +291,17 @@ def _collective_flows(topology, op: str, nodes: int, g: int, size: float, mode: 
     flows = sum(len(peers) for peers, _ in steps)
     # a schedule of many small steps (rings) costs about half as much a flow as one of few wide steps (measured:
     # ring reduce_scatter 21 us a flow idle, direct all_gather / all_to_all 52-68 us)
-    return int(flows * (RING_FLOW_WEIGHT if len(steps) > 8 else 1.0)), algo.symmetric
+    symmetric = algo.symmetric
+    if symmetric and relabelling(algo) == "shift":
+        # a schedule over neighbouring nodes (rings, neighbour trees) on a fabric whose nodes differ (fat_tree_3tier
+        # with several leaves) fails the run's schedule check and is simulated in full (collectives.run)
+        from .network import Fabric
+
+        try:
+            symmetric = Fabric(topology, nodes, gpus_per_node=g, symmetric=True).node_transitive
+        except SpecError:
+            symmetric = False
+    return int(flows * (RING_FLOW_WEIGHT if len(steps) > 8 else 1.0)), symmetric
 
 
 def estimate_collective_run(topology, op: str, nodes: int, gpus_per_node: int, sizes, mode: str = "auto",

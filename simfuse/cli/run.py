@@ -114,10 +114,9 @@ def cmd_run(args) -> int:
         an = next(r.input_analysis for r in res.values() if r.input_analysis is not None)
         print(f"p10/p50/p90: {len(an.draws)} Latin hypercube draws of {len(an.inputs)} input ranges "
               "(the files' uncertain: blocks) joint with the kernel residuals; point = nominal inputs")
-        rows = an.sensitivity_rows()
-        how = {"oat": "one at a time, min..max",
-               "conditional": "mean of the draws at each input's low and high quarter, min..max"}
-        top = rows[:3]
+        top = an.sensitivity_rows()[:3]
+        how = {"oat": "one at a time, min..max", "conditional": "mean of the draws at each input's low and high "
+                                                                "quarter, min..max"}
         if top and top[0]["method"] in how:
             print(f"top drivers of the {an.metric_name} ({how[top[0]['method']]}): " + "; ".join(
                 f"{r['input']} {r['metric_min']:.3f}..{r['metric_max']:.3f}" for r in top))

@@ -4,7 +4,7 @@ HugeCTR's MLP and MultiCross layers can compute their weight gradients (wgrad) o
 data gradients (dgrad) go on down the network (``async_wgrad``; docs/hugectr_baseline.md).  simfuse runs every
 GEMM of a rank one after the other on its compute stream; this measures what that leaves out, at MLPerf's
 per-GPU batches (6,912 / 2,112 / 1,056), bf16, on the backward GEMMs of the dense network the DLRM builder emits
-(:func:`simfuse.workloads.dlrm._dense_layers`; no dgrad for the first bottom layer, whose input is the data):
+(:func:`simfuse.workloads.dlrm_kernels._dense_layers`; no dgrad for the first bottom layer, whose input is the data):
 
 * ``seq``: per layer, last to first, its dgrad then its wgrad, one stream (what simfuse models);
 * ``async``: the dgrads in order on the main stream; each wgrad on a side stream as soon as the dgrad that
@@ -45,7 +45,7 @@ def backward_gemms(b: int, model: str | None = None) -> list[tuple[str, int, int
         fwd = _layers(b)
     else:
         from simfuse.spec import load_workload
-        from simfuse.workloads.dlrm import _dense_layers
+        from simfuse.workloads.dlrm_kernels import _dense_layers
 
         bottom, inter, top = _dense_layers(load_workload(model), b)
         fwd = bottom + inter + top

@@ -1,7 +1,7 @@
 # ruff: noqa: B023  (kernel closures capture loop variables and are consumed within the same iteration)
 """HugeCTR's dense element-wise kernels, re-created and timed on a GPU, against simfuse's prices (issue 11).
 
-``dense_fusion: epilogue`` (simfuse.workloads.dlrm.dense_elementwise) prices the kernels HugeCTR's MultiCross,
+``dense_fusion: epilogue`` (simfuse.workloads.dlrm_kernels.dense_elementwise) prices the kernels HugeCTR's MultiCross,
 Concat and MLP layers launch by their bytes.  This measures kernels with the same memory traffic, at MLPerf's
 per-GPU batches (6,912 / 2,112 / 1,056) and the DLRM-DCNv2 widths (x = 27 x 128 = 3,456, embeddings 26 x 128),
 bf16:
@@ -191,7 +191,7 @@ def predict(csv_path: str, topology: str, out: str | None) -> None:
     from simfuse.engine.compute import simulate_kernel
     from simfuse.spec import load_workload
     from simfuse.system import System
-    from simfuse.workloads.dlrm import dense_elementwise
+    from simfuse.workloads.dlrm_kernels import dense_elementwise
 
     system = System.load(topology)
     spec = load_workload(ROOT / "models" / "dlrm_dcnv2_mlperf.yaml")

@@ -33,7 +33,7 @@ FIELDS = ["gpu", "batch", "what", "label", "m", "n", "k", "time_s", "reps"]
 
 def _layers(b: int, dense_features=13, bottom=(512, 256, 128), top=(1024, 1024, 512, 256, 1), tables=26, dim=128,
             dcn_layers=3, low_rank=512):
-    """Forward GEMMs (label, m, n, k) as simfuse.workloads.dlrm._dense_layers lists them (DCN interaction)."""
+    """Forward GEMMs (label, m, n, k) as simfuse.workloads.dlrm_kernels._dense_layers lists them (DCN interaction)."""
     out, d_in = [], dense_features
     for i, o in enumerate(bottom):
         out.append((f"bottom{i}", b, o, d_in))
@@ -230,7 +230,7 @@ def predict(csv_path: str, model: str, topology: str, out: str | None) -> None:
     from simfuse.spec import load_workload
     from simfuse.system import System
     from simfuse.workloads.dense import elementwise_work, gemm_work
-    from simfuse.workloads.dlrm import _dense_layers, dense_elementwise
+    from simfuse.workloads.dlrm_kernels import _dense_layers, dense_elementwise
 
     spec = load_workload(model)
     # the measured step and the isolated GEMMs are CUDA-graph replays: every kernel at the in-graph latency

@@ -6,7 +6,7 @@ then one fused kernel that, for each distinct id (a run of equal ids in sorted o
 gradients of the bags that looked it up (fp16, one row of ``D`` per bag) and applies Adagrad to the row (fp32
 table and fp32 accumulator, one state element per element: HugeCTR's ``optimizers.cuh``).  Ids are uniform in
 ``[0, rows)`` (the simulator's assumption).  simfuse prices the same shard with
-:func:`simfuse.workloads.dlrm.sparse_update_work` (bytes: per lookup its row and state read and written, each
+:func:`simfuse.workloads.dlrm_kernels.sparse_update_work` (bytes: per lookup its row and state read and written, each
 bag's gradient once) and does not price the sort.
 
 * ``python experiments/gpu_campaigns/embedding_backward.py measure OUT_DIR`` (GPU; torch + Triton): checks the fused kernel
@@ -316,7 +316,7 @@ def predict(csv_path: str, model: str, topology: str, out: str | None) -> Path:
     ``embedding_sort_<gpu>.csv`` beside the CSV when it is there, else ``torch.sort``), the fastest update
     (``best_update_s``; ``best_variant``: ``update`` is one id per program, ``update_bB_wW`` the blocked kernel),
     PyTorch's sparse backward + Adagrad (``torch_bwd_s`` = ``torch_step - torch_fwd``, when measured); simfuse's
-    kernels for the shard (:func:`simfuse.workloads.dlrm.sparse_update_works`, launch latency included:
+    kernels for the shard (:func:`simfuse.workloads.dlrm_kernels.sparse_update_works`, launch latency included:
     ``sim_index_s`` the sort and encode, ``sim_update_s`` the update) and the ratios.  Nothing is fitted."""
     import dataclasses
 
@@ -325,7 +325,7 @@ def predict(csv_path: str, model: str, topology: str, out: str | None) -> Path:
     from simfuse.engine.compute import simulate_kernel
     from simfuse.spec import load_workload
     from simfuse.system import System
-    from simfuse.workloads.dlrm import sparse_update_works
+    from simfuse.workloads.dlrm_kernels import sparse_update_works
 
     system = System.load(topology)
     spec = dataclasses.replace(load_workload(model), embedding_comm_dtype="fp16", optimizer_state_factor=1.0)

@@ -35,7 +35,7 @@ DENSE_ALLREDUCES = ("bucketed", "grouped", "bucketed_per_table")
 #: weights and accumulator; with a non-fp32 dense dtype, the cast of the weights to it) or ``sgd`` (plain SGD on
 #: the dense-dtype weights: read weight and gradient, write the weight; PyTorch's ``foreach`` step)
 DENSE_OPTIMIZERS = ("none", "adagrad", "sgd")
-#: how the dense network's element-wise work is split into kernels (simfuse.workloads.dlrm.dense_elementwise):
+#: how the dense network's element-wise work is split into kernels (simfuse.workloads.dlrm_kernels.dense_elementwise):
 #: ``epilogue`` -- bias and ReLU in the GEMM epilogues, one fused kernel per DCN cross layer and direction, the
 #: concat as copies (HugeCTR v23.08-v24.06's ``MLPLayer`` / ``MultiCrossLayer`` / ``ConcatLayer``, the MLPerf
 #: submissions' dense network); ``unfused`` -- every element-wise op its own kernel, as PyTorch eager or a CUDA
@@ -57,7 +57,7 @@ INPUT_DISTS = ("prefetch", "inline", "none")
 #: the sparse (model-parallel) embedding backward: ``sorted`` -- the kernels real implementations run (HugeCTR's
 #: index calculation + local reduce + update, FBGEMM's TBE backward): a radix sort of the lookups' ids, a
 #: run-length encode, one fused segment-reduce + optimizer kernel over the distinct rows
-#: (:func:`simfuse.workloads.dlrm.sparse_update_works`; since 2026-12-05); ``bytes`` -- simfuse before 2026-12-05
+#: (:func:`simfuse.workloads.dlrm_kernels.sparse_update_works`; since 2026-12-05); ``bytes`` -- simfuse before 2026-12-05
 #: (one kernel, per lookup its row and state read and written, each bag's gradient read once), kept so regression
 #: tests can pin older results
 SPARSE_BACKWARDS = ("sorted", "bytes")

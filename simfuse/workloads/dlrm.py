@@ -55,24 +55,6 @@ from ..errors import SpecError
 from ..fused.knobs import FusedKnobs
 from ..graph import Graph
 from ..spec import DLRMSpec
-from .dlrm_kernels import (  # noqa: F401  (re-exported: the iteration's kernels and sizes)
-    _A2A_KINDS,
-    _HIER_KINDS,
-    _SHARDED_KINDS,
-    RADIX_DIGIT_BITS,
-    SORT_PAIR_BYTES,
-    DenseElementwise,
-    _buckets,
-    _dcn_elementwise,
-    _dense_layers,
-    _pool_work,
-    dense_elementwise,
-    expected_distinct_rows,
-    radix_digits,
-    sort_bytes,
-    sparse_update_bytes,
-    sparse_update_works,
-)
 from .placement import place_tables, rank_classes
 from .planner import RankUnits, check_batch_split
 from .result import IterationResult

@@ -102,7 +102,7 @@ def _mlp_backward(layers, dt: str, grad_eb: int):
 
 
 def dense_schedule(spec, b: int, fuse_bwd: bool, bulk_twrw: bool, dp_rows_bucketed: float) -> DenseSchedule:
-    """The element-wise kernels (:func:`~simfuse.workloads.dlrm.dense_elementwise`) in issue order: an MLP
+    """The element-wise kernels (:func:`~simfuse.workloads.dlrm_kernels.dense_elementwise`) in issue order: an MLP
     layer's after its forward GEMM and before its backward pair; the loss after the top MLP.  ``fuse_bwd``: the
     fused backward pushes d(embeddings) from the kernel that produces it; ``bulk_twrw``: table-row-wise shards
     still go through a bulk exchange; ``dp_rows_bucketed``: bytes of replicated-table gradients in the last

@@ -64,7 +64,7 @@ from ..spec import LLMSpec
 from ..units import DTYPE_BYTES
 from .base import Workload, register_workload
 from .dense import elementwise_work, gemm_work
-from .dlrm import _buckets
+from .dlrm_kernels import _buckets
 from .op import symmetric_ok
 from .result import IterationResult
 

@@ -1,5 +1,5 @@
 """The model-parallel embedding backward's formulas (``embedding.sparse_backward: sorted``), shared by the DLRM graph
-builder (:func:`simfuse.workloads.dlrm.sparse_update_works`) and the sharding planner's estimator.
+builder (:func:`simfuse.workloads.dlrm_kernels.sparse_update_works`) and the sharding planner's estimator.
 
 Real implementations (HugeCTR's index calculation + local reduce + update; FBGEMM's fused TBE backward) sort the
 lookups' ids with their positions (CUB radix sort over the bits the key space needs, 8-bit digits), run-length

@@ -11,7 +11,7 @@ from simfuse.errors import SpecError
 from simfuse.spec import workload_from_dict
 from simfuse.system import System
 from simfuse.workloads.dense import elementwise_work
-from simfuse.workloads.dlrm import dense_elementwise
+from simfuse.workloads.dlrm_kernels import dense_elementwise
 
 from ..conftest import make_topology
 

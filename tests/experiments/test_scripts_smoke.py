@@ -177,7 +177,7 @@ def test_dlrm_dense_step_predict(root, tmp_path):
     from simfuse.spec import load_workload
     from simfuse.system import System
     from simfuse.workloads.dense import gemm_work
-    from simfuse.workloads.dlrm import _dense_layers, dense_elementwise
+    from simfuse.workloads.dlrm_kernels import _dense_layers, dense_elementwise
 
     out = tmp_path / "pred.csv"
     csv_in = "experiments/results/dlrm_dense_step/dense_step_NVIDIA_H200.csv"
@@ -223,7 +223,7 @@ def test_dense_ew_kernels_predict(root, tmp_path, csv_name):
     simulated time is that kernel priced alone without its launch latency."""
     from simfuse.spec import load_workload
     from simfuse.system import System
-    from simfuse.workloads.dlrm import dense_elementwise
+    from simfuse.workloads.dlrm_kernels import dense_elementwise
 
     out = tmp_path / "ew.csv"
     _run(root, "experiments/gpu_campaigns/dense_ew_kernels.py", "predict",

@@ -11,7 +11,8 @@ from simfuse.errors import SpecError
 from simfuse.graph import CollectiveNode, ComputeNode, DelayNode, FusedNode
 from simfuse.spec import workload_from_dict
 from simfuse.system import System
-from simfuse.workloads.dlrm import _dense_layers, build_dlrm_graph, simulate_dlrm
+from simfuse.workloads.dlrm import build_dlrm_graph, simulate_dlrm
+from simfuse.workloads.dlrm_kernels import _dense_layers
 
 from ..conftest import make_topology
 

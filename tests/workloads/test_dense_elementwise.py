@@ -1,4 +1,4 @@
-"""The dense network's element-wise kernels (``dense_fusion``, simfuse.workloads.dlrm.dense_elementwise): byte
+"""The dense network's element-wise kernels (``dense_fusion``, simfuse.workloads.dlrm_kernels.dense_elementwise): byte
 and kernel counts against the formulas read from HugeCTR's and PyTorch's kernels, their place in the iteration
 graph, the kernel the fused backward pushes from, the SGD step, and bad input."""
 
@@ -12,7 +12,8 @@ from simfuse.errors import SpecError
 from simfuse.graph import AllToAllVNode, ComputeNode, FusedNode
 from simfuse.spec import workload_from_dict
 from simfuse.system import System
-from simfuse.workloads.dlrm import _dense_layers, build_dlrm_graph, dense_elementwise, simulate_dlrm
+from simfuse.workloads.dlrm import build_dlrm_graph, simulate_dlrm
+from simfuse.workloads.dlrm_kernels import _dense_layers, dense_elementwise
 
 from ..conftest import make_topology
 

@@ -13,14 +13,10 @@ from simfuse.engine.compute import simulate_kernel
 from simfuse.errors import SpecError
 from simfuse.graph import ComputeNode
 from simfuse.system import System
-from simfuse.workloads.dlrm import (
-    build_dlrm_graph,
-    expected_distinct_rows,
-    simulate_dlrm,
-    sparse_update_bytes,
-    sparse_update_works,
-)
+from simfuse.workloads.dlrm import build_dlrm_graph, simulate_dlrm
+from simfuse.workloads.dlrm_kernels import sparse_update_works
 from simfuse.workloads.plan_file import load_plan
+from simfuse.workloads.sparse_backward import expected_distinct_rows, sparse_update_bytes
 
 from ..conftest import make_topology
 from .test_input_dist import NODES, G, _spec

@@ -12,7 +12,8 @@ from simfuse.fused.twrw import TwrwEmbeddingPush, twrw_rail_bytes, twrw_stage1_b
 from simfuse.graph import AllToAllVNode
 from simfuse.spec import workload_from_dict
 from simfuse.system import System
-from simfuse.workloads.dlrm import _pool_work, build_dlrm_graph
+from simfuse.workloads.dlrm import build_dlrm_graph
+from simfuse.workloads.dlrm_kernels import _pool_work
 from simfuse.workloads.plan_file import load_plan
 from simfuse.workloads.planner import _context, _hier_option
 

@@ -25,7 +25,7 @@ Runs not simulated: ``quality = anomalous`` (the source reports a broken setup),
 known NVLink rate (AMD).  They stay in the corpus and are listed in ``skipped.csv``.
 
 Usage: ``python experiments/validation/network_validation.py [--out DIR] [--jobs N] [--smoke]``
-(``--smoke``: two sources, a 2 x 2 x 2 grid, seconds; used by tests/experiments/test_network_validation.py).
+(``--smoke``: three sources, a 2 x 2 x 2 grid, seconds; used by tests/experiments/test_network_validation.py).
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ MiB = 2**20
 GRID = {"scale_out.efficiency": (0.60, 0.70, 0.80, 0.88, 0.92, 0.96, 1.0),
         "scale_out.latency_s": (1e-6, 3e-6, 6e-6, 12e-6),
         "collectives.net_overhead_s": (0.0, 0.5e-6, 1e-6, 2e-6)}
-SMOKE_GRID = {"scale_out.efficiency": (0.8, 1.0), "scale_out.latency_s": (3e-6, 6e-6),
+SMOKE_GRID = {"scale_out.efficiency": (0.92, 1.0), "scale_out.latency_s": (3e-6, 6e-6),
               "collectives.net_overhead_s": (0.5e-6, 1e-6)}
-SMOKE_SOURCES = ("gcp_a3mega_fork", "nccl_tests_152")
+SMOKE_SOURCES = ("gcp_a3mega_fork", "dstack_a3mega", "nccl_tests_152")
 MAX_SIZES_PER_RUN = 5
 MIN_FIT_BYTES = MiB
 LARGE_BYTES = 64 * MiB
@@ -105,6 +105,30 @@ def _sizes(run: CorpusRun, smoke: bool) -> list[tuple[int, float]]:
     return [(r.size_bytes, r.time_s) for r in rows]
 
 
+#: fabrics whose network terms are fitted apart (each its own class, trained only on that fabric's runs from other
+#: sources): GCP's GPUDirect-TCPXO moves GPU memory over TCP on Ethernet (A3 Mega's 8 x 200 Gb/s NICs, the
+#: NCCL FasTrak plugin), a different transport from the InfiniBand / RoCE / EFA RDMA of every other run, with a
+#: latency floor far above NCCL's network constants (a 64 KiB all-reduce of the A3 Mega log takes ~160 us).  Its
+#: latency grid reaches that floor.
+TCPXO = "gpudirect_tcpxo"
+RDMA = "rdma"
+TCPXO_LATENCY_S = (25e-6, 50e-6, 100e-6, 200e-6)
+
+
+def fabric_class(run: CorpusRun) -> str:
+    """The class of fabric whose terms predict a run: :data:`TCPXO` where ``runs.csv`` names GPUDirect-TCPXO, else
+    :data:`RDMA` (InfiniBand, RoCE, EFA, or not stated)."""
+    return TCPXO if "TCPXO" in run.fabric.upper() else RDMA
+
+
+def grid_for(run: CorpusRun, grid: dict, smoke: bool) -> dict:
+    """The grid a run is simulated on: :data:`TCPXO` runs add :data:`TCPXO_LATENCY_S` to the latency (full run)."""
+    if smoke or fabric_class(run) != TCPXO:
+        return grid
+    key = "scale_out.latency_s"
+    return {**grid, key: tuple(sorted(set(grid[key]) | set(TCPXO_LATENCY_S)))}
+
+
 def _job(args):
     """Simulated times of one run at every grid point (a worker process)."""
     run, base_path, sizes, grid = args
@@ -124,7 +148,7 @@ def _job(args):
 
 
 def simulate_grid(runs, base_path: str, grid: dict, smoke: bool, jobs: int) -> pd.DataFrame:
-    tasks = [(r, base_path, _sizes(r, smoke), grid) for r in runs]
+    tasks = [(r, base_path, _sizes(r, smoke), grid_for(r, grid, smoke)) for r in runs]
     rows = []
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as ex:
@@ -207,6 +231,24 @@ def trains(run: CorpusRun) -> bool:
     return run.nic_gbps is not None
 
 
+def fit_classes(sim: pd.DataFrame, meas: dict, train_ids, class_of: dict, source_of: dict, algorithms,
+                nominal: dict) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
+    """The terms of each fabric class, fitted on ``train_ids``: :data:`RDMA` on its own training runs; :data:`TCPXO`
+    on the training runs of that fabric whose every simulated point ran a plain algorithm (``algorithms``; a run
+    NCCL prices with a tree or NVLS would turn its modelling error into TCPXO terms), a term they do not move
+    keeping the RDMA fit's value; a class with no training run takes the RDMA terms (RDMA: ``nominal``).  Returns
+    ``({class: terms}, {class: the sources it was trained on})``."""
+    rdma = [r for r in train_ids if class_of[r] == RDMA]
+    out = {RDMA: fit(sim, meas, rdma, source_of, algorithms, nominal) if rdma else dict(nominal)}
+    plain = [r for r in train_ids if class_of[r] == TCPXO and (
+        algorithms is None or sim.loc[sim["run_id"] == r, "algorithm"].isin(algorithms).all())]
+    if plain:
+        out[TCPXO] = fit(sim, meas, plain, source_of, None, out[RDMA])
+    else:
+        out[TCPXO] = dict(out[RDMA])
+    return out, {RDMA: sorted({source_of[r] for r in rdma}), TCPXO: sorted({source_of[r] for r in plain})}
+
+
 def predict(sim: pd.DataFrame, params: dict[str, float]) -> pd.DataFrame:
     sel = np.ones(len(sim), dtype=bool)
     for k, v in params.items():
@@ -218,6 +260,50 @@ def _stats(e: np.ndarray) -> dict:
     e = np.abs(e)
     return {"points": int(e.size), "median_abs_pct": float(np.median(e)) if e.size else math.nan,
             "max_abs_pct": float(np.max(e)) if e.size else math.nan}
+
+
+def _held_out_rows(sim, meas, held_runs, params: dict, held: str) -> list[dict]:
+    """The points of a held-out source's runs, each predicted with its fabric class's terms."""
+    rows = []
+    for run in held_runs:
+        terms = params[fabric_class(run)]
+        pred = predict(sim[sim["run_id"] == run.run_id], terms)
+        for _, p in pred.iterrows():
+            m = meas[(run.run_id, p["size_bytes"])]
+            rows.append({"held_out_source": held, "run_id": run.run_id, "gpu": run.gpu, "collective": run.collective,
+                         "nodes": run.nodes, "gpus_per_node": run.gpus_per_node, "forced_algorithm": run.nccl_algo,
+                         "trains": trains(run), "evaluation_set": evaluation_set(run),
+                         "fabric_class": fabric_class(run), "simulated_algorithm": p["algorithm"],
+                         "size_bytes": int(p["size_bytes"]), "measured_s": m, "simulated_s": p["simulated_s"],
+                         "pct_error": 100.0 * (p["simulated_s"] / m - 1.0), **terms})
+    return rows
+
+
+def ranges_table(fold: pd.DataFrame, all_fit: dict, grid: dict, smoke: bool) -> pd.DataFrame:
+    """``fitted_ranges.csv``: per term, low / high = the smallest / largest leave-one-source-out refit widened by one
+    grid step each way (the grid's resolution), nominal = the fit on every source; each class's terms from the
+    folds that trained them (none: no row)."""
+    src = ("experiments/validation/network_validation.py: nominal = fit on every corpus source; low/high = the range "
+           "of the leave-one-source-out refits widened by one grid step each way (the grid's resolution)")
+    rows = []
+    trained = {c: fold[fold[f"{p}_trained_on"].fillna("").astype(str).str.len() > 0] for c, p in
+               ((RDMA, "rdma"), (TCPXO, "tcpxo"))}
+    tgrid = {k: v for k, v in grid.items() if k != "collectives.net_overhead_s"}
+    tgrid["scale_out.latency_s"] = tuple(sorted(set(grid["scale_out.latency_s"]) | set(
+        () if smoke else TCPXO_LATENCY_S)))
+    for prefix, folds, g_all, nominal in (("", trained[RDMA], grid, all_fit[RDMA]),
+                                          ("tcpxo.", trained[TCPXO], tgrid, all_fit[TCPXO])):
+        if not len(folds):
+            continue
+        for k, values in g_all.items():
+            g = list(values)
+            lo_i, hi_i = g.index(float(folds[prefix + k].min())), g.index(float(folds[prefix + k].max()))
+            name = prefix + (k.replace("_s", "_us") if k.endswith("_s") else k)
+            scale = 1e6 if name.endswith("_us") else 1.0
+            rows.append({"parameter": name, "low": g[max(0, lo_i - 1)] * scale, "nominal": nominal[k] * scale,
+                         "high": g[min(len(g) - 1, hi_i + 1)] * scale,
+                         "source": src + ("; GPUDirect-TCPXO runs only" if prefix else "; InfiniBand / RoCE / EFA runs")})
+    return pd.DataFrame(rows)
 
 
 def evaluation_table(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -240,7 +326,7 @@ def main(argv=None) -> int:
     ap.add_argument("--topology", default=str(ROOT / "topologies/h100_nvl8_ib_ndr.yaml"))
     ap.add_argument("--out", default=str(ROOT / "experiments/results/network_validation"))
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--smoke", action="store_true", help="two sources, a 2x2x2 grid (seconds)")
+    ap.add_argument("--smoke", action="store_true", help="three sources, a 2x2x2 grid (seconds)")
     ap.add_argument("--fit-on", choices=tuple(FIT_ON), default="plain",
                     help="train on the points of plain algorithms (ring, direct all-to-all; default) or on all")
     args = ap.parse_args(argv)
@@ -256,27 +342,21 @@ def main(argv=None) -> int:
         (skipped.append({"run_id": r.run_id, "source_id": r.source_id, "reason": why}) if why else runs.append(r))
     sim = simulate_grid(runs, args.topology, grid, args.smoke, args.jobs)
     meas = {(r.run_id, s): t for r in runs for s, t in _sizes(r, args.smoke)}
-    by_run = {r.run_id: r for r in runs}
     source_of = {r.run_id: r.source_id for r in runs}
     sources = sorted({r.source_id for r in runs})
     rows, fits = [], []
     nominal = _nominal(base, grid)
+    class_of = {r.run_id: fabric_class(r) for r in runs}
+    algos = FIT_ON[args.fit_on]
     for held in sources:
         train = [r.run_id for r in runs if r.source_id != held and trains(r)]
-        params = fit(sim, meas, train, source_of, FIT_ON[args.fit_on], nominal)
-        fits.append({"held_out_source": held, **params})
-        pred = predict(sim, params)
-        for _, p in pred[pred["run_id"].isin([r.run_id for r in runs if r.source_id == held])].iterrows():
-            run = by_run[p["run_id"]]
-            m = meas[(run.run_id, p["size_bytes"])]
-            rows.append({"held_out_source": held, "run_id": run.run_id, "gpu": run.gpu, "collective": run.collective,
-                         "nodes": run.nodes, "gpus_per_node": run.gpus_per_node, "forced_algorithm": run.nccl_algo,
-                         "trains": trains(run), "evaluation_set": evaluation_set(run),
-                         "simulated_algorithm": p["algorithm"], "size_bytes": int(p["size_bytes"]),
-                         "measured_s": m, "simulated_s": p["simulated_s"],
-                         "pct_error": 100.0 * (p["simulated_s"] / m - 1.0), **params})
+        params, trained_on = fit_classes(sim, meas, train, class_of, source_of, algos, nominal)
+        fits.append({"held_out_source": held, **params[RDMA], **{f"tcpxo.{k}": v for k, v in params[TCPXO].items()},
+                     "rdma_trained_on": ";".join(trained_on[RDMA]), "tcpxo_trained_on": ";".join(trained_on[TCPXO])})
+        rows.extend(_held_out_rows(sim, meas, [r for r in runs if r.source_id == held], params, held))
     table = pd.DataFrame(rows)
-    all_fit = fit(sim, meas, [r.run_id for r in runs if trains(r)], source_of, FIT_ON[args.fit_on], nominal)
+    all_fit, all_trained_on = fit_classes(sim, meas, [r.run_id for r in runs if trains(r)], class_of, source_of,
+                                          algos, nominal)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "leave_source_out.csv", index=False, float_format="%.6g")
@@ -293,24 +373,13 @@ def main(argv=None) -> int:
                   for _, r in sets.iterrows()}
     else:
         st, by_set = _stats(np.array([])), {}
-    ranges = []
-    fold = pd.DataFrame(fits)
-    for k in grid:
-        g = list(grid[k])
-        lo_i, hi_i = g.index(float(fold[k].min())), g.index(float(fold[k].max()))
-        ranges.append({"parameter": k.replace("_s", "_us") if k.endswith("_s") else k,
-                       "low": g[max(0, lo_i - 1)], "nominal": all_fit[k], "high": g[min(len(g) - 1, hi_i + 1)],
-                       "source": "experiments/validation/network_validation.py: nominal = fit on every corpus source; low/high "
-                                 "= the range of the leave-one-source-out refits widened by one grid step each way "
-                                 "(the grid's resolution)"})
-    rdf = pd.DataFrame(ranges)
-    for c in ("low", "nominal", "high"):
-        rdf[c] = [v * 1e6 if p.endswith("_us") else v for v, p in zip(rdf[c], rdf["parameter"], strict=True)]
-    rdf.to_csv(out / "fitted_ranges.csv", index=False, float_format="%.6g")
+    ranges_table(pd.DataFrame(fits), all_fit, grid, args.smoke).to_csv(out / "fitted_ranges.csv", index=False,
+                                                                       float_format="%.6g")
     summary = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": platform.node(),
                "smoke": args.smoke, "fit_on": args.fit_on, "runs_simulated": len(runs),
                "runs_skipped": len(skipped),
-               "sources": sources, "fit_all_sources": all_fit,
+               "sources": sources, "fit_all_sources": all_fit[RDMA],
+               "fit_all_sources_tcpxo": {**all_fit[TCPXO], "trained_on": all_trained_on[TCPXO]},
                "target": {"set": f"{TARGET_SET} points >= 64 MiB of runs whose NIC line rate is known",
                           "median_abs_pct_max": 10.0, "max_abs_pct_max": 25.0},
                "target_set_ge64MiB": st, "evaluation_sets_ge64MiB": by_set,

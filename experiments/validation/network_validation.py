@@ -16,10 +16,16 @@ training loss: the mean over training sources of the mean over their runs of the
 measured)| at sizes >= 1 MiB (each independent source weighs the same, however many runs it published).  Only
 runs whose NIC line rate is known train (:func:`trains`): elsewhere the simulation runs on the base topology's
 NICs and a fit would turn the unknown hardware into efficiency or per-message cost; every run is tested.  A term
-the training points do not move keeps the base topology's value.  The split is leave-source-out: each source in
-turn is held out whole, the terms are fitted on the others and the held-out source's runs are predicted.  The spread of the refits gives the terms' ranges
+the training points do not move keeps the base topology's value.  Runs on GCP's GPUDirect-TCPXO fabric have their
+own efficiency and latency (:func:`fabric_class`, :func:`fit_classes`), fitted only on TCPXO runs of other
+sources.  The split is leave-source-out: each source in turn is held out whole, the terms are fitted on the others
+and the held-out source's runs are predicted.  The spread of the refits gives the terms' ranges
 (``fitted_ranges.csv``: low / high = the smallest / largest value any leave-one-source-out refit chose, one grid
 step further each way for the grid's resolution; nominal = the fit on every source).
+
+Every point is reported in one evaluation set (:func:`evaluation_set`): the target set, H100 / H200 runs whose NIC
+rate is known; one set per other GPU; and ``hardware unknown`` for runs whose NIC rate is not known
+(``summary_by_evaluation_set.csv``; ``summary.json`` holds the target's verdict).
 
 Runs not simulated: ``quality = anomalous`` (the source reports a broken setup), single-node runs, GPUs without a
 known NVLink rate (AMD).  They stay in the corpus and are listed in ``skipped.csv``.

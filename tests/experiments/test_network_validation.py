@@ -37,6 +37,12 @@ def test_network_validation_smoke(root, tmp_path):
     assert ((ranges["low"] <= ranges["nominal"]) & (ranges["nominal"] <= ranges["high"])).all()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["smoke"] and summary["runs_simulated"] == 3 and "target_met" in summary
+    # every simulated point is reported, whatever its evaluation set
+    from simfuse.calibrate.corpus import load_corpus
+
+    nv, corpus = _nv(), load_corpus(root / "data" / "network_corpus")
+    simulated = [r for r in corpus.runs if r.source_id in nv.SMOKE_SOURCES]
+    assert len(table) == sum(len(nv._sizes(r, True)) for r in simulated)
     # the target set is H100/H200 with a known NIC rate; the A100 run has its own row
     sets = pd.read_csv(tmp_path / "summary_by_evaluation_set.csv").set_index("evaluation_set")
     assert set(sets.index) == {"H100/H200", "A100"} and sets.loc["A100", "runs"] == 1

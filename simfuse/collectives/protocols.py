@@ -14,12 +14,22 @@ Every constant is NCCL's own tuning model, ``src/graph/tuning.cc`` of NVIDIA/ncc
 * NVLS, NVLSTree, CollNet and PAT run Simple only (``if ((a == NCCL_ALGO_NVLS || ...) && p != NCCL_PROTO_SIMPLE)``);
 * in rings across nodes every intra-node hop costs at least the network post overhead (``getNetOverhead``: 1 us
   on x86, tripled for Simple): ``intraLat = max(intraLat, netOverhead)`` (rings only: an all-to-all's NVLink
-  sends post nothing; its network posts follow :mod:`.posting`).
+  sends post nothing; its network posts follow :mod:`.posting`);
+* a ring's latency counts the hops of one chunk's path, not every channel's: of its ``nsteps`` steps
+  (all-reduce ``2(n-1)``, reduce-scatter / all-gather ``n-1``, ``n`` ranks) only ``nInterSteps`` cross a node
+  boundary (``2(N-1)`` / ``N-1`` on ``N`` nodes) and pay ``interLat``; the others pay ``intraLat``:
+  ``latency = base + (nsteps - nInterSteps) intraLat + nInterSteps interLat``.
 
-How simfuse uses them (:func:`step_latency_s`, :func:`wire_factor`): a protocol multiplies the bytes a flow puts
-on the wire by ``1 / bandwidth efficiency``, and a flow's last byte arrives after ``max(fabric latency, NCCL hop
-latency)`` (the fabric's latency is the wire's; NCCL's per-hop figure includes the wire, the flag/fence handshake
-and for the network the proxy, so the larger of the two is charged, never their sum).  The base latency is taken
+How simfuse uses them (:meth:`ProtocolCost.hop_latency_s`, :func:`wire_factor`): a protocol multiplies the bytes a
+flow puts on the wire by ``1 / bandwidth efficiency``, and a flow's last byte arrives after ``max(fabric latency,
+NCCL hop latency)`` (the fabric's latency is the wire's; NCCL's per-hop figure includes the wire, the flag/fence
+handshake and for the network the proxy, so the larger of the two is charged, never their sum).  A multi-node
+ring runs its steps in lockstep over all its channels, and every step holds a network hop on some channel, so
+charging each flow its own hop's latency would charge ``interLat`` on all ``nsteps`` steps (``g`` times NCCL's
+count with ``g`` GPUs per node).  Instead every flow of a ring step arrives after the mean hop latency of one
+chunk's path (:meth:`ProtocolCost.ring_step_latency_s`): ``((nsteps - nInterSteps) intra + nInterSteps inter) /
+nsteps``, with ``intra`` / ``inter`` each the larger of the fabric's and NCCL's latency, so the steps add up to
+NCCL's ring latency exactly, whatever the channels and in either simulation mode.  The base latency is taken
 relative to Simple's (the topology's ``collectives.launch_us`` + ``sync_us`` are the Simple collective's fixed
 cost): LL starts 1.8 us earlier than Simple on a ring, LL128 5.6 us later.
 
@@ -170,6 +180,19 @@ def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
     return fill, net
 
 
+def ring_steps(op: str, ranks: int, nodes: int) -> tuple[int, int]:
+    """NCCL's ``(nsteps, nInterSteps)`` of a ring ``op`` on ``ranks`` ranks over ``nodes`` nodes
+    (``ncclTopoTuneModel``, src/graph/tuning.cc, NVIDIA/nccl 5067397): all-reduce ``2(n-1)`` steps of which
+    ``2(N-1)`` cross nodes, reduce-scatter / all-gather ``n-1`` and ``N-1``; one node: none cross."""
+    if op == "all_reduce":
+        steps, inter = 2 * (ranks - 1), 2 * (nodes - 1)
+    elif op in ("reduce_scatter", "all_gather"):
+        steps, inter = ranks - 1, nodes - 1
+    else:
+        raise ValueError(f"no NCCL ring for {op!r}")
+    return max(0, steps), (max(0, inter) if nodes > 1 else 0)
+
+
 def canonical_protocol(name: str | None, source: str = "<argument>", field: str = "protocol") -> str | None:
     """``ll`` / ``LL128`` / ``simple`` ... -> NCCL's spelling; None stays None; unknown names raise SpecError."""
     if name is None:
@@ -220,6 +243,12 @@ class ProtocolCost:
     #: flow (pipeline fill) and, on top, of the off-node flows (the tree's rate per NIC)
     rate_factor: float = 1.0
     net_rate_factor: float = 1.0
+    #: a multi-node ring: NCCL's ``(nsteps, nInterSteps)`` (:func:`ring_steps`); ``(0, 0)``: each flow pays its own
+    #: hop's latency (every other algorithm, and rings inside one node, where every hop is an NVLink hop)
+    ring: tuple[int, int] = (0, 0)
+    #: the fabric's own (wire) latency of an intra-node and of an inter-node hop (s): what a ring step's hop
+    #: latencies are the larger of, with NCCL's (:meth:`ring_step_latency_s`)
+    fabric_latency_s: tuple[float, float] = (0.0, 0.0)
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -265,6 +294,18 @@ class ProtocolCost:
         if self.multi_node and self.family == "ring" and not self.p2p:
             lat = max(lat, self.net_overhead_s * _NET_OVERHEAD_MULT[self.protocol])
         return lat
+
+    def ring_step_latency_s(self, intra_fabric_s: float, inter_fabric_s: float) -> float | None:
+        """The latency every flow of one step of a multi-node ring pays (None: not such a ring, or no protocol
+        model): the mean hop latency along one chunk's path, ``((nsteps - k) intra + k inter) / nsteps`` with
+        ``k = nInterSteps``, ``intra = max(intra_fabric_s, NVLink hop)`` and ``inter = max(inter_fabric_s,
+        network hop)`` (:meth:`hop_latency_s`), so the ``nsteps`` steps sum to NCCL's ring latency."""
+        steps, inter_steps = self.ring
+        if not self.active or steps <= 0 or inter_steps <= 0:
+            return None
+        intra = max(intra_fabric_s, self.hop_latency_s(False))
+        inter = max(inter_fabric_s, self.hop_latency_s(True))
+        return ((steps - inter_steps) * intra + inter_steps * inter) / steps
 
 
 def wire_factor(protocol: str) -> float:

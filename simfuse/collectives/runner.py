@@ -11,9 +11,9 @@ from ..engine import Simulation
 from ..errors import SpecError
 from ..network import INTRA, SELF, Fabric, FlowNetwork
 from ..spec import TopologySpec
-from .algorithms import Algorithm, missing_hardware
+from .algorithms import Algorithm, _Ring, missing_hardware
 from .posting import PostRule, bulk_rule, post_queue, post_transfers
-from .protocols import ProtocolCost, algorithm_rate_factors
+from .protocols import ProtocolCost, algorithm_rate_factors, ring_steps
 
 
 class FlowGroupCache:
@@ -42,17 +42,25 @@ def start_groups(net: FlowNetwork, groups, tag=None) -> list[simpy.Event]:
 
 
 def protocol_cost(fabric: Fabric, algo) -> ProtocolCost:
-    """The protocol costs of ``algo`` (an Algorithm or GroupAlgorithm) on ``fabric``'s topology."""
+    """The protocol costs of ``algo`` (an Algorithm or GroupAlgorithm) on ``fabric``'s topology; a ring across
+    nodes carries NCCL's step counts (:func:`~.protocols.ring_steps`) for its latency accounting."""
     co = fabric.topology.collectives
     fill, net = algorithm_rate_factors(fabric.topology, algo)
+    L = algo.layout
+    ring = ring_steps(algo.op, L.n, L.nodes) if isinstance(getattr(algo, "algo", algo), _Ring) and L.nodes > 1 \
+        else (0, 0)
     return ProtocolCost(getattr(algo, "family", "ring"), getattr(algo, "protocol", "Simple"), co.protocol_model,
-                        multi_node=algo.layout.nodes > 1, net_overhead_s=co.net_overhead_s,
-                        p2p=getattr(algo, "op", "") == "all_to_all", rate_factor=fill, net_rate_factor=net)
+                        multi_node=L.nodes > 1, net_overhead_s=co.net_overhead_s,
+                        p2p=getattr(algo, "op", "") == "all_to_all", rate_factor=fill, net_rate_factor=net,
+                        ring=ring, fabric_latency_s=(fabric.intra_latency_s, fabric.inter_latency_s))
 
 
 class ProtocolGroups:
     """Wraps a flow-group function with a protocol's costs: bytes on the wire ``x wire_factor``, each flow's last
-    byte after ``max(fabric latency, NCCL hop latency)``, routed through the algorithm's switch reductions
+    byte after ``max(fabric latency, NCCL hop latency)`` -- in a multi-node ring every flow of a step after the
+    mean hop latency of one chunk's path, NCCL's ring latency spread evenly over the steps
+    (:meth:`~.protocols.ProtocolCost.ring_step_latency_s`; the inter-node wire latency is the larger of the
+    fabric's and the step's own off-node flows') -- routed through the algorithm's switch reductions
     (``via``).  ``per_peer`` (point-to-point steps: all-to-all): the proxy posts every off-node send by the
     per-destination rule of :mod:`.posting` (``collectives.net_overhead_us`` per message, one message per
     128 KiB chunk, one serial queue per GPU), overlapped with the flows; :meth:`start` starts a step's flows
@@ -72,11 +80,16 @@ class ProtocolGroups:
         if not self.cost.active:
             return gs
         out, nf = [], self.cost.net_rate_factor
+        ring_lat = None
+        if self.cost.ring[0]:
+            fab_intra, fab_inter = self.cost.fabric_latency_s
+            off = [g.latency_s for g in gs if g.route_class not in (SELF, INTRA)]
+            ring_lat = self.cost.ring_step_latency_s(fab_intra, max([fab_inter, *off]))
         for g in gs:
             if g.route_class == SELF:
                 out.append(g)
                 continue
-            lat = max(g.latency_s, self._lat[g.route_class != INTRA])
+            lat = ring_lat if ring_lat is not None else max(g.latency_s, self._lat[g.route_class != INTRA])
             size = g.size_bytes * nf if g.route_class != INTRA else g.size_bytes
             out.append(g if (lat, size) == (g.latency_s, g.size_bytes) else
                        dataclasses.replace(g, latency_s=lat, size_bytes=size))

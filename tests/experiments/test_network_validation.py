@@ -18,18 +18,36 @@ def test_network_validation_smoke(root, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     table = pd.read_csv(tmp_path / "leave_source_out.csv")
     folds = pd.read_csv(tmp_path / "fits_per_fold.csv")
-    assert set(table["held_out_source"]) == set(folds["held_out_source"]) and len(folds) == 2
-    # each held-out source is predicted with the terms fitted on the other source only
+    assert set(table["held_out_source"]) == set(folds["held_out_source"]) and len(folds) == 3
+    # each held-out source is predicted with the terms of its fabric class fitted on the other sources only
     for _, f in folds.iterrows():
         rows = table[table["held_out_source"] == f["held_out_source"]]
-        assert len(rows) and (rows["scale_out.efficiency"] == f["scale_out.efficiency"]).all()
+        prefix = "tcpxo." if (rows["fabric_class"] == "gpudirect_tcpxo").all() else ""
+        assert len(rows) and (rows["scale_out.efficiency"] == f[prefix + "scale_out.efficiency"]).all()
+        assert f["held_out_source"] not in str(f["tcpxo_trained_on"]) + str(f["rdma_trained_on"])
+    # the TCPXO terms of the A3 Mega fork's fold come from the other A3 Mega source (a ring all-gather), never from
+    # an InfiniBand run
+    fork = folds.set_index("held_out_source").loc["gcp_a3mega_fork"]
+    assert fork["tcpxo_trained_on"] == "dstack_a3mega" and fork["rdma_trained_on"] == "nccl_tests_152"
     err = 100 * (table["simulated_s"] / table["measured_s"] - 1)
     assert (abs(err - table["pct_error"]) < 1e-3).all()  # the CSV keeps 6 significant digits
     ranges = pd.read_csv(tmp_path / "fitted_ranges.csv")
-    assert set(ranges["parameter"]) == {"scale_out.efficiency", "scale_out.latency_us", "collectives.net_overhead_us"}
+    assert set(ranges["parameter"]) == {"scale_out.efficiency", "scale_out.latency_us", "collectives.net_overhead_us",
+                                        "tcpxo.scale_out.efficiency", "tcpxo.scale_out.latency_us"}
     assert ((ranges["low"] <= ranges["nominal"]) & (ranges["nominal"] <= ranges["high"])).all()
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["smoke"] and summary["runs_simulated"] == 2 and "target_met" in summary
+    assert summary["smoke"] and summary["runs_simulated"] == 3 and "target_met" in summary
+    # every simulated point is reported, whatever its evaluation set
+    from simfuse.calibrate.corpus import load_corpus
+
+    nv, corpus = _nv(), load_corpus(root / "data" / "network_corpus")
+    simulated = [r for r in corpus.runs if r.source_id in nv.SMOKE_SOURCES]
+    assert len(table) == sum(len(nv._sizes(r, True)) for r in simulated)
+    # the target set is H100/H200 with a known NIC rate; the A100 run has its own row
+    sets = pd.read_csv(tmp_path / "summary_by_evaluation_set.csv").set_index("evaluation_set")
+    assert set(sets.index) == {"H100/H200", "A100"} and sets.loc["A100", "runs"] == 1
+    target = table[(table["evaluation_set"] == "H100/H200") & (table["size_bytes"] >= 64 * 2**20)]
+    assert summary["target_set_ge64MiB"]["points"] == len(target)
 
 
 def _nv():
@@ -68,3 +86,56 @@ def test_runs_without_a_nic_rate_are_tested_not_trained_on():
     assert {"nccl1531_h800_a2a_8x8", "xxrjun_c00_2x8_all_to_all"} <= untrained
     assert all(r.nic_gbps is None for r in corpus.runs if r.run_id in untrained)
     assert nv.trains(corpus.run("xxrjun_c01_10x8_all_to_all"))
+
+
+def test_evaluation_sets_split_the_target_gpus_from_the_rest_and_unknown_hardware():
+    from simfuse.calibrate.corpus import load_corpus
+
+    nv = _nv()
+    assert [nv.gpu_name(g) for g in ("H100 80GB HBM3", "H20", "H200", "GH200", "H800", "A100-SXM4-80GB", "B200",
+                                     "V100 (DGX-2 class, 16 per node)", "GB200")] == \
+        ["H100", "H20", "H200", "GH200", "H800", "A100", "B200", "V100", "GB200"]
+    corpus = load_corpus(ROOT / "data" / "network_corpus")
+    sets = {r.run_id: nv.evaluation_set(r) for r in corpus.runs}
+    # H20 and H800 are Hopper but not the target's GPUs; a run whose NIC rate is not known is no test of the
+    # network model, whatever its GPU
+    assert sets["nccl1244_h20_ar_2x8_default"] == "H20"
+    assert sets["xxrjun_c00_2x8_all_to_all"] == sets["nccl1531_h800_a2a_8x8"] == "hardware unknown"
+    assert sets["ncclt152_a100_ar_2x8"] == "A100" and sets["together_b200_ar_2x8_ring"] == "B200"
+    assert sets["a3mega_ar_2x8"] == sets["xxrjun_c01_10x8_all_gather"] == "H100/H200"
+    assert all(sets[r.run_id] == "hardware unknown" for r in corpus.runs if r.nic_gbps is None)
+
+
+def test_tcpxo_runs_form_their_own_fabric_class_with_a_wider_latency_grid():
+    from simfuse.calibrate.corpus import load_corpus
+
+    nv = _nv()
+    corpus = load_corpus(ROOT / "data" / "network_corpus")
+    tcpxo = {r.run_id for r in corpus.runs if nv.fabric_class(r) == nv.TCPXO}
+    assert tcpxo == {"a3mega_ar_2x8", "dstack_a3mega_ag_2x8"}
+    assert len({corpus.run(r).source_id for r in tcpxo}) == 2  # two independent sources: leave-source-out works
+    g = nv.grid_for(corpus.run("a3mega_ar_2x8"), nv.GRID, smoke=False)
+    assert set(nv.GRID["scale_out.latency_s"]) < set(g["scale_out.latency_s"])
+    assert nv.grid_for(corpus.run("ncclt152_a100_ar_2x8"), nv.GRID, smoke=False) is nv.GRID
+
+
+def test_tcpxo_terms_come_only_from_plain_tcpxo_training_runs():
+    nv = _nv()
+    rows = []
+    # two RDMA runs best at efficiency 1.0, one TCPXO ring best at 0.8, one TCPXO tree (not plain) best at 0.6
+    for eff in (0.6, 0.8, 1.0):
+        for run, best, algo in (("ib1", 1.0, "ring"), ("ib2", 1.0, "ring"), ("tx", 0.8, "ring"),
+                                ("txtree", 0.6, "tree")):
+            rows.append((run, 1 << 26, eff, 3e-6, 1e-6, 1.0 + abs(eff - best), algo))
+    sim = pd.DataFrame(rows, columns=["run_id", "size_bytes", "scale_out.efficiency", "scale_out.latency_s",
+                                      "collectives.net_overhead_s", "simulated_s", "algorithm"])
+    meas = {(r, 1 << 26): 1.0 for r in ("ib1", "ib2", "tx", "txtree")}
+    class_of = {"ib1": nv.RDMA, "ib2": nv.RDMA, "tx": nv.TCPXO, "txtree": nv.TCPXO}
+    source_of = {"ib1": "a", "ib2": "b", "tx": "c", "txtree": "d"}
+    nominal = {"scale_out.efficiency": 1.0, "scale_out.latency_s": 3e-6, "collectives.net_overhead_s": 1e-6}
+    params, trained = nv.fit_classes(sim, meas, list(class_of), class_of, source_of, ("ring", "direct"), nominal)
+    assert params[nv.RDMA]["scale_out.efficiency"] == 1.0 and params[nv.TCPXO]["scale_out.efficiency"] == 0.8
+    assert trained == {nv.RDMA: ["a", "b"], nv.TCPXO: ["c"]}
+    # without a plain TCPXO training run, the TCPXO runs are predicted with the RDMA terms
+    params, trained = nv.fit_classes(sim, meas, ["ib1", "txtree"], class_of, source_of, ("ring", "direct"), nominal)
+    assert params[nv.TCPXO] == params[nv.RDMA] and trained[nv.TCPXO] == []

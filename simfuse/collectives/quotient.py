@@ -113,7 +113,8 @@ def quotient_mode(sim, q: Quotient, net, algo, pg, label, alone: bool = False):
     from .runner import _full_mode, same_step
 
     schedules = [algo.steps(r) for r in range(q.unit_ranks)]
-    if alone and pg.rule is None and all(all(same_step(st, sch[0]) for st in sch) for sch in schedules):
+    if alone and pg.rule is None and all(len({id(st) for st in sch}) <= 1 or all(same_step(st, sch[0]) for st in sch)
+                                         for sch in schedules):
         end = max_plus_times(q, pg, label, schedules, net)
         if end is not None:
             if end > 0:

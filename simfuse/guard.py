@@ -306,18 +306,21 @@ def _collective_flows(topology, op: str, nodes: int, g: int, size: float, mode: 
 
 
 #: A standalone collective's schedule is read step by step (built, scanned for repeated steps, by the tuner's
-#: candidates and the run): about 1 us a step for each of ~4 passes, per simulated rank (2-core dev VM, 2026-12-07:
-#: a 1,024-node ring reduce-scatter on the rail fabric, 8,191 steps, 0.04-0.05 s in all).
-COLLECTIVE_SECONDS_PER_STEP = 4e-6
+#: candidates and the run): about 2 us a step over all passes (2-core dev VM, 2026-12-07: a 1,024-node ring
+#: reduce-scatter on the rail fabrics, 8,191 steps, 0.035-0.046 s in all).
+COLLECTIVE_SECONDS_PER_STEP = 2e-6
 #: The max-plus recursion of the quotient mode (simfuse.collectives.quotient), per step: 13 us at 256 simulated
 #: ranks (1,024-node ring on h200_3tier_pods, 2-core dev VM, 2026-12-07).
 MAX_PLUS_SECONDS_PER_STEP = 13e-6
-#: A standalone collective's fixed cost (loading, the tuner's set-up): 0.012-0.03 s for a 1,024-node direct
-#: all-to-all, one candidate (2-core dev VM, 2026-12-07)
-COLLECTIVE_FLOOR_S = 0.02
-#: Each candidate the tuner simulates on the symmetric path at 512-1,024 nodes, beyond its flows: about 0.01 s (a
-#: 1,024-node tree all-reduce with three candidates: 0.044 s in all, same VM)
-COLLECTIVE_SECONDS_PER_CANDIDATE = 0.01
+#: A standalone collective's fixed cost (the tuner's set-up, the fabric): 0.010-0.017 s for a 512-1,024-node direct
+#: all-to-all, one candidate (2-core dev VM, contended, 2026-12-07: experiments/results/bench_collectives.csv)
+COLLECTIVE_FLOOR_S = 0.012
+#: Each candidate the tuner simulates on the symmetric path at 512-1,024 nodes, beyond its flows: about 0.005 s (a
+#: 512-1,024-node tree all-reduce with three candidates: 0.02-0.05 s in all, same VM)
+COLLECTIVE_SECONDS_PER_CANDIDATE = 0.005
+#: Relative cost of a flow of the quotient mode simulated step by step: 37-55 us a flow (a 1,024-node tree
+#: all-reduce on h200_3tier_pods, 256 ranks x 30 flows, 0.28-0.41 s; same VM) against COLLECTIVE_SECONDS_PER_FLOW
+QUOTIENT_FLOW_WEIGHT = 0.7
 #: Building the full fabric a quotient run keeps one shift unit of, per rank: 0.1 s at 8,192 ranks (same run).
 QUOTIENT_SECONDS_PER_RANK = 12e-6
 #: Building and checking the schedules of a quotient run's simulated ranks, per rank and step (a ring's steps
@@ -370,7 +373,7 @@ def _run_cost(topology, op: str, nodes: int, g: int, size: float, mode: str, alg
                  + len(steps) * COLLECTIVE_SECONDS_PER_STEP)
         if len(runs) == 1 and op != "all_to_all":
             return u * len(steps[0][0]), u, floor + extra + len(steps) * MAX_PLUS_SECONDS_PER_STEP
-        return u * sum(len(peers) for peers, _ in steps), u, floor + extra
+        return int(QUOTIENT_FLOW_WEIGHT * u * sum(len(peers) for peers, _ in steps)), u, floor + extra
     if not symmetric:
         return ranks * f, ranks, floor
     return collapsed, 1, floor + len(steps) * COLLECTIVE_SECONDS_PER_STEP

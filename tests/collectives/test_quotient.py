@@ -132,3 +132,16 @@ def test_quotient_one_pod_shifts_by_leaves(op, algorithm):
     q, f = _against_full(topo, 8, op, 2**20, algorithm)
     assert q.mode == "quotient"
     assert q.time_s == pytest.approx(f.time_s, rel=REL)
+
+
+def test_shipped_3tier_ring_takes_one_simulated_step(root):
+    """h200_3tier_pods at 64 nodes (2 pods): the tuner's reduce-scatter ring runs in the quotient mode by the
+    max-plus recursion (a handful of events, not 63 steps x 256 ranks), its all-reduce tree in the quotient."""
+    from simfuse.spec import load_topology
+
+    topo = load_topology(root / "topologies" / "h200_3tier_pods.yaml")
+    rs = run_collective(topo, 64, "reduce_scatter", 64 * 2**20)
+    ar = run_collective(topo, 64, "all_reduce", 64 * 2**20)
+    assert rs.algorithm == "ring" and rs.mode == "quotient" and rs.events < 20
+    assert ar.mode == "quotient"
+    assert rs.delivered_bytes == pytest.approx(rs.injected_bytes, rel=1e-12)

@@ -64,6 +64,13 @@ class Quotient:
     def __post_init__(self):
         self._cache: dict = {}
 
+    def __getattr__(self, name):
+        # anything else (geometry, families, n_ranks ...) is the full fabric's: a Quotient stands for the fabric
+        # of a quotient run, with the unit's links as its ``capacities`` and ``names``
+        if name in ("fabric", "_cache") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.fabric, name)
+
     def flow_groups(self, src: int, dsts, sizes, via: tuple[str, ...] = ()):
         """The full fabric's flow groups of ``src`` with their links replaced by the unit's representatives."""
         dsts = np.asarray(dsts, dtype=np.int64)

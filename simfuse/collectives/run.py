@@ -107,6 +107,6 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
                            events=sim.events,
                            wall_s=time.perf_counter() - wall0, injected_bytes=net.injected_bytes,
                            delivered_bytes=net.delivered_bytes)
-    if return_sim:
-        return res, sim, fabric, net
+    if return_sim:  # in the quotient mode the network has the links of one shift unit, as the Quotient has
+        return res, sim, quotient if quotient is not None else fabric, net
     return res

@@ -145,3 +145,27 @@ def test_shipped_3tier_ring_takes_one_simulated_step(root):
     assert rs.algorithm == "ring" and rs.mode == "quotient" and rs.events < 20
     assert ar.mode == "quotient"
     assert rs.delivered_bytes == pytest.approx(rs.injected_bytes, rel=1e-12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(npl=st.integers(1, 3), lpp=st.integers(1, 2), units=st.integers(2, 3), op=st.sampled_from(OPS[:3]),
+       tree=st.booleans(), oversub=st.sampled_from([1.0, 8.0]), size=st.integers(1, 2**21))
+def test_quotient_invariants(npl, lpp, units, op, tree, oversub, size):
+    """Bytes sent = bytes received = the simulated unit's share of the full simulation's (one of ``units``); each
+    link of the unit carries what it carries in full simulation; no link above its capacity; the run no shorter
+    than its busiest link's bytes at capacity."""
+    topo = three_tier(npl=npl, lpp=lpp, oversub=oversub)
+    nodes = npl * lpp * units
+    name = "tree/Simple" if (tree and op == "all_reduce") else "ring/Simple"
+    res, _sim, q, net = run_collective(topo, nodes, op, size, algorithm=name, record_usage=True,
+                                       include_overheads=False, return_sim=True)
+    full, _s, fab, fnet = run_collective(topo, nodes, op, size, algorithm=name, mode="full",
+                                         include_overheads=False, return_sim=True)
+    assert res.mode == "quotient" and full.mode == "full"
+    assert net.delivered_bytes == pytest.approx(net.injected_bytes, rel=1e-9)
+    assert net.injected_bytes == pytest.approx(fnet.injected_bytes / units, rel=1e-9)
+    unit_links = [fab.names.index(nm) for nm in q.names]
+    assert np.allclose(net.carried_bytes, fnet.carried_bytes[unit_links], rtol=1e-9, atol=1e-6)
+    for _a, _b, loads in net.usage:
+        assert np.all(loads <= q.capacities * (1 + 1e-9))
+    assert res.time_s >= float(np.max(net.carried_bytes / q.capacities)) * (1 - 1e-9) - 2e-13

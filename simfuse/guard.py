@@ -197,7 +197,8 @@ CHEAPER = {"run": "--sim-mode classes, one --mode, --set uncertainty=none, fewer
            "op": "fewer nodes, a smaller problem, larger slices (slice_wgs)",
            "collective": "fewer nodes or sizes"}
 #: the symmetric mode, suggested to ``op`` / ``collective`` only when the estimate simulates every rank
-SYMMETRIC = {"op": "--mode symmetric (with tile_order remote_first)", "collective": "--mode symmetric"}
+SYMMETRIC = {"op": "--mode symmetric (with tile_order remote_first)",
+             "collective": "--mode auto (one rank, or one pod of a 3-tier fabric, where the schedule allows)"}
 
 
 def cheaper(estimate: CostEstimate, command: str = "run") -> str:
@@ -329,8 +330,8 @@ QUOTIENT_SECONDS_PER_RANK_STEP = 4e-8
 
 
 def _run_cost(topology, op: str, nodes: int, g: int, size: float, mode: str, algorithm, protocol,
-              tuner) -> tuple[int, int, float]:
-    """``(flows, simulated ranks, further seconds)`` of one standalone collective as :func:`simfuse.collectives.run
+              tuner) -> tuple[int, int, float, str]:
+    """``(flows, simulated ranks, further seconds, path)`` of one standalone collective as :func:`simfuse.collectives.run
     .run_collective` runs it: ``full`` every rank; the symmetric path one rank whose repeated steps are simulated
     once (the collapse of a standalone run); on a fabric whose nodes differ, a schedule over neighbouring nodes
     the ranks of one shift unit (quotient mode), a ring of repeated steps by one simulated step and the max-plus
@@ -346,7 +347,8 @@ def _run_cost(topology, op: str, nodes: int, g: int, size: float, mode: str, alg
     ranks = nodes * g
     f, symmetric = _collective_flows(topology, op, nodes, g, size, mode, algorithm, protocol, tuner)
     if mode == "full" or ranks > MAX_SCHEDULE_RANKS:
-        return f * (ranks if mode == "full" or not symmetric else 1), ranks if mode == "full" or not symmetric else 1, 0.0
+        sim = ranks if mode == "full" or not symmetric else 1
+        return f * sim, sim, 0.0, "every rank" if sim > 1 else "one rank"
     floor = COLLECTIVE_FLOOR_S
     if algorithm is None or "/" not in algorithm:
         if algorithm is None:
@@ -372,11 +374,15 @@ def _run_cost(topology, op: str, nodes: int, g: int, size: float, mode: str, alg
         extra = (ranks * QUOTIENT_SECONDS_PER_RANK + u * len(steps) * QUOTIENT_SECONDS_PER_RANK_STEP
                  + len(steps) * COLLECTIVE_SECONDS_PER_STEP)
         if len(runs) == 1 and op != "all_to_all":
-            return u * len(steps[0][0]), u, floor + extra + len(steps) * MAX_PLUS_SECONDS_PER_STEP
-        return int(QUOTIENT_FLOW_WEIGHT * u * sum(len(peers) for peers, _ in steps)), u, floor + extra
+            return (u * len(steps[0][0]), u, floor + extra + len(steps) * MAX_PLUS_SECONDS_PER_STEP,
+                    "one shift unit, one step")
+        # a schedule of distinct steps, or a ring whose links several senders can fill (oversubscribed leaves,
+        # GPUs sharing a NIC; known only once its first step is built): every step of one shift unit
+        return (int(QUOTIENT_FLOW_WEIGHT * u * sum(len(peers) for peers, _ in steps)), u, floor + extra,
+                "one shift unit, every step")
     if not symmetric:
-        return ranks * f, ranks, floor
-    return collapsed, 1, floor + len(steps) * COLLECTIVE_SECONDS_PER_STEP
+        return ranks * f, ranks, floor, "every rank"
+    return collapsed, 1, floor + len(steps) * COLLECTIVE_SECONDS_PER_STEP, "one rank"
 
 
 def estimate_collective_run(topology, op: str, nodes: int, gpus_per_node: int, sizes, mode: str = "auto",
@@ -396,16 +402,19 @@ def estimate_collective_run(topology, op: str, nodes: int, gpus_per_node: int, s
     flows = 0
     extra = 0.0
     simulated = 1
+    paths = []
     for s in sample:
         if ranks < 2:
             break
-        f, sim, x = _run_cost(topology, op, nodes, gpus_per_node, s, mode, algorithm, protocol, tuner)
+        f, sim, x, path = _run_cost(topology, op, nodes, gpus_per_node, s, mode, algorithm, protocol, tuner)
         simulated = max(simulated, sim)
         flows += f
         extra += x
+        paths.append(path)
     scale = len(sizes) / max(1, len(sample))
     flows = int(flows * scale)
-    return CostEstimate(f"{op} on {nodes} x {gpus_per_node} GPUs ({mode}, {len(sizes)} size(s))", ranks,
+    how = ", ".join(dict.fromkeys(paths)) or "nothing to simulate"
+    return CostEstimate(f"{op} on {nodes} x {gpus_per_node} GPUs ({mode}: {how}; {len(sizes)} size(s))", ranks,
                         simulated, 0, 0, flows, 2 * flows, flows * COLLECTIVE_SECONDS_PER_FLOW + extra * scale)
 
 

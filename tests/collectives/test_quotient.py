@@ -112,16 +112,18 @@ def test_no_quotient_where_the_shift_is_no_automorphism():
                                           ("all_reduce", "hierarchical")])
 @pytest.mark.parametrize("nodes", [2, 3, 5])
 @pytest.mark.parametrize("protocol", ["LL", "LL128", "Simple"])
-def test_collapsed_symmetric_steps_equal_step_by_step(fabric, op, algorithm, nodes, protocol):
+@pytest.mark.parametrize("size", [4096.0, 3e6, 64 * 2**20])
+def test_collapsed_symmetric_steps_equal_step_by_step(fabric, op, algorithm, nodes, protocol, size):
     """``record_usage`` keeps every step (the collapse is off); the collapsed run gives the same time."""
     topo = make_topology(fabric=fabric, oversub=2.0, launch_us=8.4, collectives_extra={"protocol_model": "nccl"})
     name = f"{algorithm}/{protocol}"
-    fast = run_collective(topo, nodes, op, 3e6, algorithm=name)
-    slow = run_collective(topo, nodes, op, 3e6, algorithm=name, record_usage=True)
+    fast = run_collective(topo, nodes, op, size, algorithm=name)
+    slow = run_collective(topo, nodes, op, size, algorithm=name, record_usage=True)
     assert fast.mode == slow.mode == "symmetric"
     assert fast.time_s == pytest.approx(slow.time_s, rel=REL)
     assert fast.events < slow.events
     assert fast.delivered_bytes == pytest.approx(fast.injected_bytes, rel=1e-12)
+    assert fast.injected_bytes == pytest.approx(slow.injected_bytes, rel=1e-12)  # skipped steps counted
 
 
 @pytest.mark.parametrize("op,algorithm", [("all_reduce", "tree/LL128"), ("reduce_scatter", "ring/LL"),
@@ -169,3 +171,29 @@ def test_quotient_invariants(npl, lpp, units, op, tree, oversub, size):
     for _a, _b, loads in net.usage:
         assert np.all(loads <= q.capacities * (1 + 1e-9))
     assert res.time_s >= float(np.max(net.carried_bytes / q.capacities)) * (1 - 1e-9) - 2e-13
+
+
+def test_no_collapse_while_other_flows_share_the_network():
+    """A step repeats its predecessor's duration only on an idle network: with another transfer in flight, even a
+    run that says it is alone simulates every step, and gives the time of one that does not say so."""
+    from simfuse.collectives.algorithms import Layout, make_algorithm
+    from simfuse.collectives.runner import collective_process
+    from simfuse.engine import Simulation
+    from simfuse.network import FlowNetwork
+
+    topo = make_topology(fabric="rail_optimized", collectives_extra={"protocol_model": "nccl"})
+
+    def run(alone):
+        fabric = Fabric(topo, 4, symmetric=True)
+        sim = Simulation(seed=0, record=False)
+        net = FlowNetwork(sim, fabric.capacities, fabric.names)
+        algo = make_algorithm("all_gather", "ring", Layout(4, 8), 2**22, protocol="Simple")
+        g = fabric.flow_groups(0, np.array([8]), np.array([2.0**34]))[0]  # outlasts the collective, on its NIC
+        net.transfer(g.links, g.size_bytes, g.latency_s, count=g.count, weights=g.weights)
+        proc = sim.process(collective_process(sim, fabric, net, algo, record=False, alone=alone))
+        sim.run(until=proc)
+        return sim.now, sim.events
+
+    (t_alone, ev_alone), (t_shared, ev_shared) = run(True), run(False)
+    assert t_alone == pytest.approx(t_shared, rel=REL)
+    assert ev_alone == ev_shared

@@ -197,7 +197,8 @@ CHEAPER = {"run": "--sim-mode classes, one --mode, --set uncertainty=none, fewer
            "op": "fewer nodes, a smaller problem, larger slices (slice_wgs)",
            "collective": "fewer nodes or sizes"}
 #: the symmetric mode, suggested to ``op`` / ``collective`` only when the estimate simulates every rank
-SYMMETRIC = {"op": "--mode symmetric (with tile_order remote_first)", "collective": "--mode symmetric"}
+SYMMETRIC = {"op": "--mode symmetric (with tile_order remote_first)",
+             "collective": "--mode auto (one rank, or one pod of a 3-tier fabric, where the schedule allows)"}
 
 
 def cheaper(estimate: CostEstimate, command: str = "run") -> str:
@@ -294,7 +295,8 @@ def _collective_flows(topology, op: str, nodes: int, g: int, size: float, mode: 
     symmetric = algo.symmetric
     if symmetric and relabelling(algo) == "shift":
         # a schedule over neighbouring nodes (rings, neighbour trees) on a fabric whose nodes differ (fat_tree_3tier
-        # with several leaves) fails the run's schedule check and is simulated in full (collectives.run)
+        # with several leaves) is not symmetric: a standalone run takes the quotient mode (:func:`_run_cost`), a
+        # collective inside a workload or a Chakra trace every rank
         from .network import Fabric
 
         try:
@@ -304,11 +306,92 @@ def _collective_flows(topology, op: str, nodes: int, g: int, size: float, mode: 
     return int(flows * (RING_FLOW_WEIGHT if len(steps) > 8 else 1.0)), symmetric
 
 
+#: A standalone collective's schedule is read step by step (built, scanned for repeated steps, by the tuner's
+#: candidates and the run): about 2 us a step over all passes (2-core dev VM, 2026-12-07: a 1,024-node ring
+#: reduce-scatter on the rail fabrics, 8,191 steps, 0.035-0.046 s in all).
+COLLECTIVE_SECONDS_PER_STEP = 2e-6
+#: The max-plus recursion of the quotient mode (simfuse.collectives.quotient), per step: 13 us at 256 simulated
+#: ranks (1,024-node ring on h200_3tier_pods, 2-core dev VM, 2026-12-07).
+MAX_PLUS_SECONDS_PER_STEP = 13e-6
+#: A standalone collective's fixed cost (the tuner's set-up, the fabric): 0.010-0.017 s for a 512-1,024-node direct
+#: all-to-all, one candidate (2-core dev VM, contended, 2026-12-07: experiments/results/bench_collectives.csv)
+COLLECTIVE_FLOOR_S = 0.012
+#: Each candidate the tuner simulates on the symmetric path at 512-1,024 nodes, beyond its flows: about 0.005 s (a
+#: 512-1,024-node tree all-reduce with three candidates: 0.02-0.05 s in all, same VM)
+COLLECTIVE_SECONDS_PER_CANDIDATE = 0.005
+#: Relative cost of a flow of the quotient mode simulated step by step: 37-55 us a flow (a 1,024-node tree
+#: all-reduce on h200_3tier_pods, 256 ranks x 30 flows, 0.28-0.41 s; same VM) against COLLECTIVE_SECONDS_PER_FLOW
+QUOTIENT_FLOW_WEIGHT = 0.7
+#: Building the full fabric a quotient run keeps one shift unit of, per rank: 0.1 s at 8,192 ranks (same run).
+QUOTIENT_SECONDS_PER_RANK = 12e-6
+#: Building and checking the schedules of a quotient run's simulated ranks, per rank and step (a ring's steps
+#: are one shared object): 0.05-0.1 s for 256 ranks x 8,191 steps (same run).
+QUOTIENT_SECONDS_PER_RANK_STEP = 4e-8
+
+
+def _run_cost(topology, op: str, nodes: int, g: int, size: float, mode: str, algorithm, protocol,
+              tuner) -> tuple[int, int, float, str]:
+    """``(flows, simulated ranks, further seconds, path)`` of one standalone collective as :func:`simfuse.collectives.run
+    .run_collective` runs it: ``full`` every rank; the symmetric path one rank whose repeated steps are simulated
+    once (the collapse of a standalone run); on a fabric whose nodes differ, a schedule over neighbouring nodes
+    the ranks of one shift unit (quotient mode), a ring of repeated steps by one simulated step and the max-plus
+    recursion."""
+    import numpy as np
+
+    from .collectives.algorithms import Layout, make_algorithm
+    from .collectives.groups import candidate_algorithms, world
+    from .collectives.quotient import make_quotient
+    from .collectives.runner import relabelling, same_step
+    from .network import Fabric
+
+    ranks = nodes * g
+    f, symmetric = _collective_flows(topology, op, nodes, g, size, mode, algorithm, protocol, tuner)
+    if mode == "full" or ranks > MAX_SCHEDULE_RANKS:
+        sim = ranks if mode == "full" or not symmetric else 1
+        return f * sim, sim, 0.0, "every rank" if sim > 1 else "one rank"
+    floor = COLLECTIVE_FLOOR_S
+    if algorithm is None or "/" not in algorithm:
+        if algorithm is None:
+            cands = candidate_algorithms(op, world(ranks), g, symmetric_only=True, topology=topology,
+                                         size_bytes=float(size))
+            floor += COLLECTIVE_SECONDS_PER_CANDIDATE * (len(cands) if len(cands) > 1 else 0)
+        algorithm = tuner.choose(op, world(ranks), float(size), symmetric_only=True, algorithm=algorithm,
+                                 protocol=protocol)
+        protocol = None
+    algo = make_algorithm(op, algorithm, Layout(nodes, g), float(size), topology.collectives.channels, protocol)
+    steps = algo.steps(0)
+    runs = [st for i, st in enumerate(steps) if i == 0 or not same_step(st, steps[i - 1])]
+    try:  # the symmetric path starts one flow group per route class and size of a step
+        sym = Fabric(topology, nodes, gpus_per_node=g, symmetric=True)
+        collapsed = sum(len({(c, z) for c, z in zip(sym.route_class(0, peers).tolist(),
+                                                        np.broadcast_to(sz, np.shape(peers)).tolist(), strict=True)})
+                        for peers, sz in runs)
+    except SpecError:
+        collapsed = sum(len(peers) for peers, _ in runs)
+    quotient = make_quotient(topology, nodes, g) if mode == "auto" and relabelling(algo) == "shift" else None
+    if quotient is not None:
+        u = quotient.unit_ranks
+        extra = (ranks * QUOTIENT_SECONDS_PER_RANK + u * len(steps) * QUOTIENT_SECONDS_PER_RANK_STEP
+                 + len(steps) * COLLECTIVE_SECONDS_PER_STEP)
+        if len(runs) == 1 and op != "all_to_all":
+            return (u * len(steps[0][0]), u, floor + extra + len(steps) * MAX_PLUS_SECONDS_PER_STEP,
+                    "one shift unit, one step")
+        # a schedule of distinct steps, or a ring whose links several senders can fill (oversubscribed leaves,
+        # GPUs sharing a NIC; known only once its first step is built): every step of one shift unit
+        return (int(QUOTIENT_FLOW_WEIGHT * u * sum(len(peers) for peers, _ in steps)), u, floor + extra,
+                "one shift unit, every step")
+    if not symmetric:
+        return ranks * f, ranks, floor, "every rank"
+    return collapsed, 1, floor + len(steps) * COLLECTIVE_SECONDS_PER_STEP, "one rank"
+
+
 def estimate_collective_run(topology, op: str, nodes: int, gpus_per_node: int, sizes, mode: str = "auto",
                             algorithm: str | None = None, protocol: str | None = None) -> CostEstimate:
-    """Estimate ``simfuse collective`` from the schedule it will run: every rank is simulated in ``full`` mode (and
-    in ``auto`` when the chosen algorithm is not symmetric), one otherwise; :data:`COLLECTIVE_SECONDS_PER_FLOW` a
-    flow.  Above :data:`PRICED_SIZES` sizes, an even sample is priced and scaled."""
+    """Estimate ``simfuse collective`` from the schedule it will run (:func:`_run_cost`): every rank is simulated
+    in ``full`` mode (and in ``auto`` when the chosen algorithm is neither symmetric nor invariant under the
+    fabric's node shifts), one shift unit in the quotient mode, one rank on the symmetric path;
+    :data:`COLLECTIVE_SECONDS_PER_FLOW` a flow plus the per-step terms.  Above :data:`PRICED_SIZES` sizes, an even
+    sample is priced and scaled."""
     from .collectives.tuner import Tuner
 
     ranks = nodes * gpus_per_node
@@ -317,17 +400,22 @@ def estimate_collective_run(topology, op: str, nodes: int, gpus_per_node: int, s
                                                         for i in range(PRICED_SIZES)]
     tuner = Tuner(topology, nodes, gpus_per_node) if ranks > 1 else None
     flows = 0
+    extra = 0.0
     simulated = 1
+    paths = []
     for s in sample:
         if ranks < 2:
             break
-        f, symmetric = _collective_flows(topology, op, nodes, gpus_per_node, s, mode, algorithm, protocol, tuner)
-        sim = ranks if mode == "full" or (mode == "auto" and not symmetric) else 1
+        f, sim, x, path = _run_cost(topology, op, nodes, gpus_per_node, s, mode, algorithm, protocol, tuner)
         simulated = max(simulated, sim)
-        flows += sim * f
-    flows = int(flows * len(sizes) / max(1, len(sample)))
-    return CostEstimate(f"{op} on {nodes} x {gpus_per_node} GPUs ({mode}, {len(sizes)} size(s))", ranks,
-                        simulated, 0, 0, flows, 2 * flows, flows * COLLECTIVE_SECONDS_PER_FLOW)
+        flows += f
+        extra += x
+        paths.append(path)
+    scale = len(sizes) / max(1, len(sample))
+    flows = int(flows * scale)
+    how = ", ".join(dict.fromkeys(paths)) or "nothing to simulate"
+    return CostEstimate(f"{op} on {nodes} x {gpus_per_node} GPUs ({mode}: {how}; {len(sizes)} size(s))", ranks,
+                        simulated, 0, 0, flows, 2 * flows, flows * COLLECTIVE_SECONDS_PER_FLOW + extra * scale)
 
 
 def simulations_of_run(spec, topology, execution) -> int:

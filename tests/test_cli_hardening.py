@@ -384,10 +384,11 @@ def test_chakra_run_refuses_workload_settings_and_a_fused_only_export(tmp_path, 
     assert "--mode baseline or both" in capsys.readouterr().err and not (tmp_path / "y").exists()
 
 
-def test_guard_prices_a_ring_on_a_3tier_fabric_as_full_simulation(root):
-    """A ring (a schedule over neighbouring nodes) on a fabric whose nodes differ (several leaves) fails the run's
-    schedule check and is simulated rank by rank: the guard counts every rank, and at 512 nodes refuses it
-    without --force (it ran over 6 minutes and 8 GB before); on the rail fabric the same ring is one rank."""
+def test_guard_prices_a_ring_on_a_3tier_fabric_by_its_quotient(root):
+    """A ring (a schedule over neighbouring nodes) on a fabric whose nodes differ (several leaves) runs the ranks
+    of one pod (the quotient mode): the guard counts those 256 ranks and lets the 512-node run go; in full mode
+    it counts every rank and refuses it without --force (it ran over 6 minutes and 8 GB); on the rail fabric the
+    same ring is one rank."""
     from simfuse.errors import SpecError as _SpecError
     from simfuse.guard import check_cost, estimate_collective_run
     from simfuse.spec import load_topology
@@ -395,7 +396,10 @@ def test_guard_prices_a_ring_on_a_3tier_fabric_as_full_simulation(root):
     three = load_topology(root / "topologies" / "h200_3tier_pods.yaml")
     rail = load_topology(root / "topologies" / "h100_nvl8_ib_ndr.yaml")
     est = estimate_collective_run(three, "reduce_scatter", 512, 8, [64 << 20], "auto")
-    assert est.simulated_ranks == 512 * 8
+    assert est.simulated_ranks == 32 * 8 and est.seconds < 2.0
+    check_cost(est, False, command="collective")
+    full = estimate_collective_run(three, "reduce_scatter", 512, 8, [64 << 20], "full")
+    assert full.simulated_ranks == 512 * 8
     with pytest.raises(_SpecError, match="--force"):
-        check_cost(est, False, command="collective")
+        check_cost(full, False, command="collective")
     assert estimate_collective_run(rail, "reduce_scatter", 512, 8, [64 << 20], "auto").simulated_ranks == 1

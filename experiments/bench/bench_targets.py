@@ -14,6 +14,11 @@ resident set (a ``run`` point also counts its largest worker: forked workers sha
 tree).  Rows go to ``experiments/results/bench_targets.csv`` with the machine, the date and the commit::
 
     python experiments/bench/bench_targets.py [--what run,collective] [--nodes 1,8,128] [--models a.yaml,...] [--out CSV]
+
+``--only collectives`` runs the collective points alone and writes them to
+``experiments/results/bench_collectives.csv`` (unless ``--out`` says otherwise); ``--collective-nodes`` picks
+their node counts.  A collective row also carries the cost guard's estimate (``simfuse.guard
+.estimate_collective_run``, what ``simfuse collective`` checks before it starts) and its ratio to the wall time.
 """
 
 from __future__ import annotations
@@ -116,14 +121,21 @@ def _child_run(model: str, topology: str, nodes: int) -> dict:
 def _child_collective(op: str, topology: str, nodes: int) -> dict:
     sys.path.insert(0, str(ROOT))
     from simfuse.collectives import run_collective
+    from simfuse.guard import estimate_collective_run
     from simfuse.spec import load_topology
 
     topo = load_topology(topology)
+    g = topo.scale_up.gpus_per_node
     t0, c0 = time.perf_counter(), _cpu_s()
     res = run_collective(topo, nodes, op, 64 * 2**20)
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    rss = _rss_mib()
+    est = estimate_collective_run(topo, op, nodes, g, [64 * 2**20], "auto")  # after the run: its memory is the run's
     return {"what": "collective", "model": op, "topology": Path(topology).stem, "nodes": nodes,
-            "gpus": res.ranks, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": _rss_mib(), "target_s": COLLECTIVE_TARGET_S,
+            "gpus": res.ranks, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": rss, "target_s": COLLECTIVE_TARGET_S,
+            "guard_estimate_s": est.seconds, "guard_ratio": est.seconds / wall if wall > 0 else float("nan"),
+            "guard_ratio_cpu": est.seconds / cpu if cpu > 0 else float("nan"),
+            "guard_simulated_ranks": est.simulated_ranks, "guard_events": est.events,
             "sim_mode": res.mode, "algorithm": f"{res.algorithm}/{res.protocol}", "time_us": res.time_s * 1e6,
             "events": res.events}
 
@@ -168,11 +180,20 @@ def main(argv=None) -> int:
     p.add_argument("--nodes", default=None, help="node counts of the run points (default 1..16,384)")
     p.add_argument("--models", default=None, help="model files (default every models/*.yaml)")
     p.add_argument("--topologies", default=None, help="collective points' topologies (default every shipped one)")
-    p.add_argument("--out", default=str(ROOT / "experiments/results/bench_targets.csv"))
+    p.add_argument("--only", choices=("collectives", "runs"), default=None,
+                   help="only the collective points (written to experiments/results/bench_collectives.csv unless "
+                        "--out is given) or only the run points")
+    p.add_argument("--collective-nodes", default=None, help="node counts of the collective points (default 512,1024)")
+    p.add_argument("--out", default=None, help="CSV to append to (default experiments/results/bench_targets.csv)")
     p.add_argument("--reestimate", action="store_true",
                    help="recompute the guard columns of --out's run rows with this checkout's guard, and stop")
     p.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.only is not None:
+        args.what = "collective" if args.only == "collectives" else "run"
+    if args.out is None:
+        name = "bench_collectives.csv" if args.only == "collectives" else "bench_targets.csv"
+        args.out = str(ROOT / "experiments/results" / name)
     if args.reestimate:
         reestimate(Path(args.out))
         return 0
@@ -190,7 +211,8 @@ def main(argv=None) -> int:
     if "collective" in what:
         topos = (args.topologies.split(",") if args.topologies
                  else sorted(str(t) for t in (ROOT / "topologies").glob("*.yaml")))
-        points += [("collective", op, t, n) for t in topos for n in COLLECTIVE_NODES for op in OPS]
+        cnodes = [int(x) for x in args.collective_nodes.split(",")] if args.collective_nodes else COLLECTIVE_NODES
+        points += [("collective", op, t, n) for t in topos for n in cnodes for op in OPS]
     import pandas as pd
 
     rows = []

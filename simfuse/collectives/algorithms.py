@@ -165,7 +165,9 @@ class _Ring(Algorithm):
         if len(succ) == 0:
             return []
         per = chunk_bytes / self._ring_channels()
-        return [(succ, np.full(len(succ), per)) for _ in range(n_steps)]
+        # every step is the same (one shared tuple): the runner recognises repeated steps by identity
+        step = (succ, np.full(len(succ), per))
+        return [step] * n_steps
 
     def __post_init__(self):
         c = self._ring_channels()

@@ -164,7 +164,13 @@ class GroupAlgorithm:
 
     def steps(self, rank: int):
         local = self.group.index(rank)
-        return [(self._ranks[d], s) for d, s in self.algo.steps(local)]
+        out, mapped = [], {}
+        for step in self.algo.steps(local):  # a step repeated as one object (rings) stays one object
+            hit = mapped.get(id(step))
+            if hit is None:
+                hit = mapped[id(step)] = (self._ranks[step[0]], step[1])
+            out.append(hit)
+        return out
 
     @property
     def members(self) -> list[int]:

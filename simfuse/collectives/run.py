@@ -13,6 +13,7 @@ from ..spec import TopologySpec
 from .algorithms import BUSBW_FACTOR, Layout, make_algorithm
 from .groups import world
 from .protocols import ProtocolCost, canonical_protocol
+from .quotient import make_quotient
 from .runner import check_hardware, collective_process, relabelling
 from .tuner import Tuner
 
@@ -44,7 +45,9 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
                    include_overheads: bool = True, record_usage: bool = False, record: bool = False,
                    return_sim: bool = False, protocol: str | None = None):
     """Simulate one bulk collective; returns a :class:`CollectiveResult` (and the simulation objects when
-    ``return_sim``).  ``mode``: ``auto`` (symmetric fast path when exact), ``symmetric`` or ``full``.
+    ``return_sim``).  ``mode``: ``auto`` (symmetric fast path when exact; on a
+    fabric whose nodes differ, a schedule invariant under node shifts runs the ranks of one shift unit,
+    :mod:`.quotient`, reported as mode ``quotient``), ``symmetric`` or ``full``.
     ``algorithm=None``: the tuner's choice (:class:`~simfuse.collectives.tuner.Tuner`, the one the workloads
     use).  ``protocol``: LL, LL128 or Simple (default: the tuner's, or Simple for a named algorithm under
     ``protocol_model: none``).  A collective on one rank moves nothing and costs nothing."""
@@ -68,6 +71,11 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
     if mode == "symmetric" and not algo.symmetric:
         raise SpecError("<argument>", "mode", f"{op}:{algo.name} is not symmetric with these channels")
     symmetric = algo.symmetric if mode == "auto" else mode == "symmetric"
+    quotient = None
+    if mode == "auto" and relabelling(algo) == "shift":
+        # a fabric whose nodes differ (fat_tree_3tier, several leaves): the ranks of one shift unit, exactly
+        quotient = make_quotient(topology, nodes, g)
+        symmetric = symmetric and quotient is None
     if symmetric:
         # fabrics whose nodes are not all alike (fat_tree_3tier) check the schedule itself; None elsewhere
         problem = Fabric.symmetry_problem(topology, nodes, gpus_per_node=g, steps_of_rank=algo.steps,
@@ -76,14 +84,18 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
             if mode == "symmetric":
                 raise SpecError("<argument>", "mode", f"{op}:{algo.name} is not symmetric here: {problem}")
             symmetric = False
-    fabric = Fabric(topology, nodes, gpus_per_node=g, symmetric=symmetric)
+    fabric = quotient.fabric if quotient is not None else Fabric(topology, nodes, gpus_per_node=g,
+                                                                 symmetric=symmetric)
     sim = Simulation(seed=seed, record=record)
-    net = FlowNetwork(sim, fabric.capacities, fabric.names, record_usage=record_usage)
+    net = (quotient.network(sim, record_usage) if quotient is not None
+           else FlowNetwork(sim, fabric.capacities, fabric.names, record_usage=record_usage))
     co = topology.collectives
     if layout.n > 1:
+        # alone on the network: repeated steps are collapsed, unless every link's load over time is asked for
         proc = sim.process(collective_process(sim, fabric, net, algo,
                                               launch_s=co.launch_s if include_overheads else 0.0,
-                                              sync_s=co.sync_s if include_overheads else 0.0))
+                                              sync_s=co.sync_s if include_overheads else 0.0,
+                                              alone=not record_usage, quotient=quotient))
         sim.run(until=proc)
     t = sim.now
     n = layout.n
@@ -91,9 +103,10 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
     res = CollectiveResult(op=op, algorithm=algo.name, protocol=algo.protocol, size_bytes=float(size_bytes), nodes=nodes,
                            gpus_per_node=g, ranks=n, time_s=t, algbw_gbps=algbw,
                            busbw_gbps=algbw * BUSBW_FACTOR[op](n) if n > 1 else 0.0,
-                           mode="symmetric" if symmetric else "full", events=sim.events,
+                           mode="quotient" if quotient is not None else "symmetric" if symmetric else "full",
+                           events=sim.events,
                            wall_s=time.perf_counter() - wall0, injected_bytes=net.injected_bytes,
                            delivered_bytes=net.delivered_bytes)
-    if return_sim:
-        return res, sim, fabric, net
+    if return_sim:  # in the quotient mode the network has the links of one shift unit, as the Quotient has
+        return res, sim, quotient if quotient is not None else fabric, net
     return res

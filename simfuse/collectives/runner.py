@@ -118,7 +118,8 @@ def _step_events(net, pg: ProtocolGroups, src, groups, label):
 
 def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: Algorithm, *,
                        launch_s: float = 0.0, sync_s: float = 0.0, name: str | None = None,
-                       rank: int = 0, groups_fn=None, record: bool = True):
+                       rank: int = 0, groups_fn=None, record: bool = True, alone: bool = False,
+                       quotient=None):
     """A simpy process running ``algo`` from start to finish (all ranks, or the representative under symmetry).
 
     Timing assumptions: ``launch_s`` (plus the protocol's base-latency offset from Simple's, see
@@ -127,24 +128,33 @@ def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: 
     (completion signalling).  The protocol scales the bytes on the wire and sets each hop's latency; in an
     all-to-all each off-node send is posted by the proxy at ``collectives.net_overhead_us`` per message
     (:mod:`.posting`; ``protocol_model: nccl``).  Returns the finishing time (s).
+
+    ``alone``: the collective has the network to itself (a standalone run, nothing else in the simulation).
+    Then, in symmetric mode, a run of identical steps (a ring's ``2(n-1)`` or ``n-1``) is simulated once and
+    repeated: each of its steps starts on an idle network with the same flows, so each lasts as long as the
+    first (:func:`_symmetric_steps`).  Inside a workload other flows share the links: leave it False.
+    ``quotient``: a :class:`~.quotient.Quotient` (a fabric in full mode whose ranks of one shift unit are
+    simulated, :mod:`.quotient`); ``fabric`` is then its full fabric.
     """
     env = sim.env
     t0 = env.now
     label = name or f"{algo.op}:{algo.name}"
-    groups_fn = groups_fn or FlowGroupCache(fabric)
+    if groups_fn is None:
+        groups_fn = quotient.flow_groups if quotient is not None else FlowGroupCache(fabric)
     cost = protocol_cost(fabric, algo)
     pg = ProtocolGroups(groups_fn, cost, getattr(algo, "via", ()), per_peer=algo.op == "all_to_all",
                         rule=bulk_rule(fabric.topology.collectives), n_ranks=fabric.n_ranks)
     launch_s = cost.launch_gap_s(launch_s)
     if launch_s > 0:
         yield env.timeout(launch_s)
-    if fabric.symmetric:
+    if quotient is not None:
+        from .quotient import quotient_mode
+
+        yield from quotient_mode(sim, quotient, net, algo, pg, label, alone=alone)
+    elif fabric.symmetric:
         if not algo.symmetric:
             raise RuntimeError(f"{label} is not symmetric on this layout; use a full fabric")
-        for dsts, sizes in algo.steps(rank):
-            evs = _step_events(net, pg, rank, pg(rank, dsts, sizes), label)
-            if evs:
-                yield simpy.AllOf(env, evs)
+        yield from _symmetric_steps(env, net, pg, rank, algo.steps(rank), label, collapse=alone and pg.rule is None)
     else:
         yield from _full_mode(sim, fabric, net, algo, pg, label)
     if sync_s > 0:
@@ -155,20 +165,70 @@ def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: 
     return env.now
 
 
-def _full_mode(sim, fabric, net, algo, groups_fn, label):
+def same_step(a, b) -> bool:
+    """Whether two steps ``(dsts, sizes)`` are the same (the same object, or equal arrays)."""
+    if a is b:
+        return True
+    return np.array_equal(a[0], b[0]) and np.array_equal(np.broadcast_to(a[1], np.shape(a[0])),
+                                                          np.broadcast_to(b[1], np.shape(b[0])))
+
+
+def _bytes_moved(net) -> tuple:
+    return net.injected_bytes, net.delivered_bytes, net.carried_bytes.copy()
+
+
+def repeat_bytes(net, before: tuple, times: int) -> None:
+    """Count the bytes ``net`` moved since ``before`` (:func:`_bytes_moved`) ``times`` more times: the steps a
+    collapse does not simulate move them too (injected, delivered and each link's carried bytes)."""
+    inj, dlv, car = before
+    net.injected_bytes += times * (net.injected_bytes - inj)
+    net.delivered_bytes += times * (net.delivered_bytes - dlv)
+    net.carried_bytes += times * (net.carried_bytes - car)
+
+
+def _symmetric_steps(env, net, pg, rank, steps, label, collapse: bool):
+    """The representative rank's steps, one after the other.  ``collapse``: the network carries nothing but this
+    collective, and a step that equals the one before starts, like it, on an idle network (every flow of the
+    step before has arrived) with the same flows, so it lasts as long: the rest of a run of equal steps is one
+    timeout of (count x the first one's duration)."""
+    i, n = 0, len(steps)
+    while i < n:
+        dsts, sizes = steps[i]
+        j = i + 1
+        if collapse:
+            while j < n and same_step(steps[j], steps[i]):
+                j += 1
+        idle = net.active_groups == 0
+        t_start, before = env.now, _bytes_moved(net)
+        evs = _step_events(net, pg, rank, pg(rank, dsts, sizes), label)
+        if evs:
+            yield simpy.AllOf(env, evs)
+        if j - i > 1 and idle and net.active_groups == 0:
+            repeat_bytes(net, before, j - i - 1)
+            yield env.timeout((j - i - 1) * (env.now - t_start))
+        else:
+            j = i + 1
+        i = j
+
+
+def _full_mode(sim, fabric, net, algo, groups_fn, label, simulated: int | None = None, schedules=None):
+    """Every rank of ``algo`` as its own process.  ``simulated``: only ranks ``0 .. simulated-1`` run (the
+    quotient mode, :mod:`.quotient`), each standing for its translates ``r + k simulated``: a flow to ``d`` is
+    received by ``d mod simulated``; ``schedules``: their steps, when already built."""
     env = sim.env
-    n = fabric.n_ranks
-    members = getattr(algo, "members", None) or list(range(n))
-    schedules = [[] for _ in range(n)]
-    for r in members:
-        schedules[r] = algo.steps(r)
+    n = fabric.n_ranks if simulated is None else simulated
+    members = list(range(n)) if simulated is not None else (getattr(algo, "members", None) or list(range(n)))
+    if schedules is None:
+        schedules = [[] for _ in range(n)]
+        for r in members:
+            schedules[r] = algo.steps(r)
     n_steps = max((len(s) for s in schedules), default=0)
     if n_steps == 0:
         return
     incoming = np.zeros((n, n_steps), dtype=np.int64)
     for steps in schedules:
         for s, (dsts, _sizes) in enumerate(steps):
-            np.add.at(incoming[:, s], dsts, 1)
+            np.add.at(incoming[:, s], np.asarray(dsts) % n, 1)
     remaining = incoming.copy()
     recv = [[env.event() for _ in range(n_steps)] for _ in range(n)]
     for r in range(n):
@@ -191,7 +251,7 @@ def _full_mode(sim, fabric, net, algo, groups_fn, label):
                 yield recv[r][s - 1]
             evs = []
             for grp, ev in groups_fn.start(net, r, groups_fn(r, dsts, sizes), tag=label):
-                ev.callbacks.append(arrived(grp.dsts.tolist(), s))
+                ev.callbacks.append(arrived((grp.dsts % n).tolist(), s))
                 evs.append(ev)
             if evs:
                 yield simpy.AllOf(env, evs)
@@ -223,7 +283,7 @@ def simulate_group_collective(topology: TopologySpec, nodes: int, gpus_per_node:
     net = FlowNetwork(sim, fabric.capacities, fabric.names)
     co = topology.collectives
     proc = sim.process(collective_process(sim, fabric, net, algo, launch_s=co.launch_s, sync_s=co.sync_s,
-                                          rank=group.ranks[0], record=False))
+                                          rank=group.ranks[0], record=False, alone=True))
     sim.run(until=proc)
     return sim.now
 

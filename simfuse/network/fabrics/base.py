@@ -230,6 +230,35 @@ class Fabric:
         fabric onto itself: 1 where every node is alike (``node_transitive``)."""
         return 1 if self.node_transitive else self.nodes
 
+    def shift_representatives(self, unit_nodes: int) -> np.ndarray | None:
+        """Full mode: for every link, the link of the first ``unit_nodes`` nodes it is the translate of under a
+        shift by a multiple of ``unit_nodes`` nodes (ids into ``capacities``), or ``None`` when the shift does
+        not map every link family onto itself link by link (``unit_nodes`` not dividing the node count, or a
+        family whose links are not laid out per block of ``unit_nodes`` nodes).  Under a node shift that is an
+        automorphism (:meth:`node_shift_unit`), a link and its representative carry translates of the same
+        flows at every moment of a shift-invariant run (:mod:`simfuse.collectives.quotient`)."""
+        if self.symmetric:
+            raise RuntimeError("shift_representatives() needs a full (non-symmetric) fabric")
+        if unit_nodes < 1 or self.nodes % unit_nodes:
+            return None
+        blocks = self.nodes // unit_nodes
+        ranks = np.arange(self.n_ranks, dtype=np.int64)
+        unit_ranks = unit_nodes * self.gpus_per_node
+        rep = np.arange(len(self._caps), dtype=np.int64)
+        for fam in self.families.values():
+            if fam.count % blocks:
+                return None
+            per = fam.count // blocks
+            idx = np.asarray(fam.unit_of(ranks), dtype=np.int64)
+            # the links of a block of nodes are the block's own, numbered like the first block's
+            if not np.array_equal(idx, np.asarray(fam.unit_of(ranks % unit_ranks), dtype=np.int64)
+                                  + (ranks // unit_ranks) * per):
+                return None
+            j = np.arange(fam.count, dtype=np.int64)
+            for base in (self._tx0[fam.kind], self._rx0[fam.kind]):
+                rep[base + j] = base + j % per
+        return rep
+
     def schedule_problem(self, steps_of_rank) -> str | None:
         """Check (on a fabric of either mode) that every rank's schedule looks like rank 0's to the fabric: in
         every step each rank sends, and receives, the same multiset of (route class, size).  With capacities

@@ -84,7 +84,8 @@ class FatTree3TierFabric(Fabric):
 
         Other schedules (``"shift"``: rings and trees over neighbouring nodes) must pass
         :meth:`Fabric.schedule_problem`, which reads every rank's schedule and fails at the first rank whose
-        hop crosses a leaf boundary that rank 0's does not."""
+        hop crosses a leaf boundary that rank 0's does not.  A standalone collective does not ask: it runs such
+        schedules on the ranks of one shift unit (:mod:`simfuse.collectives.quotient`), exactly."""
         try:
             fabric = cls(topology, nodes, gpus_per_node=gpus_per_node, symmetric=True)
         except SpecError as exc:

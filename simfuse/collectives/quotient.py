@@ -44,6 +44,7 @@ import simpy
 from ..engine import Simulation
 from ..errors import SpecError
 from ..network import Fabric, FlowNetwork
+from .runner import _full_mode, same_step
 
 #: a link with several senders counts as unfillable when the top rates of its flows sum to at most this factor of
 #: its capacity (float slack on an exact equality)
@@ -84,6 +85,11 @@ class Quotient:
                 self._cache[key] = hit
         return hit
 
+    def run(self, sim: Simulation, net: FlowNetwork, algo, pg, label: str, alone: bool = False):
+        """simpy process body: ``algo`` on the simulated ranks (:func:`quotient_mode`); the runner calls it, so
+        the runner never imports this module."""
+        return quotient_mode(sim, self, net, algo, pg, label, alone=alone)
+
     def network(self, sim: Simulation, record_usage: bool = False) -> FlowNetwork:
         return FlowNetwork(sim, self.capacities, self.names, record_usage=record_usage)
 
@@ -117,7 +123,6 @@ def make_quotient(topology, nodes: int, gpus_per_node: int) -> Quotient | None:
 
 def quotient_mode(sim, q: Quotient, net, algo, pg, label, alone: bool = False):
     """simpy process body: ``algo`` on the simulated ranks of ``q`` (see the module)."""
-    from .runner import _full_mode, same_step
 
     schedules = [algo.steps(r) for r in range(q.unit_ranks)]
     if alone and pg.rule is None and all(len({id(st) for st in sch}) <= 1 or all(same_step(st, sch[0]) for st in sch)

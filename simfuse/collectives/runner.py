@@ -148,9 +148,7 @@ def collective_process(sim: Simulation, fabric: Fabric, net: FlowNetwork, algo: 
     if launch_s > 0:
         yield env.timeout(launch_s)
     if quotient is not None:
-        from .quotient import quotient_mode
-
-        yield from quotient_mode(sim, quotient, net, algo, pg, label, alone=alone)
+        yield from quotient.run(sim, net, algo, pg, label, alone=alone)
     elif fabric.symmetric:
         if not algo.symmetric:
             raise RuntimeError(f"{label} is not symmetric on this layout; use a full fabric")

@@ -83,7 +83,13 @@ class FlowNetwork:
         self._raw_ids: dict = {}  # (links, weights, count) as passed to transfer -> bundle
         self._b_links: list[tuple] = []
         self._b_w: list[tuple] = []
-        self._b_np: dict[int, tuple] = {}  # bundle -> (links int64 array, unit weights array), built when first needed
+        # every bundle's entries in one flat array pair (bundle b: ``_f_link/_f_w[_f_start[b]:][:_f_len[b]]``, grown
+        # by doubling): the vectorised path gathers a set of active bundles' entries without a loop over them
+        self._f_link = np.zeros(256, dtype=np.int64)
+        self._f_w = np.zeros(256)
+        self._f_start = np.zeros(64, dtype=np.int64)
+        self._f_len = np.zeros(64, dtype=np.int64)
+        self._f_used = 0
         self._np_layouts: dict = {}  # active bundles -> their entries as arrays (the vectorised path)
         self._np_layout_entries = 0
         self._bcount: dict[int, float] = {}  # active bundle -> flows in it (sum of its groups' counts)
@@ -143,8 +149,7 @@ class FlowNetwork:
                 bid = self._bundle_ids[key] = len(self._b_links)
                 self._b_links.append(links_t)
                 self._b_w.append(unitw)
-                if bid >= len(self._bc_arr):
-                    self._bc_arr = np.concatenate([self._bc_arr, np.zeros(len(self._bc_arr))])
+                self._add_flat(bid, links_t, unitw)
             if raw is not None:
                 self._raw_ids[raw] = bid
         # rates are recomputed at this same instant (zero-delay wake-up) before any time passes, so the new group
@@ -154,6 +159,22 @@ class FlowNetwork:
             self._pending = True
             self.env.timeout(0).callbacks.append(self._on_wakeup_now)
         return done
+
+    def _add_flat(self, bid: int, links_t: tuple, unitw: tuple) -> None:
+        """Append bundle ``bid``'s entries to the flat arrays (and make room for its count)."""
+        if bid >= len(self._bc_arr):
+            self._bc_arr = np.concatenate([self._bc_arr, np.zeros(len(self._bc_arr))])
+        if bid >= len(self._f_start):
+            self._f_start = np.concatenate([self._f_start, np.zeros(len(self._f_start), dtype=np.int64)])
+            self._f_len = np.concatenate([self._f_len, np.zeros(len(self._f_len), dtype=np.int64)])
+        k, n = self._f_used, len(links_t)
+        while k + n > len(self._f_link):
+            self._f_link = np.concatenate([self._f_link, np.zeros(len(self._f_link), dtype=np.int64)])
+            self._f_w = np.concatenate([self._f_w, np.zeros(len(self._f_w))])
+        self._f_link[k:k + n] = links_t
+        self._f_w[k:k + n] = unitw
+        self._f_start[bid], self._f_len[bid] = k, n
+        self._f_used = k + n
 
     @property
     def active_groups(self) -> int:
@@ -303,28 +324,17 @@ class FlowNetwork:
 
     def _compute_rates_numpy(self, active: tuple) -> np.ndarray:
         """:meth:`_compute_rates` for a problem the vectorised solver takes (:data:`NUMPY_MIN_ENTRIES` entries or
-        more) with no kept layout: the same entries in the same order, built from per-bundle arrays instead of
-        Python lists, the same products (``w x count``) and the loads summed in entry order (``bincount``), so
+        more): the same entries in the same order (:meth:`_np_layout`, kept per set of active bundles), the same products (``w x count``) and the loads summed in entry order (``bincount``), so
         every number equals the list path's."""
         b_links = self._b_links
         lay = self._np_layouts.get(active)
         if lay is None:  # the entries of this set of active bundles, kept (sets recur) up to a memory bound
-            b_np, b_w = self._b_np, self._b_w
-            parts = []
-            for b in active:
-                hit = b_np.get(b)
-                if hit is None:
-                    hit = b_np[b] = (np.asarray(b_links[b], dtype=np.int64), np.asarray(b_w[b], dtype=float))
-                parts.append(hit)
-            e_link = np.concatenate([p[0] for p in parts])
-            links, e_local = np.unique(e_link, return_inverse=True)
-            lay = (e_link, np.concatenate([p[1] for p in parts]),
-                   np.repeat(np.arange(len(active), dtype=np.int64), [len(p[0]) for p in parts]),
-                   np.asarray(active, dtype=np.int64), e_local.reshape(-1), self.capacity[links])
-            self._np_layout_entries += len(e_link)
+            lay = self._np_layout(active)
+            n_e = len(lay[0])
+            self._np_layout_entries += n_e
             if self._np_layout_entries > _MAX_NP_LAYOUT_ENTRIES:
                 self._np_layouts.clear()
-                self._np_layout_entries = len(e_link)
+                self._np_layout_entries = n_e
             self._np_layouts[active] = lay
         e_link, e_uw, e_group, active_idx, e_local, cap_local = lay
         cs = self._bc_arr[active_idx]
@@ -337,6 +347,23 @@ class FlowNetwork:
         brate = np.zeros(len(b_links))
         brate[active_idx] = rates
         return brate
+
+    def _np_layout(self, active: tuple) -> tuple:
+        """The entries of the active bundles ``active`` (sorted ids), gathered from the flat arrays: links, unit
+        weights and group of every entry (bundles in order, each in path order), the bundle ids, and the links
+        renumbered ``0 ..`` in increasing physical order with their capacities (what ``np.unique`` gives)."""
+        act = np.array(active, dtype=np.int64)
+        lens = self._f_len[act]
+        ends = np.cumsum(lens)
+        total = int(ends[-1]) if len(ends) else 0
+        idx = np.arange(total, dtype=np.int64) + np.repeat(self._f_start[act] - (ends - lens), lens)
+        e_link = self._f_link[idx]
+        present = np.zeros(self.n_links, dtype=bool)
+        present[e_link] = True
+        links = np.flatnonzero(present)
+        local = np.cumsum(present) - 1
+        return (e_link, self._f_w[idx], np.repeat(np.arange(len(act), dtype=np.int64), lens), act, local[e_link],
+                self.capacity[links])
 
     def _keep_layout(self, active: tuple, e_group, e_link, e_uw) -> _Layout:
         """The layout of the rate problem of the bundles ``active`` (unit weights ``e_uw``), kept for the next time

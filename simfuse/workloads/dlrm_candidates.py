@@ -127,8 +127,14 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
             keys = stage if stage is not None else [
                 (m, i, j) for m in modes for i in range(len(cands[m][0])) for j in range(1, len(cands[m][1]))
                 if _tuning_matters(done[(m, i, 0)])]
-            if not keys or not pool.parallel(len(keys), first_s):
+            if not keys:
                 break
+            # each stage is judged by the longest simulation so far: the knob points by their plans' fused
+            # simulations (a baseline of a few ms can open a run whose fused simulations take seconds); a stage
+            # not worth the workers runs here, in the order the selection below would run it
+            if not pool.parallel(len(keys), max(r.wall_s for r in done.values())):
+                done.update((k, one(*k)) for k in keys)
+                continue
             tasks = [(spec, system, nodes, g, m, sim_mode, seed, cands[m][2][j], tuner, cands[m][0][i])
                      for m, i, j in keys]
             progress.doing(f"{len(keys)} in {min(pool.workers, len(keys))} worker processes")

@@ -16,6 +16,10 @@ TUNE_GRID = ({"slice_wgs": 1}, {"slice_wgs": 8})
 #: candidates whose iteration times differ by less than this (relative) tie; the first (plan, knob) order wins.
 #: The flow solver's two paths agree within 1e-9 (simfuse/network/flows.py), so a smaller difference is round-off.
 TIE_REL = 1e-9
+#: a planned DLRM point's fused simulation takes at least this many times its baseline's wall time (its kernels
+#: push to every peer wave by wave): MLPerf DLRM-DCNv2, 2-core VM, 2026-12-07: 6x at 128 nodes (1.3 / 0.21 s),
+#: 17x at 4 nodes (4.6 / 0.26 s); what decides whether its candidates go to the workers before one ran
+FUSED_PER_BASELINE = 5.0
 
 
 def _tuning_matters(res) -> bool:
@@ -132,10 +136,12 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
                 if _tuning_matters(done[(m, i, 0)])]
             if not keys:
                 break
-            # each stage is judged by the longest simulation so far: the knob points by their plans' fused
-            # simulations (a baseline of a few ms can open a run whose fused simulations take seconds); a stage
-            # not worth the workers runs here, in the order the selection below would run it
-            if not pool.parallel(len(keys), max(r.wall_s for r in done.values())):
+            # each stage is judged by the longest simulation so far, a fused one by FUSED_PER_BASELINE times a
+            # baseline while only baselines ran (a baseline of 0.1 s opens a run whose fused simulations take
+            # seconds); a stage not worth the workers runs here, in the order the selection below would run it
+            longest = max(r.wall_s * (FUSED_PER_BASELINE if m == "baseline" and any(k[0] == "fused" for k in keys)
+                                      else 1.0) for (m, _i, _j), r in done.items())
+            if not pool.parallel(len(keys), longest):
                 done.update((k, one(*k)) for k in keys)
                 continue
             tasks = [(spec, system, nodes, g, m, sim_mode, seed, cands[m][2][j], tuner, cands[m][0][i])

@@ -52,7 +52,9 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: on the ten shipped DLRM files at 1, 2, 4 and 8 nodes (2-core VM, contended, 2026-12-07 04:18-04:25 UTC:
 #: experiments/results/bench_guard_dlrm.csv).  What it does not see: the planner's heaviest rank (the fused
 #: kernel's real waves, 1-3.5x the even estimate below 64 ranks, decide whether the knob grid runs) and how
-#: many flows a plan's shards start: 31 of 40 points within 2x of the CPU time, the misses 0.34-2.8.
+#: many flows a plan's shards start: 31 of the 40 points within 2x of their CPU time (misses 0.34-2.8: the
+#: MLPerf file at 2 and 4 nodes under, the table-wise files at 8 nodes over); candidates are priced serially, so
+#: a run whose candidates go to worker processes finishes sooner (8 nodes: about 0.55x of its CPU time).
 DLRM_SECONDS_PER_EVENT = 9.8e-6
 DLRM_EVENT_PAIR_EXPONENT = 0.18
 #: Rank classes (uneven placements beyond 64 ranks): :data:`DLRM_SECONDS_PER_CLASS` per simulated class and

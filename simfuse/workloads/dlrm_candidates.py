@@ -34,6 +34,15 @@ def _tuning_matters(res) -> bool:
     return res.extras.fused_waves <= MAX_PUSH_WAVES
 
 
+def _expected_s(done: dict, keys: list) -> float:
+    """How long a simulation of the stage ``keys`` is expected to take: the longest so far, a fused one
+    :data:`FUSED_PER_BASELINE` times a baseline while only baselines ran (a baseline of 0.1 s opens a run whose
+    fused simulations take seconds)."""
+    fused = any(k[0] == "fused" for k in keys)
+    return max(r.wall_s * (FUSED_PER_BASELINE if m == "baseline" and fused else 1.0)
+               for (m, _i, _j), r in done.items())
+
+
 def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan, progress=None):
     """One DLRM simulation in a worker process (:mod:`~simfuse.workloads.parallel`): the result without its
     simulator objects, which do not cross processes (a run that records a trace does not use workers)."""
@@ -136,12 +145,8 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
                 if _tuning_matters(done[(m, i, 0)])]
             if not keys:
                 break
-            # each stage is judged by the longest simulation so far, a fused one by FUSED_PER_BASELINE times a
-            # baseline while only baselines ran (a baseline of 0.1 s opens a run whose fused simulations take
-            # seconds); a stage not worth the workers runs here, in the order the selection below would run it
-            longest = max(r.wall_s * (FUSED_PER_BASELINE if m == "baseline" and any(k[0] == "fused" for k in keys)
-                                      else 1.0) for (m, _i, _j), r in done.items())
-            if not pool.parallel(len(keys), longest):
+            # a stage not worth the workers runs here, in the order the selection below would run it
+            if not pool.parallel(len(keys), _expected_s(done, keys)):
                 done.update((k, one(*k)) for k in keys)
                 continue
             tasks = [(spec, system, nodes, g, m, sim_mode, seed, cands[m][2][j], tuner, cands[m][0][i])

@@ -55,6 +55,8 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: many flows a plan's shards start: 31 of the 40 points within 2x of their CPU time (misses 0.34-2.8: the
 #: MLPerf file at 2 and 4 nodes under, the table-wise files at 8 nodes over); candidates are priced serially, so
 #: a run whose candidates go to worker processes finishes sooner (8 nodes: about 0.55x of its CPU time).
+#: Rank classes (below) are counted as half the tables; at 32 and 64 nodes a planned MLPerf placement has one
+#: orbit class per node (32, 64), and those runs cost 2-15x their estimate (same CSV).
 DLRM_SECONDS_PER_EVENT = 9.8e-6
 DLRM_EVENT_PAIR_EXPONENT = 0.18
 #: Rank classes (uneven placements beyond 64 ranks): :data:`DLRM_SECONDS_PER_CLASS` per simulated class and

@@ -5,19 +5,20 @@ list of ``(link, weight)`` entries: the group adds ``weight * rate`` to that lin
 rate of one of its flows.  In full simulation every group has ``count = 1`` and weights 1; under symmetry a
 group of ``count`` flows from the representative rank crosses class links with weight ``count``.
 
-Rates are recomputed (progressive filling) only when a group starts or finishes; all starts and finishes at the
+Rates are recomputed (max-min fair) only when a group starts or finishes; all starts and finishes at the
 same simulated instant are coalesced into one recomputation.  A flow's last byte arrives ``latency_s`` after it
 leaves (so an uncongested transfer takes ``latency_s + size_bytes / bw``).
 
 Speed (issue 11).  The rate problems of a simulation are small (tens of bundles and links, under ten fill levels
 at 1,024 DLRM nodes) and many (tens of thousands), so numpy's per-call overhead dominated a vectorised solver.
 :func:`progressive_fill` is plain Python over per-link entry lists: a fill level costs the links still rising,
-and a link's denominator is re-summed only when a group on it freezes.  It performs the same floating-point
-operations in the same order as the vectorised solver it replaced (per-link sums in entry order, the same
-increments, thresholds and clamps), so rates, and every time derived from them, are bit-identical; large
-problems (many entries) go to :func:`_fill_numpy`, the vectorised form of the same operations.  The network
-keeps each bundle's flow count as groups come and go, the layout of every set of active bundles it has solved
-(with its links of identical entries pruned, :class:`_Layout`).
+and a link's denominator is re-summed only when a group on it freezes.  Large problems (many entries) go to
+:func:`_fill_numpy`, which reaches the same allocation vectorised in fewer passes (:func:`_fill_bottleneck`:
+every locally minimal link stops in one round, where filling stops one level a pass; 55 levels against 8 rounds
+on the problems of 64 fully simulated GPUs); the two agree within 1e-9 relative (round-off, and shares within
+1e-9 of each other).  The network keeps each bundle's flow count as groups come and go, and the layout of every
+set of active bundles it has solved (the Python path's with its links of identical entries pruned,
+:class:`_Layout`; the vectorised path's gathered from flat per-bundle arrays).
 ``tests/network/test_flow_solver.py`` checks the solver and the network against plainly written references.
 """
 
@@ -36,8 +37,9 @@ _INF = float("inf")
 #: links a group, ``experiments/bench_fill_threshold.py`` on the 2-core dev VM (results/bench_fill_threshold_*.csv):
 #: numpy no slower than Python from 770-960 entries with the layout kept and 480-580 with it built each time over
 #: 40 links, 380-580 and 290-380 over 200 links (runs of 5-10 problems a size; first measured when the solver was
-#: written, issue 11: about 600 and 450).  Both solvers give the same rates bit for bit, so the threshold moves
-#: only wall time.  The simulator's own problems favour numpy earlier than random ones (many groups on few
+#: written, issue 11: about 600 and 450).  Both solvers give the same rates within 1e-9 relative (the measurements
+#: below predate the vectorised path's bottleneck rounds, which made it faster still), so the threshold moves
+#: only wall time and round-off.  The simulator's own problems favour numpy earlier than random ones (many groups on few
 #: links: Python's fill loops over the groups at every level).  Stop 24, `simfuse run` on the 2-core VM, two
 #: interleaved runs each: DLRM-DCNv2 8 nodes 4.5 s at 512 -> 3.6-4.3 s at 128; DLRM-DCNv2 MLPerf 128 nodes
 #: 5.6-6.8 -> 4.9-5.1 s; the MoE layer at 128 nodes 0.47-0.52 s at both; the 1,024-node weak-scaling run 8.5 ->
@@ -83,7 +85,13 @@ class FlowNetwork:
         self._raw_ids: dict = {}  # (links, weights, count) as passed to transfer -> bundle
         self._b_links: list[tuple] = []
         self._b_w: list[tuple] = []
-        self._b_np: dict[int, tuple] = {}  # bundle -> (links int64 array, unit weights array), built when first needed
+        # every bundle's entries in one flat array pair (bundle b: ``_f_link/_f_w[_f_start[b]:][:_f_len[b]]``, grown
+        # by doubling): the vectorised path gathers a set of active bundles' entries without a loop over them
+        self._f_link = np.zeros(256, dtype=np.int64)
+        self._f_w = np.zeros(256)
+        self._f_start = np.zeros(64, dtype=np.int64)
+        self._f_len = np.zeros(64, dtype=np.int64)
+        self._f_used = 0
         self._np_layouts: dict = {}  # active bundles -> their entries as arrays (the vectorised path)
         self._np_layout_entries = 0
         self._bcount: dict[int, float] = {}  # active bundle -> flows in it (sum of its groups' counts)
@@ -143,8 +151,7 @@ class FlowNetwork:
                 bid = self._bundle_ids[key] = len(self._b_links)
                 self._b_links.append(links_t)
                 self._b_w.append(unitw)
-                if bid >= len(self._bc_arr):
-                    self._bc_arr = np.concatenate([self._bc_arr, np.zeros(len(self._bc_arr))])
+                self._add_flat(bid, links_t, unitw)
             if raw is not None:
                 self._raw_ids[raw] = bid
         # rates are recomputed at this same instant (zero-delay wake-up) before any time passes, so the new group
@@ -154,6 +161,22 @@ class FlowNetwork:
             self._pending = True
             self.env.timeout(0).callbacks.append(self._on_wakeup_now)
         return done
+
+    def _add_flat(self, bid: int, links_t: tuple, unitw: tuple) -> None:
+        """Append bundle ``bid``'s entries to the flat arrays (and make room for its count)."""
+        if bid >= len(self._bc_arr):
+            self._bc_arr = np.concatenate([self._bc_arr, np.zeros(len(self._bc_arr))])
+        if bid >= len(self._f_start):
+            self._f_start = np.concatenate([self._f_start, np.zeros(len(self._f_start), dtype=np.int64)])
+            self._f_len = np.concatenate([self._f_len, np.zeros(len(self._f_len), dtype=np.int64)])
+        k, n = self._f_used, len(links_t)
+        while k + n > len(self._f_link):
+            self._f_link = np.concatenate([self._f_link, np.zeros(len(self._f_link), dtype=np.int64)])
+            self._f_w = np.concatenate([self._f_w, np.zeros(len(self._f_w))])
+        self._f_link[k:k + n] = links_t
+        self._f_w[k:k + n] = unitw
+        self._f_start[bid], self._f_len[bid] = k, n
+        self._f_used = k + n
 
     @property
     def active_groups(self) -> int:
@@ -303,33 +326,23 @@ class FlowNetwork:
 
     def _compute_rates_numpy(self, active: tuple) -> np.ndarray:
         """:meth:`_compute_rates` for a problem the vectorised solver takes (:data:`NUMPY_MIN_ENTRIES` entries or
-        more) with no kept layout: the same entries in the same order, built from per-bundle arrays instead of
-        Python lists, the same products (``w x count``) and the loads summed in entry order (``bincount``), so
-        every number equals the list path's."""
+        more): the same entries in the same order (:meth:`_np_layout`, kept per set of active bundles, with their
+        :func:`_group_columns`), the same products (``w x count``) and the loads summed in entry order
+        (``bincount``); the rates within 1e-9 of the list path's (:func:`_fill_bottleneck`)."""
         b_links = self._b_links
         lay = self._np_layouts.get(active)
         if lay is None:  # the entries of this set of active bundles, kept (sets recur) up to a memory bound
-            b_np, b_w = self._b_np, self._b_w
-            parts = []
-            for b in active:
-                hit = b_np.get(b)
-                if hit is None:
-                    hit = b_np[b] = (np.asarray(b_links[b], dtype=np.int64), np.asarray(b_w[b], dtype=float))
-                parts.append(hit)
-            e_link = np.concatenate([p[0] for p in parts])
-            links, e_local = np.unique(e_link, return_inverse=True)
-            lay = (e_link, np.concatenate([p[1] for p in parts]),
-                   np.repeat(np.arange(len(active), dtype=np.int64), [len(p[0]) for p in parts]),
-                   np.asarray(active, dtype=np.int64), e_local.reshape(-1), self.capacity[links])
-            self._np_layout_entries += len(e_link)
+            lay = self._np_layout(active)
+            n_e = len(lay[0])
+            self._np_layout_entries += n_e
             if self._np_layout_entries > _MAX_NP_LAYOUT_ENTRIES:
                 self._np_layouts.clear()
-                self._np_layout_entries = len(e_link)
+                self._np_layout_entries = n_e
             self._np_layouts[active] = lay
-        e_link, e_uw, e_group, active_idx, e_local, cap_local = lay
+        e_link, e_uw, e_group, active_idx, e_local, cap_local, cols = lay
         cs = self._bc_arr[active_idx]
         e_w = e_uw * cs[e_group]
-        rates = _fill_local(cap_local, e_group, e_local, e_w, len(active))
+        rates = _fill_local(cap_local, e_group, e_local, e_w, len(active), cols)
         if rates.min() <= 0:
             raise RuntimeError("flow network stalled: an active flow group has zero rate")
         self._loads = np.bincount(e_link, weights=e_w * rates[e_group], minlength=self.n_links)
@@ -337,6 +350,24 @@ class FlowNetwork:
         brate = np.zeros(len(b_links))
         brate[active_idx] = rates
         return brate
+
+    def _np_layout(self, active: tuple) -> tuple:
+        """The entries of the active bundles ``active`` (sorted ids), gathered from the flat arrays: links, unit
+        weights and group of every entry (bundles in order, each in path order), the bundle ids, and the links
+        renumbered ``0 ..`` in increasing physical order with their capacities (what ``np.unique`` gives)."""
+        act = np.array(active, dtype=np.int64)
+        lens = self._f_len[act]
+        ends = np.cumsum(lens)
+        total = int(ends[-1]) if len(ends) else 0
+        idx = np.arange(total, dtype=np.int64) + np.repeat(self._f_start[act] - (ends - lens), lens)
+        e_link = self._f_link[idx]
+        present = np.zeros(self.n_links, dtype=bool)
+        present[e_link] = True
+        links = np.flatnonzero(present)
+        local = np.cumsum(present) - 1
+        e_group = np.repeat(np.arange(len(act), dtype=np.int64), lens)
+        return (e_link, self._f_w[idx], e_group, act, local[e_link], self.capacity[links],
+                _group_columns(e_group, len(act)))
 
     def _keep_layout(self, active: tuple, e_group, e_link, e_uw) -> _Layout:
         """The layout of the rate problem of the bundles ``active`` (unit weights ``e_uw``), kept for the next time
@@ -463,7 +494,7 @@ def _solve(capacity, e_group, e_link, e_w, n_groups: int, layout=None) -> list[f
     """Max-min rates of one rate problem (the arguments of :func:`progressive_fill`): the one place that picks
     the solver.  Problems of :data:`NUMPY_MIN_ENTRIES` entries or more run vectorised (:func:`_fill_numpy`),
     smaller ones in plain Python (:func:`_fill`) on ``layout()`` (default: the problem's :class:`_Layout`, built
-    here); both perform the same floating-point operations, so the choice moves no number."""
+    here); both reach the same allocation, so the choice moves no number beyond 1e-9 relative."""
     if len(e_link) >= NUMPY_MIN_ENTRIES:
         return _fill_numpy(np.asarray(capacity, dtype=float), np.asarray(e_group, dtype=np.int64),
                            np.asarray(e_link, dtype=np.int64), np.asarray(e_w, dtype=float), n_groups).tolist()
@@ -481,8 +512,8 @@ def progressive_fill(capacity: Sequence[float], e_group: Sequence[int], e_link: 
     Every fill level: each link still carrying rising groups offers ``share = remaining / denom`` (``denom``: the
     weights of its rising entries, summed in entry order); the smallest share ``inc`` raises every rising group;
     every link loses ``inc * denom`` (clamped at 0); the links with ``share <= inc (1 + 1e-9)`` are saturated and
-    their groups freeze at the level reached.  Problems of :data:`NUMPY_MIN_ENTRIES` entries or more run the
-    same operations vectorised (:func:`_solve`)."""
+    their groups freeze at the level reached.  Problems of :data:`NUMPY_MIN_ENTRIES` entries or more are solved
+    vectorised by bottleneck rounds (:func:`_solve`, :func:`_fill_bottleneck`): the same rates within 1e-9."""
     return _solve(capacity, e_group, e_link, e_w, n_groups)
 
 
@@ -501,48 +532,98 @@ def max_min_rates(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray,
 
 def _fill_numpy(capacity: np.ndarray, e_group: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
                 n_groups: int) -> np.ndarray:
-    """:func:`progressive_fill` vectorised: the loop works on the links the entries touch (renumbered, so an
-    iteration costs the entries still rising, not the whole network); see :func:`_fill_local`."""
+    """The max-min rates of :func:`progressive_fill`, vectorised (:func:`_fill_bottleneck`) on the links the
+    entries touch (renumbered, so a round costs the entries still rising, not the whole network)."""
     links, e_l = np.unique(e_link, return_inverse=True)
     return _fill_local(capacity[links], e_group, e_l.reshape(-1), e_w, n_groups)
 
 
+def _group_columns(e_group: np.ndarray, n_groups: int) -> list[np.ndarray]:
+    """Each group's entries by position: column ``c`` holds, for every group, the index of its ``c``-th entry (in
+    entry order), or ``len(e_group)`` (a padding entry) for a group with fewer entries.  Columns of one entry per
+    group make the per-group steps of :func:`_fill_bottleneck` element-wise operations (a reduction over rows of a
+    few entries is slow in numpy)."""
+    n_e = len(e_group)
+    order = np.argsort(e_group, kind="stable")
+    gs = e_group[order]
+    cnt = np.bincount(gs, minlength=n_groups)
+    pos = np.arange(n_e) - (np.cumsum(cnt) - cnt)[gs]
+    cols = []
+    for c in range(int(cnt.max()) if n_e else 0):
+        col = np.full(n_groups, n_e, dtype=np.int64)
+        sel = pos == c
+        col[gs[sel]] = order[sel]
+        cols.append(col)
+    return cols
+
+
 def _fill_local(cap_local: np.ndarray, e_group: np.ndarray, e_l: np.ndarray, e_w: np.ndarray,
-                n_groups: int) -> np.ndarray:
-    """Progressive filling on links numbered ``0 .. len(cap_local) - 1`` (entry ``i`` loads link ``e_l[i]``): the
-    operations of :func:`_fill` as array operations, each fill level dropping the entries of the groups it froze.
-    A link without rising entries (denominator 0) offers no share (inf) and loses ``inc x 0 = 0``: the same
-    numbers as leaving it out.  (Numbering the links differently moves no number: per-link sums follow the entry
-    order, and the minimum share is order-free.)"""
+                n_groups: int, cols: list[np.ndarray] | None = None) -> np.ndarray:
+    """Max-min rates on links numbered ``0 .. len(cap_local) - 1`` (entry ``i`` loads link ``e_l[i]``), solved
+    vectorised by :func:`_fill_bottleneck`; ``cols``: :func:`_group_columns` of ``e_group`` (kept by the network
+    with its layouts)."""
     rates = np.zeros(n_groups)
     if not len(e_group):
         return rates
+    if cols is None:
+        cols = _group_columns(e_group, n_groups)
     n_links = len(cap_local)
-    remaining = np.array(cap_local, dtype=float)
-    alive = np.ones(n_groups, dtype=bool)
-    g, lk, w = e_group, e_l, e_w
-    level = 0.0
-    share = np.empty(n_links)
-    fmin = np.fmin.reduce
-    # 0/0 (a saturated link whose groups froze) is NaN and x/0 inf: neither is a minimum (fmin skips NaN) nor
-    # at or below the threshold, as a link left out
+    l_ext = np.append(e_l, n_links)  # the padding entry: a link of its own that never limits (share inf)
+    w_ext = np.append(e_w, 0.0)
+    return _fill_bottleneck(cap_local, [l_ext[c] for c in cols], [w_ext[c] for c in cols], n_groups)
+
+
+def _fill_bottleneck(cap_local: np.ndarray, lc: list[np.ndarray], wc: list[np.ndarray],
+                     n_groups: int) -> np.ndarray:
+    """Max-min fair rates by bottleneck rounds (the allocation :func:`progressive_fill` reaches, in fewer passes).
+
+    ``lc[c][g]`` / ``wc[c][g]``: the link and weight of group ``g``'s ``c``-th entry (link ``len(cap_local)``,
+    weight 0: none).  Every round, each link offers ``share = remaining / denom`` (``denom``: the weights of its
+    rising groups); a group's *offer* is the smallest share among its links; a link whose share is within 1e-9
+    of the smallest offer among its rising groups is a bottleneck: no group on it can stop below its share, so
+    it saturates exactly there (shares only rise as other groups stop), and every group on a bottleneck stops at
+    its offer.  Progressive filling stops one level a pass (the global minimum share); this stops every local
+    minimum at once: at 1,024 DLRM nodes 4 rounds where filling takes 20 levels, at 64 GPUs fully simulated 8
+    where it takes 55.  The two differ only by float round-off (different sums) and where two shares lie within
+    1e-9 of each other (both stop together at their own shares here, at the lower one there): within 1e-9
+    relative.  A group whose links offer no share (weights all 0, alone) stays at 0."""
+    rates = np.zeros(n_groups)
+    n_links = len(cap_local)
+    pad = n_links
+    remaining = np.append(np.asarray(cap_local, dtype=float), 0.0)
+    rows = np.arange(n_groups)
+    lmin = np.empty(n_links + 1)
+    n_cols = len(lc)
+    # 0/0 (a link whose groups all stopped) is NaN and x/0 inf: neither an offer (fmin skips NaN) nor a bottleneck
     with np.errstate(divide="ignore", invalid="ignore"):
-        for _ in range(n_groups + 1):
-            if not len(g):
-                break
-            denom = np.bincount(lk, weights=w, minlength=n_links)
-            np.divide(remaining, denom, out=share)
-            inc = float(fmin(share))
-            if not inc < _INF:  # no link offers a share (NaN included)
-                break
-            if inc < 0.0:
-                inc = 0.0
-            level += inc
-            remaining -= inc * denom
+        while len(rows):
+            denom = np.bincount(np.concatenate(lc) if n_cols > 1 else lc[0],
+                                weights=np.concatenate(wc) if n_cols > 1 else wc[0], minlength=n_links + 1)
+            share = remaining / denom
+            share[pad] = _INF
+            offer = share[lc[0]]
+            for c in range(1, n_cols):
+                np.fmin(offer, share[lc[c]], out=offer)
+            lmin.fill(_INF)
+            for c in range(n_cols):
+                np.minimum.at(lmin, lc[c], offer)
+            bott = share <= lmin * (1 + 1e-9)
+            bott[pad] = False
+            stop = bott[lc[0]]
+            for c in range(1, n_cols):
+                stop |= bott[lc[c]]
+            stop &= offer < _INF
+            idx = np.flatnonzero(stop)
+            if not len(idx):
+                break  # no link offers a share
+            got = offer[idx]
+            rates[rows[idx]] = got
+            # the stopped groups' loads leave every link they cross
+            remaining -= np.bincount(np.concatenate([a[idx] for a in lc]),
+                                     weights=np.concatenate([a[idx] * got for a in wc]), minlength=n_links + 1)
             np.maximum(remaining, 0.0, out=remaining)
-            newly = g[(share <= inc * (1 + 1e-9) + 1e-300)[lk]]  # repeated group ids assign the same level
-            rates[newly] = level
-            alive[newly] = False
-            keep = alive[g]
-            g, lk, w = g[keep], lk[keep], w[keep]
+            keep = ~stop
+            rows = rows[keep]
+            lc = [a[keep] for a in lc]
+            wc = [a[keep] for a in wc]
     return rates

@@ -13,6 +13,13 @@ from .dlrm import simulate_dlrm
 #: puts, less issue overhead, later first byte); tile_order and persistent_grid keep the paper's choices
 #: (remote-first, docs/sources.md S49; one program per tile) to hold the tuning to two extra simulations per run.
 TUNE_GRID = ({"slice_wgs": 1}, {"slice_wgs": 8})
+#: candidates whose iteration times differ by less than this (relative) tie; the first (plan, knob) order wins.
+#: The flow solver's two paths agree within 1e-9 (simfuse/network/flows.py), so a smaller difference is round-off.
+TIE_REL = 1e-9
+#: a planned DLRM point's fused simulation takes at least this many times its baseline's wall time (its kernels
+#: push to every peer wave by wave): MLPerf DLRM-DCNv2, 2-core VM, 2026-12-07: 6x at 128 nodes (1.3 / 0.21 s),
+#: 17x at 4 nodes (4.6 / 0.26 s); what decides whether its candidates go to the workers before one ran
+FUSED_PER_BASELINE = 5.0
 
 
 def _tuning_matters(res) -> bool:
@@ -25,6 +32,15 @@ def _tuning_matters(res) -> bool:
     from ..fused.base import MAX_PUSH_WAVES
 
     return res.extras.fused_waves <= MAX_PUSH_WAVES
+
+
+def _expected_s(done: dict, keys: list) -> float:
+    """How long a simulation of the stage ``keys`` is expected to take: the longest so far, a fused one
+    :data:`FUSED_PER_BASELINE` times a baseline while only baselines ran (a baseline of 0.1 s opens a run whose
+    fused simulations take seconds)."""
+    fused = any(k[0] == "fused" for k in keys)
+    return max(r.wall_s * (FUSED_PER_BASELINE if m == "baseline" and fused else 1.0)
+               for (m, _i, _j), r in done.items())
 
 
 def _dlrm_one(spec, system, nodes, g, mode, sim_mode, seed, knobs, tuner, plan, progress=None):
@@ -127,8 +143,12 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
             keys = stage if stage is not None else [
                 (m, i, j) for m in modes for i in range(len(cands[m][0])) for j in range(1, len(cands[m][1]))
                 if _tuning_matters(done[(m, i, 0)])]
-            if not keys or not pool.parallel(len(keys), first_s):
+            if not keys:
                 break
+            # a stage not worth the workers runs here, in the order the selection below would run it
+            if not pool.parallel(len(keys), _expected_s(done, keys)):
+                done.update((k, one(*k)) for k in keys)
+                continue
             tasks = [(spec, system, nodes, g, m, sim_mode, seed, cands[m][2][j], tuner, cands[m][0][i])
                      for m, i, j in keys]
             progress.doing(f"{len(keys)} in {min(pool.workers, len(keys))} worker processes")
@@ -147,7 +167,10 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
                     r = one(m, i, j)
                 if plans[i] is None:  # plan once per mode, reuse for every grid point
                     plans[i] = r.extras.plan
-                if best is None or r.iteration_time_s < best.iteration_time_s:
+                # a later candidate wins only by more than round-off: candidates that tie (the knob grid often
+                # does, to 1e-16) keep the first, so the choice (and every run an interval makes with it) does not
+                # hang on the last bit of a rate solve
+                if best is None or r.iteration_time_s < best.iteration_time_s * (1 - TIE_REL):
                     best = r
                 first_s = first_s or r.wall_s
         best.extras.tuned = n_grid > 1

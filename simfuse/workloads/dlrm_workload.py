@@ -79,10 +79,13 @@ class DLRMWorkload(Workload):
                               execution.seed, record, tuner, chosen, pool, progress)
 
     # ----------------------------------------------------------------------------------------- cost and rows
-    def simulations_by_mode(self, pricing, topology, execution) -> dict[str, int]:
+    def simulations_by_mode(self, pricing, topology, execution, waves: int | None = None) -> dict[str, int]:
         """How many simulations a run makes per mode: each candidate plan (two with a planned placement and no
-        forced plan) times the fused knob grid (``tune_knobs: auto``), and with a calibration profile the
+        forced plan) times the fused knob grid (``tune_knobs: auto``; ``waves``: the fused kernel's estimated
+        waves, beyond :data:`~simfuse.fused.base.MAX_PUSH_WAVES` of which the grid stops after its first point, as
+        :func:`~simfuse.workloads.dlrm_candidates._tuning_matters` does), and with a calibration profile the
         interval's runs (``bound``: 3 per mode, ``mc``: the draws)."""
+        from ..fused.base import MAX_PUSH_WAVES
         from ..fused.knobs import modes_of
 
         ex, spec = execution, self.spec
@@ -90,7 +93,8 @@ class DLRMWorkload(Workload):
         planned = spec.placement == "planned" and not (ex is not None and self._settings(ex).plan_file)
         out = {}
         for m in modes:
-            grid = len(TUNE_GRID) if m == "fused" and planned and (ex is None or ex.tune_knobs == "auto") else 1
+            tuned = m == "fused" and planned and (ex is None or ex.tune_knobs == "auto")
+            grid = len(TUNE_GRID) if tuned and (waves is None or waves <= MAX_PUSH_WAVES) else 1
             out[m] = (2 if planned else 1) * grid + pricing.interval_runs(spec, topology, ex)
         return out
 
@@ -132,13 +136,19 @@ class DLRMWorkload(Workload):
         flow_s = pricing.DLRM_SECONDS_FIXED
         parallel = pricing.interval_runs(spec, topology, execution)  # per mode, shared by the workers
         peers = min(max(0, ranks - 1), 64)
-        for mode, n_sims in self.simulations_by_mode(pricing, topology, execution).items():
+        for mode, n_sims in self.simulations_by_mode(pricing, topology, execution, waves).items():
             sim_m = self.simulated_ranks(mode, sim_mode, uneven, nodes, ranks, tables)
-            flows_m = sim_m * 2 * push * peers
+            # the simulated ranks that push embeddings: every one with a planned or row-wise placement, at most
+            # one per table with a table-wise one (the others hold no table)
+            pushers = sim_m if spec.placement in ("planned", "row_wise") else min(sim_m, tables)
+            flows_m = pushers * 2 * push * peers
             events_m = sim_m * 2 * waves + 2 * flows_m
             n_wall = n_sims - parallel + parallel / max(1, min(workers, parallel or 1))
             if sim_m == ranks or sim_m == 1:  # every rank (or the one of an even placement) simulated
-                per_event = pricing.DLRM_SECONDS_PER_EVENT * min(1.0, sim_m / 64) ** pricing.DLRM_EVENT_RANK_EXPONENT
+                # an event re-solves the rates of the flows in flight: a problem that grows with pushers x peers
+                # (64 fully simulated GPUs pushing to 63 peers: scale 1)
+                scale = min(1.0, pushers * max(1, peers) / (64 * 63))
+                per_event = pricing.DLRM_SECONDS_PER_EVENT * scale ** pricing.DLRM_EVENT_PAIR_EXPONENT
                 flow_s += n_wall * events_m * per_event
             else:  # rank classes
                 flow_s += n_wall * sim_m * (pricing.DLRM_SECONDS_PER_CLASS

@@ -99,9 +99,9 @@ def test_invariants_random_networks(caps, flows):
 @settings(max_examples=5, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_vectorised_rate_path_equals_the_list_path(seed):
-    """Rate problems of NUMPY_MIN_ENTRIES entries or more are built from per-bundle arrays
-    (``_compute_rates_numpy``); forcing every problem through the list path gives the same finish times and the
-    same carried bytes, bit for bit."""
+    """Rate problems of NUMPY_MIN_ENTRIES entries or more are gathered from flat per-bundle arrays and solved by
+    bottleneck rounds (``_compute_rates_numpy``); forcing every problem through the list path (progressive
+    filling) gives the same finish times and carried bytes, within 1e-9 (the two solvers' round-off)."""
     import simfuse.network.flows as flows
 
     rng = np.random.default_rng(seed)
@@ -115,5 +115,7 @@ def test_vectorised_rate_path_equals_the_list_path(seed):
         _, net_b, b = _run(caps, fl, record_usage=False)
     finally:
         flows.NUMPY_MIN_ENTRIES = old
-    assert a == b
-    assert np.array_equal(net_a.carried_bytes, net_b.carried_bytes)
+    assert a.keys() == b.keys()
+    for i, t in a.items():
+        assert b[i] == pytest.approx(t, rel=1e-9)
+    assert net_b.carried_bytes == pytest.approx(net_a.carried_bytes, rel=1e-9)

@@ -3,8 +3,9 @@
 * :func:`max_min_rates` / :func:`progressive_fill` against progressive filling written out in the test (one
   level at a time over dicts), and against max-min fairness itself (feasible, and every group has a saturated
   link on which no group is faster);
-* the plain-Python solver against the vectorised one (the pre-issue-11 algorithm, kept for large problems): the
-  same floating-point operations, so bit-identical;
+* the plain-Python solver (progressive filling) against the vectorised one (bottleneck rounds, for large
+  problems): the same allocation, within 1e-9 relative, and the vectorised one against the reference and
+  max-min fairness on its own;
 * the pruning of links with identical entries: duplicating links with larger capacities changes nothing;
 * :class:`FlowNetwork` against a fluid simulation written out in the test (event loop over start and finish
   times, rates from the reference filling);
@@ -77,7 +78,11 @@ def test_rates_match_reference_and_are_max_min_fair(prob):
     got = max_min_rates(caps, e_group, e_link, e_w, n)
     ref = reference_rates(caps.tolist(), e_group.tolist(), e_link.tolist(), e_w.tolist(), n)
     assert got.tolist() == pytest.approx(ref, rel=1e-9)
-    # max-min fairness: feasible, and every group has a (nearly) saturated link where it is the fastest
+    _assert_max_min_fair(caps, e_group, e_link, e_w, n, got)
+
+
+def _assert_max_min_fair(caps, e_group, e_link, e_w, n, got):
+    """Feasible, and every group has a (nearly) saturated link on which no group is faster."""
     load = np.bincount(e_link, weights=e_w * got[e_group], minlength=len(caps))
     assert np.all(load <= caps * (1 + 1e-9))
     for g in range(n):
@@ -88,11 +93,30 @@ def test_rates_match_reference_and_are_max_min_fair(prob):
 
 @settings(max_examples=300, deadline=None)
 @given(prob=rate_problems(max_groups=30, max_links=12))
-def test_python_solver_is_bit_identical_to_vectorised(prob):
+def test_python_and_vectorised_solvers_agree(prob):
+    """Progressive filling (the Python path) and bottleneck rounds (the vectorised path) reach the same max-min
+    allocation: they differ by float round-off and where two shares lie within 1e-9 of each other."""
     caps, e_group, e_link, e_w, n = prob
     fast = progressive_fill(caps.tolist(), e_group.tolist(), e_link.tolist(), e_w.tolist(), n)
-    vec = flows._fill_numpy(caps, e_group, e_link, e_w, n).tolist()
-    assert fast == vec  # exact: the same operations in the same order
+    vec = flows._fill_numpy(caps, e_group, e_link, e_w, n)
+    assert vec.tolist() == pytest.approx(fast, rel=2e-9)
+    ref = reference_rates(caps.tolist(), e_group.tolist(), e_link.tolist(), e_w.tolist(), n)
+    assert vec.tolist() == pytest.approx(ref, rel=2e-9)
+    _assert_max_min_fair(caps, e_group, e_link, e_w, n, vec)
+
+
+def test_bottleneck_rounds_closed_form():
+    """A chain of links whose shares rise one after another: progressive filling needs one level per distinct
+    rate; links that are each a local minimum stop in the same round, at their own shares (closed form)."""
+    # group g alone on link g (capacity g + 1): rates 1, 2, 3, 4 -- four levels, one round
+    caps = np.array([1.0, 2.0, 3.0, 4.0])
+    rates = flows._fill_numpy(caps, np.arange(4), np.arange(4), np.ones(4), 4)
+    assert rates.tolist() == [1.0, 2.0, 3.0, 4.0]
+    # groups 0 and 1 share link 0 (capacity 2); group 1 also crosses link 1 (capacity 10) with group 2:
+    # round 1 stops groups 0, 1 at 1 (link 0 is the local minimum); round 2 gives group 2 the rest of link 1: 9
+    rates = flows._fill_numpy(np.array([2.0, 10.0]), np.array([0, 1, 1, 2]), np.array([0, 0, 1, 1]),
+                              np.ones(4), 3)
+    assert rates.tolist() == [1.0, 1.0, 9.0]
 
 
 @settings(max_examples=150, deadline=None)
@@ -123,10 +147,12 @@ def test_large_problems_take_the_vectorised_path(monkeypatch):
     caps = rng.uniform(1e9, 1e11, size=n_links)
     assert len(e_link) >= flows.NUMPY_MIN_ENTRIES
     got = max_min_rates(caps, e_group, e_link, e_w, n)
+    assert got.tolist() == flows._fill_numpy(caps, e_group, e_link, e_w, n).tolist()
     monkeypatch.setattr(flows, "NUMPY_MIN_ENTRIES", 10**9)
-    assert max_min_rates(caps, e_group, e_link, e_w, n).tolist() == got.tolist()
+    assert max_min_rates(caps, e_group, e_link, e_w, n).tolist() == pytest.approx(got.tolist(), rel=2e-9)
     ref = reference_rates(caps.tolist(), e_group.tolist(), e_link.tolist(), e_w.tolist(), n)
-    assert got.tolist() == pytest.approx(ref, rel=1e-9)
+    assert got.tolist() == pytest.approx(ref, rel=2e-9)
+    _assert_max_min_fair(caps, e_group, e_link, e_w, n, got)
 
 
 def test_zero_weight_group_gets_zero_rate():
@@ -223,8 +249,9 @@ def test_flow_network_matches_reference_fluid_simulation(caps, groups):
 
 @settings(max_examples=40, deadline=None)
 @given(groups=st.lists(group_strategy, min_size=1, max_size=14))
-def test_flow_network_vectorised_path_is_bit_identical(groups):
-    """The network's results do not depend on which solver path a recomputation takes."""
+def test_flow_network_solver_paths_agree(groups):
+    """The network's results do not depend on which solver path a recomputation takes (within 1e-9: the paths'
+    allocations differ by round-off)."""
     def run():
         sim = Simulation(record=False)
         net = FlowNetwork(sim, [1e9, 2e9, 5e9, 1e10, 3e10, 4e10], record_usage=True)
@@ -239,7 +266,7 @@ def test_flow_network_vectorised_path_is_bit_identical(groups):
         for i, g in enumerate(groups):
             sim.process(one(i, *g))
         sim.run()
-        return got, net.carried_bytes.tolist(), [(a, b, x.tolist()) for a, b, x in net.usage]
+        return got, net.carried_bytes.tolist()
 
     fast = run()
     old = flows.NUMPY_MIN_ENTRIES
@@ -248,7 +275,10 @@ def test_flow_network_vectorised_path_is_bit_identical(groups):
         vec = run()
     finally:
         flows.NUMPY_MIN_ENTRIES = old
-    assert fast == vec
+    assert vec[0].keys() == fast[0].keys()
+    for i, t in fast[0].items():
+        assert vec[0][i] == pytest.approx(t, rel=1e-9, abs=1e-15)
+    assert vec[1] == pytest.approx(fast[1], rel=1e-9, abs=1e-6)
 
 
 def test_every_entry_point_picks_the_solver_by_the_one_threshold(monkeypatch):

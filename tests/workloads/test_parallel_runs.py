@@ -249,3 +249,25 @@ def test_no_process_to_start_runs_the_tasks_here(monkeypatch):
     monkeypatch.setattr(parallel, "ProcessPoolExecutor", refuse)
     with Pool(2) as pool:
         assert pool.map(_boom, [(3,), (4,)]) == [9, 16] and pool.workers == 1
+
+
+@pytest.mark.parametrize("rel, want_first", [(1e-12, True), (1e-6, False)])
+def test_candidates_that_tie_keep_the_first(h200, monkeypatch, rel, want_first):
+    """A later candidate replaces the best only when faster by more than TIE_REL: candidates that differ by
+    round-off (the knob grid often ties to 1e-16) keep the first in (plan, knob) order, so the choice does not
+    hang on the last bit of a rate solve."""
+    orig = cands.simulate_dlrm
+    seen = []
+
+    def shifted(*a, **k):  # each fused candidate `rel` faster than the one before it
+        r = orig(*a, **k)
+        if k.get("mode") == "fused":
+            seen.append(k["knobs"])
+            r.iteration_time_s = 1e-3 * (1 - rel) ** len(seen)
+        return r
+
+    monkeypatch.setattr(cands, "simulate_dlrm", shifted)
+    monkeypatch.setattr(cands, "_tuning_matters", lambda res: True)
+    res = simulate_workload(_dlrm(), h200, 2, execution=ExecutionSpec(uncertainty="none"), workers=1)
+    assert len(seen) == 2 * len(cands.TUNE_GRID)
+    assert res["fused"].extras.knobs == (seen[0] if want_first else seen[-1])

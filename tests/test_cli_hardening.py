@@ -406,3 +406,16 @@ def test_guard_prices_a_ring_on_a_3tier_fabric_by_its_quotient(root):
     with pytest.raises(_SpecError, match="--force"):
         check_cost(full, False, command="collective")
     assert estimate_collective_run(rail, "reduce_scatter", 512, 8, [64 << 20], "auto").simulated_ranks == 1
+
+
+def test_tuner_refuses_a_3tier_fabric_without_a_symmetric_form_with_what_to_do(root, capsys):
+    """48 nodes on the shipped 3-tier file fill 1.5 pods: the fabric has no symmetric form, on which the tuner
+    ranks its candidates beyond 64 GPUs (ranking them by full simulation took ~10 minutes).  The command exits 2
+    naming --algorithm / --protocol and whole pods, writes nothing; with both named it simulates every rank."""
+    topo = str(root / "topologies" / "h200_3tier_pods.yaml")
+    args = ["collective", "--op", "all_reduce", "--topology", topo, "--nodes", "48", "--size", "1MiB", "--quiet"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "--algorithm" in err and "--protocol" in err and "whole leaves and pods" in err
+    assert main([*args, "--algorithm", "tree", "--protocol", "LL128"]) == 0
+    assert "full" in capsys.readouterr().out

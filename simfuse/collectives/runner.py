@@ -276,6 +276,15 @@ def simulate_group_collective(topology: TopologySpec, nodes: int, gpus_per_node:
         # of every candidate would dominate the run), which is also what the executor's fast path runs
         symmetric = Fabric.symmetry_problem(topology, nodes, gpus_per_node=gpus_per_node,
                                             steps_of_rank=algo.steps, relabelling=relabelling(algo)) is None
+    elif symmetric:
+        # a fabric with no symmetric form at this size (fat_tree_3tier with a partly filled leaf or pod): ranking
+        # the candidates by full simulation of each would take minutes (384 GPUs: ~10 min on 2 cores)
+        problem = Fabric.symmetry_problem(topology, nodes, gpus_per_node=gpus_per_node)
+        if problem is not None:
+            raise SpecError(topology.source, "nodes",
+                            f"{nodes} nodes leave a leaf or pod partly filled, so the fabric has no symmetric form "
+                            "to rank the tuner's candidates on: name --algorithm and --protocol (a run: --set "
+                            "baseline_algorithm=ALGO/PROTO) to simulate every rank, or use whole leaves and pods")
     fabric = Fabric(topology, nodes, gpus_per_node=gpus_per_node, symmetric=symmetric)
     sim = Simulation(seed=0, record=False)
     net = FlowNetwork(sim, fabric.capacities, fabric.names)

@@ -283,8 +283,8 @@ def simulate_group_collective(topology: TopologySpec, nodes: int, gpus_per_node:
         if problem is not None:
             raise SpecError(topology.source, "nodes",
                             f"{nodes} nodes leave a leaf or pod partly filled, so the fabric has no symmetric form "
-                            "to rank the tuner's candidates on: name --algorithm and --protocol (a run: --set "
-                            "baseline_algorithm=ALGO/PROTO) to simulate every rank, or use whole leaves and pods")
+                            "to rank the tuner's candidates on: use whole leaves and pods, or (simfuse collective) "
+                            "name --algorithm and --protocol to simulate every rank")
     fabric = Fabric(topology, nodes, gpus_per_node=gpus_per_node, symmetric=symmetric)
     sim = Simulation(seed=0, record=False)
     net = FlowNetwork(sim, fabric.capacities, fabric.names)

@@ -419,3 +419,8 @@ def test_tuner_refuses_a_3tier_fabric_without_a_symmetric_form_with_what_to_do(r
     assert "--algorithm" in err and "--protocol" in err and "whole leaves and pods" in err
     assert main([*args, "--algorithm", "tree", "--protocol", "LL128"]) == 0
     assert "full" in capsys.readouterr().out
+    # a workload there: the fabric's own refusal says which node counts have the symmetric form
+    assert main(["run", "--model", str(root / "models" / "llm_tp_dp.yaml"), "--topology", topo, "--nodes", "33",
+                 "--set", "uncertainty=none", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "multiple of 4 nodes" in err and "multiple of 32" in err

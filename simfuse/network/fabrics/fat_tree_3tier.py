@@ -62,13 +62,19 @@ class FatTree3TierFabric(Fabric):
             if self.n_leaves > 1 and self.nodes % self.nodes_per_leaf:
                 raise SpecError(src, "scale_out.nodes_per_leaf",
                                 f"{self.nodes} nodes do not fill whole leaves of {self.nodes_per_leaf}: the ranks "
-                                "are not alike, so the symmetric mode does not apply; use full simulation")
+                                "are not alike, so the symmetric mode does not apply: " + self._whole_counts())
             if self.n_pods > 1 and self.n_leaves % self.leaves_per_pod:
                 raise SpecError(src, "scale_out.leaves_per_pod",
                                 f"{self.n_leaves} leaves do not fill whole pods of {self.leaves_per_pod}: the ranks "
-                                "are not alike, so the symmetric mode does not apply; use full simulation")
+                                "are not alike, so the symmetric mode does not apply: " + self._whole_counts())
         # shifting nodes cyclically maps the fabric onto itself only when all nodes share one leaf
         self.node_transitive = self.n_leaves == 1
+
+    def _whole_counts(self) -> str:
+        """What to run instead of a partly filled leaf or pod (the end of the symmetric mode's refusal)."""
+        return (f"use a multiple of {self.nodes_per_leaf} nodes (whole leaves; beyond one pod, a multiple of "
+                f"{self.nodes_per_pod}: whole pods), or `simfuse collective --mode full` with --algorithm and "
+                "--protocol, which simulates every rank")
 
     @classmethod
     def _symmetry_problem(cls, topology, nodes, gpus_per_node, steps_of_rank, relabelling="shift") -> str | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .costs import CostModel, RooflineCostModel
 from .costs.base import FusedFloor
+from .network.flows import RATE_RESOLUTION_S
 from .spec import TopologySpec, load_topology
 from .spec.workload import LAUNCHES
 
@@ -30,6 +31,9 @@ class System:
     cost: CostModel
     profile: object | None = None
     nominal: TopologySpec | None = None
+    #: the flow model's re-sharing grid (s; 0: exact; :data:`~simfuse.network.flows.RATE_RESOLUTION_S`), set per
+    #: run from the execution's ``rate_resolution_ns``
+    rate_resolution_s: float = RATE_RESOLUTION_S
 
     def __post_init__(self):
         if not isinstance(self.cost, FusedFloor):
@@ -69,7 +73,7 @@ class System:
         else:
             resolved = topology.replace(calibration=None) if topology.calibration else topology
             inner = RooflineCostModel(resolved.device)
-        sys = System(resolved, inner, self.profile, topology)
+        sys = System(resolved, inner, self.profile, topology, self.rate_resolution_s)
         return sys.with_launch(self.launch)
 
     @property
@@ -107,6 +111,12 @@ class System:
         inner = getattr(self.cost, "inner", self.cost)
         override = self.topology.device.graph_launch_s if launch == "graph" else None
         return replace(self, cost=FusedFloor(inner, override))
+
+    def with_rate_resolution(self, resolution_s: float) -> System:
+        """This system with the flow model re-sharing bandwidth on a grid of ``resolution_s`` (0: exact)."""
+        from dataclasses import replace
+
+        return self if resolution_s == self.rate_resolution_s else replace(self, rate_resolution_s=resolution_s)
 
     def at_quantile(self, q: float) -> System:
         """This system with every kernel family priced at quantile ``q`` of its cross-validated residuals (the

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import SpecError
+from ..network.flows import RATE_RESOLUTION_S
 from ..spec.workload import LAUNCHES
 
 
@@ -29,6 +30,10 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, 
 
 #: Largest magnitude of an integer setting without its own maximum (exact in a float, fits an int64).
 MAX_INT_SETTING = 2**53
+
+
+#: default of ``rate_resolution_ns`` (why 250 ns: :data:`simfuse.network.flows.RATE_RESOLUTION_S`)
+RATE_RESOLUTION_NS = RATE_RESOLUTION_S * 1e9
 
 
 def _meta(help_text: str, *, choices=None, minimum=None, maximum=None, optional=False):
@@ -81,6 +86,10 @@ class ExecutionSpec:
         "auto: exact fast path where it applies; classes: one representative per class of alike ranks; "
         "full: every rank", choices=("auto", "classes", "full")))
     seed: int = field(default=0, metadata=_meta("seed of the run's numpy Generator", minimum=0))
+    rate_resolution_ns: float = field(default=RATE_RESOLUTION_NS, metadata=_meta(
+        "the flow model re-shares link bandwidth at multiples of this (ns): a flow starts, and a finished flow's "
+        "bandwidth returns to the others, at the next multiple (its own bytes arrive on time); 0: at every start "
+        "and finish (the exact fluid model, slower; docs/design.md)", minimum=0, maximum=10_000))
     allreduce_algorithm: str | None = field(default=None, metadata=_meta(
         "all-reduce algorithm for collectives that name none (default: the tuner's)", optional=True))
     alltoall_algorithm: str | None = field(default=None, metadata=_meta(

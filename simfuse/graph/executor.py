@@ -166,7 +166,8 @@ class Executor:
     def run(self) -> GraphResult:
         wall0 = time.perf_counter()
         sim = Simulation(seed=self.seed, record=self.record, progress=self.progress)
-        net = FlowNetwork(sim, self.fabric.capacities, self.fabric.names, record_usage=self.record_usage)
+        net = FlowNetwork(sim, self.fabric.capacities, self.fabric.names, record_usage=self.record_usage,
+                          resolution_s=self.system.rate_resolution_s)
         self.sim, self.net, self.env = sim, net, sim.env
         orbit = self.sim_mode == "classes" and self.exact_classes
         if orbit:

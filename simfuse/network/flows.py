@@ -24,6 +24,7 @@ set of active bundles it has solved (the Python path's with its links of identic
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -45,6 +46,18 @@ _INF = float("inf")
 #: 5.6-6.8 -> 4.9-5.1 s; the MoE layer at 128 nodes 0.47-0.52 s at both; the 1,024-node weak-scaling run 8.5 ->
 #: 7.7 s (15.7 -> 13.2 s with ``bound``).  So 128.
 NUMPY_MIN_ENTRIES = 128
+#: the re-sharing grid of workload simulations (s; ``FlowNetwork(resolution_s=...)``, the run setting
+#: ``rate_resolution_ns``; standalone collectives run exact).  The fluid model re-shares bandwidth the instant a
+#: flow starts or ends; a fabric cannot: credit-based flow control and congestion control react over a round trip,
+#: and one network hop costs 3 us in the shipped files (scale_out.latency_us; NCCL's own hop latencies are
+#: 2.7-14 us, NVIDIA/nccl src/graph/tuning.cc).  250 ns is a twelfth of that.  Measured effect
+#: (experiments/results/bench_resolution.csv, the shipped models against the exact model): see docs/design.md.
+RATE_RESOLUTION_S = 250e-9
+#: the grid applies only while the flows in flight make a large rate problem (this many path entries or more: the
+#: problems the vectorised solver takes, each re-sharing a solve of hundreds to thousands of flows); with fewer,
+#: every start and finish re-shares at once (a latency-bound step, e.g. a decode step's all-reduce of a few
+#: microseconds, keeps exact timing, and its solves are cheap)
+GRID_MIN_ENTRIES = NUMPY_MIN_ENTRIES
 #: entries of the rate-problem layouts a network keeps (about 150 bytes each); all are dropped when it is exceeded
 _MAX_LAYOUT_ENTRIES = 100_000
 #: entries of the vectorised path's kept layouts (about 40 bytes each: 8 MB at the bound)
@@ -65,8 +78,13 @@ class FlowNetwork:
     """
 
     def __init__(self, sim, capacities_bytes_per_s: Sequence[float], names: Sequence[str] | None = None,
-                 record_usage: bool = False):
+                 record_usage: bool = False, resolution_s: float = 0.0):
         self.sim = sim
+        if not resolution_s >= 0.0 or not np.isfinite(resolution_s):
+            raise ValueError("resolution_s must be finite and >= 0")
+        #: rates are re-shared only at multiples of this (s); 0: at every start and finish (exact fluid model)
+        self.resolution_s = float(resolution_s)
+        self._grid_min = GRID_MIN_ENTRIES
         self.env: simpy.Environment = sim.env
         self.capacity = np.asarray(capacities_bytes_per_s, dtype=float)
         if np.any(self.capacity <= 0) or not np.all(np.isfinite(self.capacity)):
@@ -159,8 +177,17 @@ class FlowNetwork:
         self._new.append((float(size_bytes), float(latency_s), float(count), bid, done))
         if not self._pending:
             self._pending = True
-            self.env.timeout(0).callbacks.append(self._on_wakeup_now)
+            self.env.timeout(self._to_grid(float(self.env.now))).callbacks.append(self._on_wakeup_now)
         return done
+
+    def _to_grid(self, t: float, after: float = 0.0) -> float:
+        """The delay from now until the first re-sharing instant at or after ``t + after`` (``t``: now): that
+        instant itself without a resolution or while the flows in flight make a small problem
+        (:data:`GRID_MIN_ENTRIES`), else the next multiple of :attr:`resolution_s`."""
+        res = self.resolution_s
+        if res <= 0.0 or self._b_entries < self._grid_min:
+            return after
+        return max(math.ceil((t + after) / res) * res - t, after)
 
     def _add_flat(self, bid: int, links_t: tuple, unitw: tuple) -> None:
         """Append bundle ``bid``'s entries to the flat arrays (and make room for its count)."""
@@ -200,6 +227,8 @@ class FlowNetwork:
 
     def _on_wakeup_now(self, _ev) -> None:
         self._pending = False
+        if not self._new and self._last_t == float(self.env.now):
+            return  # a recomputation at this instant already took the new groups in: the rates are current
         self._update()
 
     def _on_timer(self, version: int) -> None:
@@ -229,9 +258,13 @@ class FlowNetwork:
                 idx = np.flatnonzero(fin)
                 fg = g[:, idx]
                 done = self._done
-                for i, lat, nbytes, cnt, b in zip(idx.tolist(), fg[2].tolist(), fg[3].tolist(), fg[4].tolist(),
-                                                  self._bid[idx].tolist(), strict=True):
-                    self._finish_later(done[i], lat, nbytes)
+                over = np.maximum(-fg[0], 0.0)  # bytes a group "moved" past its end (re-sharing waits for the grid)
+                early = (over / self._rate[idx]).tolist() if self.resolution_s > 0 else [0.0] * len(idx)
+                if self.resolution_s > 0 and self._loaded:
+                    self._uncarry(self._bid[idx], over * fg[4])
+                for i, lat, nbytes, cnt, b, e in zip(idx.tolist(), fg[2].tolist(), fg[3].tolist(), fg[4].tolist(),
+                                                     self._bid[idx].tolist(), early, strict=True):
+                    self._finish_later(done[i], max(lat - e, 0.0), nbytes)
                     left = bcount[b] - cnt
                     if left > 0:
                         bcount[b] = self._bc_arr[b] = left
@@ -269,14 +302,22 @@ class FlowNetwork:
         self._version += 1
         if len(self._done):
             rate = self._rate = self._compute_rates()[self._bid]
-            t_next = float((self._g[0] / rate).min())
+            t_next = max(float((self._g[0] / rate).min()), 0.0)
             version = self._version
-            self.env.timeout(max(t_next, 0.0)).callbacks.append(lambda _ev, v=version: self._on_timer(v))
+            self.env.timeout(self._to_grid(now, t_next)).callbacks.append(lambda _ev, v=version: self._on_timer(v))
         else:
             self._rate = np.zeros(0)
             if self._loaded:
                 self._loads = np.zeros(self.n_links)
                 self._loaded = False
+
+    def _uncarry(self, bids: np.ndarray, flows_bytes: np.ndarray) -> None:
+        """Take back from ``carried_bytes`` what finished groups were counted as carrying after their last byte
+        left (``flows_bytes``: the overrun of one flow x the group's flow count, per group of bundle ``bids``)."""
+        for b, nb in zip(bids.tolist(), flows_bytes.tolist(), strict=True):
+            if nb > 0.0:
+                for lk, w in zip(self._b_links[b], self._b_w[b], strict=True):
+                    self.carried_bytes[lk] -= w * nb
 
     def _compute_rates(self) -> np.ndarray:
         """Max-min rates of the active bundles (indexed by bundle id; 0 for inactive ones) and the link loads.

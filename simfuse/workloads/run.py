@@ -219,6 +219,7 @@ def _simulate_once(spec, system, nodes: int, *, mode: str | None = None, gpus_pe
     modes = wl.modes(ex)
     launch = wl.launch
     system = system.with_launch(launch)  # CUDA graph: every kernel at the device's in-graph launch latency
+    system = system.with_rate_resolution(ex.rate_resolution_ns * 1e-9)
     res = wl.simulate(system, nodes, g, modes, ex, record=record, chosen=chosen, pool=pool, progress=progress)
     for m in modes:
         res[m].launch = launch
@@ -245,6 +246,7 @@ def simulate_graph(graph, system, *, execution: ExecutionSpec | None = None, rec
 
     system = as_system(system)
     ex = execution or ExecutionSpec()
+    system = system.with_rate_resolution(ex.rate_resolution_ns * 1e-9)
     if _has_point_to_point(graph):  # a send pairs two given ranks: every rank runs its own program
         if ex.sim_mode == "classes":
             raise SpecError("<argument>", "--sim-mode", "the trace has send/recv nodes, which need a program per "

@@ -48,7 +48,7 @@ def _settings(model: str, nodes: int, g: int) -> dict:
 def _one(model: str, nodes: int, res_ns: float, workers: int) -> tuple[dict, float]:
     from simfuse import api
 
-    g = api.load_topology(TOPOLOGY).scale_up.gpus_per_node
+    g = api.load_topology(TOPOLOGY).gpus_per_node
     t0 = time.perf_counter()
     df = api.run(model, TOPOLOGY, nodes, workers=workers, force=True, uncertainty="none",
                  rate_resolution_ns=res_ns, **_settings(model, nodes, g))

@@ -352,3 +352,15 @@ def test_launch_latency_summary(root, tmp_path):
     r = subprocess.run([sys.executable, "experiments/gpu_campaigns/launch_latency.py", "summary", str(only_bw)],
                        capture_output=True, text=True, cwd=root)
     assert r.returncode == 2 and "trivial" in r.stderr
+
+
+def test_bench_resolution_tiny(root, tmp_path):
+    """Both runs of every point (exact and on the grid) are written, with their difference."""
+    out = tmp_path / "bench_resolution.csv"
+    _run(root, "experiments/bench/bench_resolution.py", "--nodes", "1,2", "--models", "models/dlrm_synthetic.yaml",
+         "--workers", "1", "--out", str(out))
+    df = pd.read_csv(out)
+    assert set(df["nodes"]) == {1, 2} and set(df["mode"]) == {"baseline", "fused"}
+    assert (df["exact_iteration_s"] > 0).all() and (df["grid_iteration_s"] > 0).all()
+    assert df["rel_diff"].to_numpy() == pytest.approx((df["grid_iteration_s"] / df["exact_iteration_s"] - 1).to_numpy(),
+                                                      abs=1e-15)

@@ -159,11 +159,11 @@ def takes_full_node(run: CorpusRun, topo) -> bool:
 
 
 def static_terms(run: CorpusRun, topo, grid: dict) -> set[str]:
-    """The grid's terms that do not move a run's simulated time: the per-message overhead outside all-to-alls;
-    the full-node efficiency where it does not apply (:func:`takes_full_node`), else the efficiency it replaces."""
+    """The grid's terms that do not move a run's simulated time: the full-node efficiency where it does not apply
+    (:func:`takes_full_node`), else the efficiency it replaces.  (The per-message overhead moves every run: an
+    all-to-all's posts, and a multi-node ring's NVLink hops, whose NCCL latency is at least the network post
+    overhead, :meth:`~simfuse.collectives.protocols.ProtocolCost.hop_latency_s`.)"""
     out = set()
-    if run.collective != "all_to_all":
-        out.add("collectives.net_overhead_s")
     if FULL_NODE in grid:
         out.add("scale_out.efficiency" if takes_full_node(run, topo) else FULL_NODE)
     return out & set(grid)
@@ -333,11 +333,28 @@ def _full_node_sources(sim, train, full_node: dict, class_of: dict, source_of: d
     return sorted({source_of[r] for r in train if full_node[r] and class_of[r] == RDMA and r in plain})
 
 
-def ranges_table(fold: pd.DataFrame, all_fit: dict, grid: dict, smoke: bool) -> pd.DataFrame:
+def full_node_per_source(sim, meas, train, full_node: dict, class_of: dict, source_of: dict, algorithms,
+                         fitted: dict) -> dict[str, float]:
+    """The full-node efficiency fitted on each training source alone (its runs the term applies to), the other
+    terms held at ``fitted``: how far the sources that train it disagree (:func:`ranges_table`)."""
+    out = {}
+    for src in _full_node_sources(sim, train, full_node, class_of, source_of, algorithms):
+        ids = [r for r in train if source_of[r] == src and full_node[r] and class_of[r] == RDMA]
+        loss = _loss(sim, meas, ids, source_of, algorithms)
+        for k, v in fitted.items():
+            if k != FULL_NODE and k in loss.index.names:
+                loss = loss[np.isclose(loss.index.get_level_values(k), v)]
+        out[src] = float(loss.index.get_level_values(FULL_NODE)[int(np.argmin(loss.to_numpy()))])
+    return out
+
+
+def ranges_table(fold: pd.DataFrame, all_fit: dict, grid: dict, smoke: bool,
+                 per_source: dict[str, float] | None = None) -> pd.DataFrame:
     """``fitted_ranges.csv``: per term, low / high = the smallest / largest leave-one-source-out refit widened by one
     grid step each way (the grid's resolution), nominal = the fit on every source; each class's terms from the
     folds that trained them (none: no row; the full-node efficiency from the folds whose training runs it applies
-    to)."""
+    to, its range also spanning ``per_source``, its fit on each source alone, where the sources disagree more
+    than the refits show)."""
     src = ("experiments/validation/network_validation.py: nominal = fit on every corpus source; low/high = the range "
            "of the leave-one-source-out refits widened by one grid step each way (the grid's resolution)")
     rows = []
@@ -355,7 +372,8 @@ def ranges_table(fold: pd.DataFrame, all_fit: dict, grid: dict, smoke: bool) -> 
             if not len(fk):
                 continue
             g = list(values)
-            lo_i, hi_i = g.index(float(fk[prefix + k].min())), g.index(float(fk[prefix + k].max()))
+            vals = [*fk[prefix + k].astype(float), *((per_source or {}).values() if k == FULL_NODE else ())]
+            lo_i, hi_i = g.index(min(vals)), g.index(max(vals))
             name = prefix + (k.replace("_s", "_us") if k.endswith("_s") else k)
             scale = 1e6 if name.endswith("_us") else 1.0
             rows.append({"parameter": name, "low": g[max(0, lo_i - 1)] * scale, "nominal": nominal[k] * scale,
@@ -366,8 +384,9 @@ def ranges_table(fold: pd.DataFrame, all_fit: dict, grid: dict, smoke: bool) -> 
 
 
 #: what a range row covers, where not every InfiniBand / RoCE / EFA / Slingshot run
-_RANGE_SCOPE = {FULL_NODE: "; collectives across nodes whose GPUs drive every NIC with NCCL's default connections "
-                           "(one QP per connection, default channels) on InfiniBand / RoCE"}
+_RANGE_SCOPE = {FULL_NODE: " and of the fits on each training source alone; collectives across nodes whose GPUs "
+                           "drive every NIC with NCCL's default connections (one QP per connection, default "
+                           "channels) on InfiniBand / RoCE"}
 
 
 def evaluation_table(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -441,16 +460,18 @@ def main(argv=None) -> int:
                   for _, r in sets.iterrows()}
     else:
         st, by_set = _stats(np.array([])), {}
-    ranges_table(pd.DataFrame(fits), all_fit, grid, args.smoke).to_csv(out / "fitted_ranges.csv", index=False,
-                                                                       float_format="%.6g")
+    all_train = [r.run_id for r in runs if trains(r)]
+    per_source = full_node_per_source(sim, meas, all_train, full_node, class_of, source_of, algos, all_fit[RDMA])
+    ranges_table(pd.DataFrame(fits), all_fit, grid, args.smoke, per_source).to_csv(
+        out / "fitted_ranges.csv", index=False, float_format="%.6g")
     summary = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": platform.node(),
                "smoke": args.smoke, "fit_on": args.fit_on, "runs_simulated": len(runs),
                "runs_skipped": len(skipped),
                "sources": sources, "fit_all_sources": all_fit[RDMA],
                "fit_all_sources_tcpxo": {**{k: v for k, v in all_fit[TCPXO].items() if k != FULL_NODE},
                                          "trained_on": all_trained_on[TCPXO]},
-               "full_node_trained_on": _full_node_sources(sim, [r.run_id for r in runs if trains(r)], full_node,
-                                                          class_of, source_of, algos),
+               "full_node_efficiency_per_source": per_source,
+               "full_node_runs": sorted(r for r, v in full_node.items() if v),
                "target": {"set": f"{TARGET_SET} points >= 64 MiB of runs whose NIC line rate is known",
                           "median_abs_pct_max": 10.0, "max_abs_pct_max": 25.0},
                "target_set_ge64MiB": st, "evaluation_sets_ge64MiB": by_set,

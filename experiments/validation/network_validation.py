@@ -1,22 +1,26 @@
 """Leave-source-out validation of the scale-out terms no data sheet gives, on the public network corpus.
 
 The corpus (``data/network_corpus/``, docs/network_corpus.md) holds multi-node nccl-tests (and RCCL) runs from
-independent public sources.  Three scale-out terms are calibrated by simulation:
+independent public sources.  Four scale-out terms are calibrated by simulation:
 
 * ``scale_out.efficiency``: the achievable fraction of the NIC line rate (IB / RoCE / EFA efficiency);
 * ``scale_out.latency_s``: the per-step latency of an inter-node hop (NCCL's network latency, proxy included);
 * ``collectives.net_overhead_s``: the proxy's cost to post one network message, charged per off-node peer of an
-  all-to-all (NCCL's ``getNetOverhead``): the all-to-all-specific term, growing with the peer count.
+  all-to-all (NCCL's ``getNetOverhead``): the all-to-all-specific term, growing with the peer count; it is also
+  the floor of a multi-node ring's NVLink hop latency (NCCL's model), so every run's time moves with it;
+* ``scale_out.full_node_efficiency``: the efficiency in place of ``scale_out.efficiency`` for runs whose GPUs drive
+  every NIC of their nodes with NCCL's default connections on InfiniBand / RoCE (:func:`takes_full_node`, decided
+  from the run's hardware and settings); its range also spans its fit on each training source alone.
 
 None of them changes a single-node collective.  Each run is simulated on the base topology (``--topology``) with
 the run's own hardware (:func:`simfuse.calibrate.corpus.topology_for_run`: GPUs and NICs per node, NIC rate,
 NVLink rate, SHARP) and the algorithm the run forced, if any (else the tuner's choice).  The simulated time of
-every (run, size) is computed once on a grid of the three terms; a fit picks the grid point with the smallest
+every (run, size) is computed once on a grid of the four terms; a fit picks the grid point with the smallest
 training loss: the mean over training sources of the mean over their runs of the mean |log(simulated /
 measured)| at sizes >= 1 MiB (each independent source weighs the same, however many runs it published).  Only
 runs whose NIC line rate is known train (:func:`trains`): elsewhere the simulation runs on the base topology's
 NICs and a fit would turn the unknown hardware into efficiency or per-message cost; every run is tested.  A term
-the training points do not move keeps the base topology's value.  Runs on GCP's GPUDirect-TCPXO fabric have their
+the training points do not move keeps the base topology's value (the full-node efficiency: the fitted efficiency).  Runs on GCP's GPUDirect-TCPXO fabric have their
 own efficiency and latency (:func:`fabric_class`, :func:`fit_classes`), fitted only on TCPXO runs of other
 sources.  The split is leave-source-out: each source in turn is held out whole, the terms are fitted on the others
 and the held-out source's runs are predicted.  The spread of the refits gives the terms' ranges
@@ -31,7 +35,7 @@ Runs not simulated: ``quality = anomalous`` (the source reports a broken setup),
 known NVLink rate (AMD).  They stay in the corpus and are listed in ``skipped.csv``.
 
 Usage: ``python experiments/validation/network_validation.py [--out DIR] [--jobs N] [--smoke]``
-(``--smoke``: three sources, a 2 x 2 x 2 grid, seconds; used by tests/experiments/test_network_validation.py).
+(``--smoke``: three sources, a 2 x 2 x 2 x 3 grid, seconds; used by tests/experiments/test_network_validation.py).
 """
 
 from __future__ import annotations
@@ -409,7 +413,7 @@ def main(argv=None) -> int:
     ap.add_argument("--topology", default=str(ROOT / "topologies/h100_nvl8_ib_ndr.yaml"))
     ap.add_argument("--out", default=str(ROOT / "experiments/results/network_validation"))
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--smoke", action="store_true", help="three sources, a 2x2x2 grid (seconds)")
+    ap.add_argument("--smoke", action="store_true", help="three sources, a 2x2x2x3 grid (seconds)")
     ap.add_argument("--fit-on", choices=tuple(FIT_ON), default="plain",
                     help="train on the points of plain algorithms (ring, direct all-to-all; default) or on all")
     args = ap.parse_args(argv)

@@ -213,6 +213,11 @@ class ScaleOutSpec:
         ``gpus_per_node`` GPUs each: it is set, the collective crosses nodes and its GPUs drive every NIC."""
         return self.full_node_efficiency is not None and nodes > 1 and gpus_per_node >= self.nics_per_node
 
+    def efficiency_across_nodes(self, gpus_per_node: int) -> float:
+        """The scale-out efficiency a collective across nodes of ``gpus_per_node`` GPUs each sees: the full-node
+        efficiency where it applies (:meth:`applies_full_node`), else :attr:`efficiency`."""
+        return self.full_node_efficiency if self.applies_full_node(2, gpus_per_node) else self.efficiency
+
     @property
     def effective_nic_bw_bytes_per_s(self) -> float:
         return self.nic_bw_bytes_per_s * self.efficiency

@@ -78,3 +78,12 @@ def test_an_override_out_of_range_is_refused(bad):
     with pytest.raises(SpecError) as exc:
         run_collective(t, 2, "all_reduce", MiB)
     assert exc.value.field == "scale_out.full_node_efficiency"
+
+
+def test_the_planners_nic_rate_follows_the_fabrics():
+    from simfuse.workloads.planner import Rates
+
+    t = _topo(full_node=0.8, efficiency=0.9)
+    assert Rates.from_topology(t, 8).nic_bytes_per_s == pytest.approx(Fabric(t, 2).nic_bw)  # 8 NICs / 8 GPUs
+    assert Rates.from_topology(t, 4).nic_bytes_per_s == pytest.approx(8 * 50e9 * 0.9 / 4)  # not every NIC driven
+    assert Fabric(t, 2, gpus_per_node=4).nic_bw == pytest.approx(50e9 * 0.9)

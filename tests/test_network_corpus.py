@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from simfuse.calibrate.corpus import load_corpus, nvlink_gbyte_per_s, topology_for_run
+from simfuse.calibrate.corpus import default_connections, load_corpus, nvlink_gbyte_per_s, topology_for_run
 from simfuse.cli import main
 from simfuse.errors import SpecError
 from simfuse.spec import load_topology
@@ -81,6 +81,26 @@ def test_topology_for_run_has_nvls_only_where_the_gpu_and_run_allow_it(corpus):
     # a B200 run that turned NVLS off runs without it; an H100 run whose setting is unknown keeps the base's
     assert not topology_for_run(corpus.run("together_b200_ar_2x8_collnetdirect"), base)[0].scale_up.nvls
     assert topology_for_run(corpus.run("a3mega_ar_2x8"), base)[0].scale_up.nvls
+
+
+def test_default_connections_from_the_runs_settings_and_fabric(corpus):
+    # NCCL's defaults on InfiniBand / RoCE (or a fabric not stated)
+    for rid in ("ncclt309b_h100_ar_8x8", "ncclt309a_h100_ar_4x8", "ncclt152_a100_ar_2x8",
+                "xxrjun_c01_10x8_all_reduce"):
+        assert default_connections(corpus.run(rid)), rid
+    # more CTAs / QPs per connection (the same cluster's tuned run, the B200 report, OCI's shape settings), or a
+    # fabric that spreads a connection over paths (EFA), routes adaptively (Slingshot) or runs TCP (TCPXO)
+    for rid in ("ncclt309b_h100_ar_8x8_tuned", "together_b200_ar_8x8_ring", "oci_a100_ar_2x8",
+                "p5_h100_ar_2x8_nccl2203", "kestrel_h100_ar_16x4", "a3mega_ar_2x8"):
+        assert not default_connections(corpus.run(rid)), rid
+
+
+def test_topology_for_run_drops_the_full_node_efficiency_where_the_run_tuned_its_connections(corpus):
+    base = load_topology(TOPO).with_overrides({"scale_out.full_node_efficiency": 0.85})
+    topo, notes = topology_for_run(corpus.run("ncclt309b_h100_ar_8x8_tuned"), base)
+    assert topo.scale_out.full_node_efficiency is None and any("full_node_efficiency" in n for n in notes)
+    topo, _ = topology_for_run(corpus.run("ncclt309b_h100_ar_8x8"), base)
+    assert topo.scale_out.full_node_efficiency == 0.85
 
 
 def _copy(tmp_path):

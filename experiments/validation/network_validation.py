@@ -1,22 +1,26 @@
 """Leave-source-out validation of the scale-out terms no data sheet gives, on the public network corpus.
 
 The corpus (``data/network_corpus/``, docs/network_corpus.md) holds multi-node nccl-tests (and RCCL) runs from
-independent public sources.  Three scale-out terms are calibrated by simulation:
+independent public sources.  Four scale-out terms are calibrated by simulation:
 
 * ``scale_out.efficiency``: the achievable fraction of the NIC line rate (IB / RoCE / EFA efficiency);
 * ``scale_out.latency_s``: the per-step latency of an inter-node hop (NCCL's network latency, proxy included);
 * ``collectives.net_overhead_s``: the proxy's cost to post one network message, charged per off-node peer of an
-  all-to-all (NCCL's ``getNetOverhead``): the all-to-all-specific term, growing with the peer count.
+  all-to-all (NCCL's ``getNetOverhead``): the all-to-all-specific term, growing with the peer count; it is also
+  the floor of a multi-node ring's NVLink hop latency (NCCL's model), so every run's time moves with it;
+* ``scale_out.full_node_efficiency``: the efficiency in place of ``scale_out.efficiency`` for runs whose GPUs drive
+  every NIC of their nodes with NCCL's default connections on InfiniBand / RoCE (:func:`takes_full_node`, decided
+  from the run's hardware and settings); its range also spans its fit on each training source alone.
 
 None of them changes a single-node collective.  Each run is simulated on the base topology (``--topology``) with
 the run's own hardware (:func:`simfuse.calibrate.corpus.topology_for_run`: GPUs and NICs per node, NIC rate,
 NVLink rate, SHARP) and the algorithm the run forced, if any (else the tuner's choice).  The simulated time of
-every (run, size) is computed once on a grid of the three terms; a fit picks the grid point with the smallest
+every (run, size) is computed once on a grid of the four terms; a fit picks the grid point with the smallest
 training loss: the mean over training sources of the mean over their runs of the mean |log(simulated /
 measured)| at sizes >= 1 MiB (each independent source weighs the same, however many runs it published).  Only
 runs whose NIC line rate is known train (:func:`trains`): elsewhere the simulation runs on the base topology's
 NICs and a fit would turn the unknown hardware into efficiency or per-message cost; every run is tested.  A term
-the training points do not move keeps the base topology's value.  Runs on GCP's GPUDirect-TCPXO fabric have their
+the training points do not move keeps the base topology's value (the full-node efficiency: the fitted efficiency).  Runs on GCP's GPUDirect-TCPXO fabric have their
 own efficiency and latency (:func:`fabric_class`, :func:`fit_classes`), fitted only on TCPXO runs of other
 sources.  The split is leave-source-out: each source in turn is held out whole, the terms are fitted on the others
 and the held-out source's runs are predicted.  The spread of the refits gives the terms' ranges
@@ -31,7 +35,7 @@ Runs not simulated: ``quality = anomalous`` (the source reports a broken setup),
 known NVLink rate (AMD).  They stay in the corpus and are listed in ``skipped.csv``.
 
 Usage: ``python experiments/validation/network_validation.py [--out DIR] [--jobs N] [--smoke]``
-(``--smoke``: three sources, a 2 x 2 x 2 grid, seconds; used by tests/experiments/test_network_validation.py).
+(``--smoke``: three sources, a 2 x 2 x 2 x 3 grid, seconds; used by tests/experiments/test_network_validation.py).
 """
 
 from __future__ import annotations
@@ -54,7 +58,13 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simfuse.calibrate.corpus import CorpusRun, load_corpus, simulation_problem, topology_for_run  # noqa: E402
+from simfuse.calibrate.corpus import (  # noqa: E402
+    CorpusRun,
+    default_connections,
+    load_corpus,
+    simulation_problem,
+    topology_for_run,
+)
 from simfuse.collectives import run_collective  # noqa: E402
 from simfuse.spec import load_topology  # noqa: E402
 
@@ -64,11 +74,19 @@ MiB = 2**20
 #: network message at most NCCL's getNetOverhead on AMD hosts, 2 us (1 us on Intel; NVIDIA/nccl
 #: 5067397c2676d5aed50042fc39e5c8ee96eb0027:src/graph/tuning.cc).  The base topologies' values (0.92, 3 us,
 #: 1 us) are grid points: a term the training points do not move keeps its value (:func:`fit`).
+#: The full-node efficiency (``scale_out.full_node_efficiency``: runs whose GPUs drive every NIC of their nodes with
+#: NCCL's default connections on InfiniBand / RoCE, :func:`takes_full_node`) has a finer grid where the corpus puts
+#: it (0.80-0.92 of line rate) and every value of the efficiency's grid: a fold whose training runs do not move it
+#: gives it the fitted efficiency (:data:`FOLLOWS`), the simulator's behaviour without it.
+FULL_NODE = "scale_out.full_node_efficiency"
 GRID = {"scale_out.efficiency": (0.60, 0.70, 0.80, 0.88, 0.92, 0.96, 1.0),
         "scale_out.latency_s": (1e-6, 3e-6, 6e-6, 12e-6),
-        "collectives.net_overhead_s": (0.0, 0.5e-6, 1e-6, 2e-6)}
+        "collectives.net_overhead_s": (0.0, 0.5e-6, 1e-6, 2e-6),
+        FULL_NODE: (0.60, 0.70, 0.76, 0.80, 0.82, 0.84, 0.86, 0.88, 0.90, 0.92, 0.96, 1.0)}
 SMOKE_GRID = {"scale_out.efficiency": (0.92, 1.0), "scale_out.latency_s": (3e-6, 6e-6),
-              "collectives.net_overhead_s": (0.5e-6, 1e-6)}
+              "collectives.net_overhead_s": (0.5e-6, 1e-6), FULL_NODE: (0.88, 0.92, 1.0)}
+#: a term the training points do not move takes the fitted value of the term it refines
+FOLLOWS = {FULL_NODE: "scale_out.efficiency"}
 SMOKE_SOURCES = ("gcp_a3mega_fork", "dstack_a3mega", "nccl_tests_152")
 MAX_SIZES_PER_RUN = 5
 MIN_FIT_BYTES = MiB
@@ -135,44 +153,63 @@ def grid_for(run: CorpusRun, grid: dict, smoke: bool) -> dict:
     return {**grid, key: tuple(sorted(set(grid[key]) | set(TCPXO_LATENCY_S)))}
 
 
+def takes_full_node(run: CorpusRun, topo) -> bool:
+    """Whether ``scale_out.full_node_efficiency`` applies to a run (on ``topo``, its topology): NCCL's default
+    connections on an InfiniBand / RoCE fabric (:func:`~simfuse.calibrate.corpus.default_connections`: no raised
+    QPs per connection or channel count in its settings, not EFA / Slingshot / TCPXO) and GPUs that drive every
+    NIC of their nodes across nodes (:meth:`~simfuse.spec.topology.ScaleOutSpec.applies_full_node`).  From the
+    run's hardware and settings only, never from its numbers or its source."""
+    return default_connections(run) and topo.scale_out.nics_per_node <= run.gpus_per_node and run.nodes > 1
+
+
+def static_terms(run: CorpusRun, topo, grid: dict) -> set[str]:
+    """The grid's terms that do not move a run's simulated time: the full-node efficiency where it does not apply
+    (:func:`takes_full_node`), else the efficiency it replaces.  (The per-message overhead moves every run: an
+    all-to-all's posts, and a multi-node ring's NVLink hops, whose NCCL latency is at least the network post
+    overhead, :meth:`~simfuse.collectives.protocols.ProtocolCost.hop_latency_s`.)"""
+    out = set()
+    if FULL_NODE in grid:
+        out.add("scale_out.efficiency" if takes_full_node(run, topo) else FULL_NODE)
+    return out & set(grid)
+
+
 def _job(args):
-    """Simulated times of one run at every grid point (a worker process)."""
+    """Simulated times of one run at every grid point of the terms that move it (a worker process); a term that
+    does not (:func:`static_terms`) is simulated at its first value only, and not set where it is the full-node
+    efficiency."""
     run, base_path, sizes, grid = args
     base = load_topology(base_path)
     topo, _ = topology_for_run(run, base)
     keys = list(grid)
-    a2a = run.collective == "all_to_all"
+    static = static_terms(run, topo, grid)
     out = []
-    for values in itertools.product(*(grid[k] if (k != "collectives.net_overhead_s" or a2a) else grid[k][:1]
-                                      for k in keys)):
-        t = topo.with_overrides(dict(zip(keys, values, strict=True)))
+    for values in itertools.product(*(grid[k][:1] if k in static else grid[k] for k in keys)):
+        over = {k: v for k, v in zip(keys, values, strict=True) if not (k == FULL_NODE and k in static)}
+        t = topo.with_overrides(over)
         for size, _meas in sizes:
             res = run_collective(t, run.nodes, run.collective, float(size), algorithm=run.algorithm,
                                  protocol=run.protocol if run.algorithm else None, gpus_per_node=run.gpus_per_node)
             out.append((run.run_id, size, *values, float(res.time_s), str(getattr(res, "algorithm", ""))))
-    return out
+    return out, static
 
 
 def simulate_grid(runs, base_path: str, grid: dict, smoke: bool, jobs: int) -> pd.DataFrame:
-    tasks = [(r, base_path, _sizes(r, smoke), grid_for(r, grid, smoke)) for r in runs]
-    rows = []
+    """Simulated time of every (run, size) at every point of its grid (:func:`grid_for`); a term that does not
+    move a run (:func:`static_terms`) holds its first value's time at every value."""
+    grids = [grid_for(r, grid, smoke) for r in runs]
+    tasks = [(r, base_path, _sizes(r, smoke), g) for r, g in zip(runs, grids, strict=True)]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as ex:
-            for part in ex.map(_job, tasks):
-                rows.extend(part)
+            results = list(ex.map(_job, tasks))
     else:
-        for t in tasks:
-            rows.extend(_job(t))
-    df = pd.DataFrame(rows, columns=["run_id", "size_bytes", *grid, "simulated_s", "algorithm"])
-    # all-to-all is the only collective the per-peer overhead touches: the others were simulated at its first
-    # grid value and hold at every value
-    keyo = "collectives.net_overhead_s"
-    others = df[df[keyo] == grid[keyo][0]]
-    parts = [df]
-    for v in grid[keyo][1:]:
-        rest = others[~others["run_id"].isin(df.loc[df[keyo] == v, "run_id"])].copy()
-        rest[keyo] = v
-        parts.append(rest)
+        results = [_job(t) for t in tasks]
+    cols = ["run_id", "size_bytes", *grid, "simulated_s", "algorithm"]
+    parts = []
+    for g, (rows, static) in zip(grids, results, strict=True):
+        df = pd.DataFrame(rows, columns=cols)
+        for k in static:
+            df = pd.concat([df.assign(**{k: v}) for v in g[k]], ignore_index=True)
+        parts.append(df)
     return pd.concat(parts, ignore_index=True)
 
 
@@ -203,12 +240,17 @@ def fit(sim: pd.DataFrame, meas: dict, run_ids, source_of: dict, algorithms=None
         nominal: dict[str, float] | None = None) -> dict[str, float]:
     """The grid point of least training loss.  A term the training points do not move (the loss is the same at
     each of its values, the others at their best: no training all-to-all for the per-message cost) keeps its
-    ``nominal`` value (the base topology's, a grid point) instead of the grid's first."""
+    ``nominal`` value (the base topology's, a grid point) instead of the grid's first; a term of :data:`FOLLOWS`
+    the fitted value of the term it refines."""
     loss = _loss(sim, meas, run_ids, source_of, algorithms)
     keys = list(loss.index.names)
     best = loss.idxmin()
     out = dict(zip(keys, (float(v) for v in (best if isinstance(best, tuple) else (best,))), strict=True))
-    for k, v in (nominal or {}).items():
+    nominal = dict(nominal or {})
+    for k, ref in FOLLOWS.items():  # without its own training points, a refinement is the term it refines
+        if k in out and ref in out:
+            nominal[k] = out[ref]
+    for k, v in nominal.items():
         if k not in out:
             continue
         others = [c for c in keys if c != k]
@@ -225,7 +267,8 @@ def fit(sim: pd.DataFrame, meas: dict, run_ids, source_of: dict, algorithms=None
 def _nominal(base, grid: dict) -> dict[str, float]:
     """The base topology's values of the fitted terms (used where the training points do not move a term)."""
     vals = {"scale_out.efficiency": base.scale_out.efficiency, "scale_out.latency_s": base.scale_out.latency_s,
-            "collectives.net_overhead_s": base.collectives.net_overhead_s}
+            "collectives.net_overhead_s": base.collectives.net_overhead_s,
+            FULL_NODE: base.scale_out.full_node_efficiency or base.scale_out.efficiency}
     return {k: v for k, v in vals.items() if k in grid}
 
 
@@ -268,8 +311,9 @@ def _stats(e: np.ndarray) -> dict:
             "max_abs_pct": float(np.max(e)) if e.size else math.nan}
 
 
-def _held_out_rows(sim, meas, held_runs, params: dict, held: str) -> list[dict]:
-    """The points of a held-out source's runs, each predicted with its fabric class's terms."""
+def _held_out_rows(sim, meas, held_runs, params: dict, held: str, full_node: dict) -> list[dict]:
+    """The points of a held-out source's runs, each predicted with its fabric class's terms (``full_node``: run
+    id -> whether the full-node efficiency applies to it, :func:`takes_full_node`)."""
     rows = []
     for run in held_runs:
         terms = params[fabric_class(run)]
@@ -278,23 +322,49 @@ def _held_out_rows(sim, meas, held_runs, params: dict, held: str) -> list[dict]:
             m = meas[(run.run_id, p["size_bytes"])]
             rows.append({"held_out_source": held, "run_id": run.run_id, "gpu": run.gpu, "collective": run.collective,
                          "nodes": run.nodes, "gpus_per_node": run.gpus_per_node, "forced_algorithm": run.nccl_algo,
-                         "trains": trains(run), "evaluation_set": evaluation_set(run),
+                         "trains": trains(run), "full_node": full_node[run.run_id],
+                         "evaluation_set": evaluation_set(run),
                          "fabric_class": fabric_class(run), "simulated_algorithm": p["algorithm"],
                          "size_bytes": int(p["size_bytes"]), "measured_s": m, "simulated_s": p["simulated_s"],
                          "pct_error": 100.0 * (p["simulated_s"] / m - 1.0), **terms})
     return rows
 
 
-def ranges_table(fold: pd.DataFrame, all_fit: dict, grid: dict, smoke: bool) -> pd.DataFrame:
+def _full_node_sources(sim, train, full_node: dict, class_of: dict, source_of: dict, algorithms) -> list[str]:
+    """The sources whose training points move the full-node efficiency: RDMA training runs it applies to, with
+    points of the trained algorithms."""
+    plain = set(sim["run_id"] if algorithms is None else sim.loc[sim["algorithm"].isin(algorithms), "run_id"])
+    return sorted({source_of[r] for r in train if full_node[r] and class_of[r] == RDMA and r in plain})
+
+
+def full_node_per_source(sim, meas, train, full_node: dict, class_of: dict, source_of: dict, algorithms,
+                         fitted: dict) -> dict[str, float]:
+    """The full-node efficiency fitted on each training source alone (its runs the term applies to), the other
+    terms held at ``fitted``: how far the sources that train it disagree (:func:`ranges_table`)."""
+    out = {}
+    for src in _full_node_sources(sim, train, full_node, class_of, source_of, algorithms):
+        ids = [r for r in train if source_of[r] == src and full_node[r] and class_of[r] == RDMA]
+        loss = _loss(sim, meas, ids, source_of, algorithms)
+        for k, v in fitted.items():
+            if k != FULL_NODE and k in loss.index.names:
+                loss = loss[np.isclose(loss.index.get_level_values(k), v)]
+        out[src] = float(loss.index.get_level_values(FULL_NODE)[int(np.argmin(loss.to_numpy()))])
+    return out
+
+
+def ranges_table(fold: pd.DataFrame, all_fit: dict, grid: dict, smoke: bool,
+                 per_source: dict[str, float] | None = None) -> pd.DataFrame:
     """``fitted_ranges.csv``: per term, low / high = the smallest / largest leave-one-source-out refit widened by one
     grid step each way (the grid's resolution), nominal = the fit on every source; each class's terms from the
-    folds that trained them (none: no row)."""
+    folds that trained them (none: no row; the full-node efficiency from the folds whose training runs it applies
+    to, its range also spanning ``per_source``, its fit on each source alone, where the sources disagree more
+    than the refits show)."""
     src = ("experiments/validation/network_validation.py: nominal = fit on every corpus source; low/high = the range "
            "of the leave-one-source-out refits widened by one grid step each way (the grid's resolution)")
     rows = []
     trained = {c: fold[fold[f"{p}_trained_on"].fillna("").astype(str).str.len() > 0] for c, p in
                ((RDMA, "rdma"), (TCPXO, "tcpxo"))}
-    tgrid = {k: v for k, v in grid.items() if k != "collectives.net_overhead_s"}
+    tgrid = {k: v for k, v in grid.items() if k not in ("collectives.net_overhead_s", FULL_NODE)}
     tgrid["scale_out.latency_s"] = tuple(sorted(set(grid["scale_out.latency_s"]) | set(
         () if smoke else TCPXO_LATENCY_S)))
     for prefix, folds, g_all, nominal in (("", trained[RDMA], grid, all_fit[RDMA]),
@@ -302,14 +372,25 @@ def ranges_table(fold: pd.DataFrame, all_fit: dict, grid: dict, smoke: bool) -> 
         if not len(folds):
             continue
         for k, values in g_all.items():
+            fk = folds if k != FULL_NODE else folds[folds["full_node_trained_on"].fillna("").astype(str).str.len() > 0]
+            if not len(fk):
+                continue
             g = list(values)
-            lo_i, hi_i = g.index(float(folds[prefix + k].min())), g.index(float(folds[prefix + k].max()))
+            vals = [*fk[prefix + k].astype(float), *((per_source or {}).values() if k == FULL_NODE else ())]
+            lo_i, hi_i = g.index(min(vals)), g.index(max(vals))
             name = prefix + (k.replace("_s", "_us") if k.endswith("_s") else k)
             scale = 1e6 if name.endswith("_us") else 1.0
             rows.append({"parameter": name, "low": g[max(0, lo_i - 1)] * scale, "nominal": nominal[k] * scale,
                          "high": g[min(len(g) - 1, hi_i + 1)] * scale,
-                         "source": src + ("; GPUDirect-TCPXO runs only" if prefix else "; InfiniBand / RoCE / EFA runs")})
+                         "source": src + ("; GPUDirect-TCPXO runs only" if prefix else _RANGE_SCOPE.get(
+                             k, "; InfiniBand / RoCE / EFA / Slingshot runs"))})
     return pd.DataFrame(rows)
+
+
+#: what a range row covers, where not every InfiniBand / RoCE / EFA / Slingshot run
+_RANGE_SCOPE = {FULL_NODE: " and of the fits on each training source alone; collectives across nodes whose GPUs "
+                           "drive every NIC with NCCL's default connections (one QP per connection, default "
+                           "channels) on InfiniBand / RoCE"}
 
 
 def evaluation_table(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -332,7 +413,7 @@ def main(argv=None) -> int:
     ap.add_argument("--topology", default=str(ROOT / "topologies/h100_nvl8_ib_ndr.yaml"))
     ap.add_argument("--out", default=str(ROOT / "experiments/results/network_validation"))
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--smoke", action="store_true", help="three sources, a 2x2x2 grid (seconds)")
+    ap.add_argument("--smoke", action="store_true", help="three sources, a 2x2x2x3 grid (seconds)")
     ap.add_argument("--fit-on", choices=tuple(FIT_ON), default="plain",
                     help="train on the points of plain algorithms (ring, direct all-to-all; default) or on all")
     args = ap.parse_args(argv)
@@ -352,14 +433,18 @@ def main(argv=None) -> int:
     sources = sorted({r.source_id for r in runs})
     rows, fits = [], []
     nominal = _nominal(base, grid)
+    full_node = {r.run_id: takes_full_node(r, topology_for_run(r, base)[0]) for r in runs}
     class_of = {r.run_id: fabric_class(r) for r in runs}
     algos = FIT_ON[args.fit_on]
     for held in sources:
         train = [r.run_id for r in runs if r.source_id != held and trains(r)]
         params, trained_on = fit_classes(sim, meas, train, class_of, source_of, algos, nominal)
-        fits.append({"held_out_source": held, **params[RDMA], **{f"tcpxo.{k}": v for k, v in params[TCPXO].items()},
-                     "rdma_trained_on": ";".join(trained_on[RDMA]), "tcpxo_trained_on": ";".join(trained_on[TCPXO])})
-        rows.extend(_held_out_rows(sim, meas, [r for r in runs if r.source_id == held], params, held))
+        fits.append({"held_out_source": held, **params[RDMA],
+                     **{f"tcpxo.{k}": v for k, v in params[TCPXO].items() if k != FULL_NODE},
+                     "rdma_trained_on": ";".join(trained_on[RDMA]), "tcpxo_trained_on": ";".join(trained_on[TCPXO]),
+                     "full_node_trained_on": ";".join(_full_node_sources(sim, train, full_node, class_of,
+                                                                         source_of, algos))})
+        rows.extend(_held_out_rows(sim, meas, [r for r in runs if r.source_id == held], params, held, full_node))
     table = pd.DataFrame(rows)
     all_fit, all_trained_on = fit_classes(sim, meas, [r.run_id for r in runs if trains(r)], class_of, source_of,
                                           algos, nominal)
@@ -379,13 +464,18 @@ def main(argv=None) -> int:
                   for _, r in sets.iterrows()}
     else:
         st, by_set = _stats(np.array([])), {}
-    ranges_table(pd.DataFrame(fits), all_fit, grid, args.smoke).to_csv(out / "fitted_ranges.csv", index=False,
-                                                                       float_format="%.6g")
+    all_train = [r.run_id for r in runs if trains(r)]
+    per_source = full_node_per_source(sim, meas, all_train, full_node, class_of, source_of, algos, all_fit[RDMA])
+    ranges_table(pd.DataFrame(fits), all_fit, grid, args.smoke, per_source).to_csv(
+        out / "fitted_ranges.csv", index=False, float_format="%.6g")
     summary = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": platform.node(),
                "smoke": args.smoke, "fit_on": args.fit_on, "runs_simulated": len(runs),
                "runs_skipped": len(skipped),
                "sources": sources, "fit_all_sources": all_fit[RDMA],
-               "fit_all_sources_tcpxo": {**all_fit[TCPXO], "trained_on": all_trained_on[TCPXO]},
+               "fit_all_sources_tcpxo": {**{k: v for k, v in all_fit[TCPXO].items() if k != FULL_NODE},
+                                         "trained_on": all_trained_on[TCPXO]},
+               "full_node_efficiency_per_source": per_source,
+               "full_node_runs": sorted(r for r, v in full_node.items() if v),
                "target": {"set": f"{TARGET_SET} points >= 64 MiB of runs whose NIC line rate is known",
                           "median_abs_pct_max": 10.0, "max_abs_pct_max": 25.0},
                "target_set_ge64MiB": st, "evaluation_sets_ge64MiB": by_set,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,6 +237,25 @@ def nvlink_gbyte_per_s(gpu: str) -> float | None:
 NVLS_GENERATIONS = ("hopper", "blackwell")
 
 
+#: settings that raise NCCL's QPs per connection or its channel (CTA) count above its defaults
+_CONNECTION_TUNING = re.compile(r"NCCL_IB_QPS_PER_CONNECTION=(?!1\b)\d+|NCCL_MIN_CTAS=|NCCL_MIN_NCHANNELS=|"
+                                r"NCCL_NCHANNELS_PER_NET_PEER=")
+#: fabrics that spread one connection's packets over many paths (AWS EFA's SRD), route adaptively (HPE
+#: Slingshot) or move data over TCP (GCP GPUDirect-TCPXO): unlike InfiniBand / RoCE RDMA, whose one QP per
+#: connection follows one path
+_MULTIPATH_FABRICS = ("EFA", "SLINGSHOT", "TCPXO")
+
+
+def default_connections(run: CorpusRun) -> bool:
+    """Whether a run used NCCL's default connections on an InfiniBand / RoCE fabric (or one not stated, taken as
+    the base topology's InfiniBand): one QP per connection and NCCL's own channel count -- no
+    ``NCCL_IB_QPS_PER_CONNECTION`` above 1, no ``NCCL_MIN_CTAS`` / ``NCCL_MIN_NCHANNELS`` / ... in its settings
+    (``env``), and a fabric other than EFA, Slingshot or TCPXO.  Decided from the run's settings and hardware
+    only; where ``scale_out.full_node_efficiency`` applies (:func:`topology_for_run`)."""
+    return not _CONNECTION_TUNING.search(run.env or "") and not any(
+        f in (run.fabric or "").upper() for f in _MULTIPATH_FABRICS)
+
+
 def topology_for_run(run: CorpusRun, base):
     """``(topology, assumptions)``: ``base`` (a :class:`~simfuse.spec.TopologySpec`) with the run's hardware:
     NVLink rate of its GPU, GPUs per node (at least the run's), NICs per node and their line rate where the source
@@ -276,6 +296,11 @@ def topology_for_run(run: CorpusRun, base):
                                or run.nvls.strip().lower().startswith(("no", "disabled"))):
         # NVLink SHARP needs a third-generation NVSwitch (Hopper and later); a run that turned it off ran without
         over["scale_up.nvls"] = False
+    if base.scale_out.full_node_efficiency is not None and not default_connections(run):
+        # the full-node efficiency is that of NCCL's default connections on an InfiniBand / RoCE fabric
+        over["scale_out.full_node_efficiency"] = None
+        assumptions.append("more QPs or channels than NCCL's defaults, or a multipath fabric: "
+                           "scale_out.full_node_efficiency not applied")
     return base.with_overrides(over), assumptions
 
 

@@ -197,6 +197,26 @@ class ScaleOutSpec:
     #: fraction of the NIC rate a SHARP reduction sustains.  Default 0.85: NCCL's CollNet Direct refinement on
     #: Hopper (``if (minCompCap >= 90) busBw *= .85``, NVIDIA/nccl src/graph/tuning.cc, master 5067397).
     sharp_efficiency: float = 0.85
+    #: fraction of the NIC line rate when a collective across nodes drives every NIC of its nodes (its GPUs per node
+    #: >= ``nics_per_node``) with NCCL's default connections (one QP per connection, NCCL's own channel count); it
+    #: replaces ``efficiency`` for such collectives only (:meth:`applies_full_node`).  ``None`` (files that do not
+    #: name it): ``efficiency`` everywhere.  Calibrated, not from a data sheet: on the public network corpus
+    #: (data/network_corpus, experiments/results/network_validation/) two independent H100 clusters with 8 GPUs and
+    #: 8 x 400 Gb/s per node reach 0.80-0.82 of line rate at >= 1 GiB with NCCL's defaults, where the same
+    #: clusters reach 0.96-0.98 with 1-4 GPUs per node or with NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2; two
+    #: more such clusters reach 0.90-0.92 (the leave-source-out fits and range are in fitted_ranges.csv there).  A
+    #: machine whose NCCL raises its QPs per connection or channels leaves it unset.
+    full_node_efficiency: float | None = None
+
+    def applies_full_node(self, nodes: int, gpus_per_node: int) -> bool:
+        """Whether :attr:`full_node_efficiency` replaces :attr:`efficiency` for a collective on ``nodes`` nodes of
+        ``gpus_per_node`` GPUs each: it is set, the collective crosses nodes and its GPUs drive every NIC."""
+        return self.full_node_efficiency is not None and nodes > 1 and gpus_per_node >= self.nics_per_node
+
+    def efficiency_across_nodes(self, gpus_per_node: int) -> float:
+        """The scale-out efficiency a collective across nodes of ``gpus_per_node`` GPUs each sees: the full-node
+        efficiency where it applies (:meth:`applies_full_node`), else :attr:`efficiency`."""
+        return self.full_node_efficiency if self.applies_full_node(2, gpus_per_node) else self.efficiency
 
     @property
     def effective_nic_bw_bytes_per_s(self) -> float:
@@ -420,6 +440,8 @@ def _topology_body(data: dict, source: str) -> TopologySpec:
         efficiency=so.number("efficiency", 1.0, positive=True, max_value=1.0),
         sharp=so.boolean("sharp", False),
         sharp_efficiency=so.number("sharp_efficiency", ScaleOutSpec.sharp_efficiency, positive=True, max_value=1.0),
+        full_node_efficiency=(so.number("full_node_efficiency", positive=True, max_value=1.0)
+                              if "full_node_efficiency" in so.data else None),
         **tier3,
     )
     if "sharp_efficiency" in so.data and not scale_out.sharp:

@@ -65,7 +65,7 @@ the shard's ids, each distinct row and its optimizer state read and written, eac
 the device's
 achievable HBM bandwidth (``hbm_bw_bytes_per_s * hbm_efficiency`` of the System's device spec); communication =
 bytes sent and received per fabric tier (NVLink inside a node, the NICs between nodes) at that tier's per-GPU
-bandwidth (``scale_up.effective_bw_bytes_per_s``; ``nics_per_node * effective_nic_bw_bytes_per_s / g``).  A
+bandwidth (``scale_up.effective_bw_bytes_per_s``; ``nics_per_node * nic rate * efficiency_across_nodes(g) / g``).  A
 rank's cost is ``compute + comm`` in baseline mode (bulk-synchronous) and ``max(compute, comm)`` in fused mode (the
 fused kernel pushes while it pools), plus the data-parallel all-reduce (``2 (n-1)/n * rows * D * grad bytes`` per
 rank, at the NIC rate when there are several nodes) and the prefetched ids' bound; receive volumes of uniform
@@ -139,8 +139,10 @@ class Rates:
     @classmethod
     def from_topology(cls, topology, gpus_per_node: int) -> Rates:
         dev, su, so = topology.device, topology.scale_up, topology.scale_out
+        # NIC bytes cross nodes: at the full-node efficiency where the topology sets one and every NIC is driven
         return cls(dev.hbm_bw_bytes_per_s * dev.hbm_efficiency, su.effective_bw_bytes_per_s,
-                   so.nics_per_node * so.effective_nic_bw_bytes_per_s / gpus_per_node)
+                   so.nics_per_node * (so.nic_bw_bytes_per_s * so.efficiency_across_nodes(gpus_per_node))
+                   / gpus_per_node)
 
 
 @dataclass

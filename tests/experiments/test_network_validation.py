@@ -33,7 +33,13 @@ def test_network_validation_smoke(root, tmp_path):
     assert (abs(err - table["pct_error"]) < 1e-3).all()  # the CSV keeps 6 significant digits
     ranges = pd.read_csv(tmp_path / "fitted_ranges.csv")
     assert set(ranges["parameter"]) == {"scale_out.efficiency", "scale_out.latency_us", "collectives.net_overhead_us",
-                                        "tcpxo.scale_out.efficiency", "tcpxo.scale_out.latency_us"}
+                                        "scale_out.full_node_efficiency", "tcpxo.scale_out.efficiency",
+                                        "tcpxo.scale_out.latency_us"}
+    # the full-node efficiency applies to the A100 run (8 GPUs on 4 InfiniBand NICs, NCCL's defaults), not to the
+    # TCPXO runs; it is trained only where a training run takes it (not in the A100 source's own fold)
+    assert set(table.loc[table["full_node"], "run_id"]) == {"ncclt152_a100_ar_2x8"}
+    assert fork["full_node_trained_on"] == "nccl_tests_152"
+    assert pd.isna(folds.set_index("held_out_source").loc["nccl_tests_152", "full_node_trained_on"])
     assert ((ranges["low"] <= ranges["nominal"]) & (ranges["nominal"] <= ranges["high"])).all()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["smoke"] and summary["runs_simulated"] == 3 and "target_met" in summary
@@ -75,6 +81,21 @@ def test_fit_keeps_the_nominal_value_of_a_term_the_training_points_do_not_move()
     # the efficiency is pinned by the data; the flat overhead keeps its nominal, not the grid's first value
     assert got == {"scale_out.efficiency": 0.9, "scale_out.latency_s": 3e-6, "collectives.net_overhead_s": 1e-6}
     assert nv.fit(sim, meas, ["r"], {"r": "s"}, None)["collectives.net_overhead_s"] == 0.0
+
+
+def test_a_full_node_efficiency_without_training_points_is_the_fitted_efficiency():
+    nv = _nv()
+    rows = []
+    # the run's time moves with the efficiency (best at 0.96) and not with the full-node efficiency
+    for eff in (0.92, 0.96, 1.0):
+        for fn in (0.8, 0.9, 0.96):
+            rows.append(("r", 1 << 20, eff, 3e-6, 1e-6, fn, 1.0 + abs(eff - 0.96), "ring"))
+    sim = pd.DataFrame(rows, columns=["run_id", "size_bytes", "scale_out.efficiency", "scale_out.latency_s",
+                                      "collectives.net_overhead_s", nv.FULL_NODE, "simulated_s", "algorithm"])
+    nominal = {"scale_out.efficiency": 0.92, "scale_out.latency_s": 3e-6, "collectives.net_overhead_s": 1e-6,
+               nv.FULL_NODE: 0.92}
+    got = nv.fit(sim, {("r", 1 << 20): 1.0}, ["r"], {"r": "s"}, None, nominal)
+    assert got["scale_out.efficiency"] == 0.96 and got[nv.FULL_NODE] == 0.96
 
 
 def test_runs_without_a_nic_rate_are_tested_not_trained_on():
@@ -139,3 +160,36 @@ def test_tcpxo_terms_come_only_from_plain_tcpxo_training_runs():
     # without a plain TCPXO training run, the TCPXO runs are predicted with the RDMA terms
     params, trained = nv.fit_classes(sim, meas, ["ib1", "txtree"], class_of, source_of, ("ring", "direct"), nominal)
     assert params[nv.TCPXO] == params[nv.RDMA] and trained[nv.TCPXO] == []
+
+
+def test_terms_said_not_to_move_a_run_do_not_move_it(root):
+    """static_terms (simulated once, copied to every value) against simulation at each value: the full-node
+    efficiency moves only runs whose GPUs drive every NIC with NCCL's default connections, and replaces the
+    efficiency there; the per-message overhead moves every run (a multi-node ring's NVLink hops too)."""
+    from simfuse.calibrate.corpus import load_corpus, topology_for_run
+    from simfuse.collectives import run_collective
+    from simfuse.spec import load_topology
+
+    nv = _nv()
+    corpus = load_corpus(root / "data" / "network_corpus")
+    grid = {"scale_out.efficiency": (0.8, 1.0), "collectives.net_overhead_s": (0.0, 2e-6), nv.FULL_NODE: (0.7, 0.9)}
+    expect = {"ncclt309b_h100_ar_8x8": {"scale_out.efficiency"}, "xxrjun_c01_10x4_all_gather": {nv.FULL_NODE},
+              "xxrjun_c01_10x8_all_to_all": {"scale_out.efficiency"}, "ncclt309b_h100_ar_8x8_tuned": {nv.FULL_NODE}}
+    for rid, static in expect.items():
+        run = corpus.run(rid)
+        base = load_topology(root / "topologies" / "h100_nvl8_ib_ndr.yaml").with_overrides(
+            {nv.FULL_NODE: 0.75})  # a file that sets it: topology_for_run drops it for the tuned run
+        topo, _ = topology_for_run(run, base)
+        assert nv.static_terms(run, topo, grid) == static, rid
+
+        def time(over, run=run, topo=topo):
+            t = topo.with_overrides(over) if over else topo
+            return run_collective(t, run.nodes, run.collective, 256 * 2**20, gpus_per_node=run.gpus_per_node).time_s
+        for k, values in grid.items():
+            if k == nv.FULL_NODE and topo.scale_out.full_node_efficiency is None:
+                continue  # not set for this run: nothing to move
+            times = {time({k: v}) for v in values}
+            if k in static:
+                assert len(times) == 1, (rid, k)
+            elif k != "collectives.net_overhead_s":  # the overhead may be hidden behind the flows at this size
+                assert len(times) == len(values), (rid, k)  # the efficiency that applies moves it

@@ -52,6 +52,12 @@ BAD_CASES = [
     ("typo key", lambda d: d["device"].__setitem__("hbm_bw_gpbs", 1), "device.hbm_bw_gpbs"),
     ("string number", lambda d: d["device"].__setitem__("compute_units", "lots"), "device.compute_units"),
     ("unknown dtype", lambda d: d["device"]["peak_tflops"].__setitem__("fp7", 3), "device.peak_tflops.fp7"),
+    ("full-node efficiency 0", lambda d: d["scale_out"].__setitem__("full_node_efficiency", 0),
+     "scale_out.full_node_efficiency"),
+    ("full-node efficiency above line rate", lambda d: d["scale_out"].__setitem__("full_node_efficiency", 1.2),
+     "scale_out.full_node_efficiency"),
+    ("full-node efficiency not a number", lambda d: d["scale_out"].__setitem__("full_node_efficiency", "high"),
+     "scale_out.full_node_efficiency"),
 ]
 
 
@@ -115,3 +121,9 @@ def test_an_empty_optional_block_counts_as_absent(root, tmp_path, key):
     p.write_text(yaml.safe_dump(d))
     with pytest.raises(SpecError, match=f"device.{key}x: unknown field"):
         load_topology(p)
+
+
+def test_full_node_efficiency_is_optional_and_read_from_the_file(root, tmp_path, h200):
+    assert h200.scale_out.full_node_efficiency is None  # files that do not name it: efficiency everywhere
+    t = load_topology(_mutate(root, tmp_path, lambda d: d["scale_out"].__setitem__("full_node_efficiency", 0.85)))
+    assert t.scale_out.full_node_efficiency == 0.85 and t.scale_out.efficiency == h200.scale_out.efficiency

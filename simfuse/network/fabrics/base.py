@@ -92,6 +92,25 @@ def registered_fabrics() -> dict[str, type[Fabric]]:
     return dict(_REGISTRY)
 
 
+def full_node_topology(topology: TopologySpec, nodes: int, gpus_per_node: int) -> TopologySpec:
+    """``topology`` as a collective on ``nodes`` nodes of ``gpus_per_node`` GPUs sees it: where
+    ``scale_out.full_node_efficiency`` applies (:meth:`~simfuse.spec.topology.ScaleOutSpec.applies_full_node`:
+    set, across nodes, every NIC of the node driven) it is the scale-out efficiency of every NIC-bound rate (the
+    NICs, the uplinks they feed, SHARP's share, the tree's rate per NIC); elsewhere ``topology`` itself, so a
+    collective inside one node or on fewer GPUs than NICs per node never changes.  A value outside (0, 1] raises
+    :class:`SpecError` (the loader refuses it in a file; this catches one set by an override)."""
+    so = topology.scale_out
+    v = so.full_node_efficiency
+    if v is None:
+        return topology
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0:
+        raise SpecError(topology.source, "scale_out.full_node_efficiency",
+                        f"must be a fraction of the line rate in (0, 1], got {v!r}")
+    if not so.applies_full_node(nodes, gpus_per_node):
+        return topology
+    return topology.with_overrides({"scale_out.efficiency": float(v)})
+
+
 @dataclass(frozen=True)
 class FlowGroupSpec:
     """A group of identical flows to start together: ``count`` flows of ``size_bytes`` over ``links``."""
@@ -153,6 +172,7 @@ class Fabric:
         g = gpus_per_node if gpus_per_node is not None else topology.scale_up.gpus_per_node
         if g < 1:
             raise SpecError("<run>", "gpus_per_node", f"must be >= 1, got {g}")
+        topology = full_node_topology(topology, nodes, g)
         self.topology = topology
         self.nodes = int(nodes)
         self.gpus_per_node = int(g)

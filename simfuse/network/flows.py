@@ -7,7 +7,11 @@ group of ``count`` flows from the representative rank crosses class links with w
 
 Rates are recomputed (max-min fair) only when a group starts or finishes; all starts and finishes at the
 same simulated instant are coalesced into one recomputation.  A flow's last byte arrives ``latency_s`` after it
-leaves (so an uncongested transfer takes ``latency_s + size_bytes / bw``).
+leaves (so an uncongested transfer takes ``latency_s + size_bytes / bw``).  With a resolution (``resolution_s``, workload runs:
+:data:`RATE_RESOLUTION_S`) and many flows in flight (:data:`GRID_MIN_ENTRIES`), recomputations happen only at
+multiples of it: a group posted in between starts at the next one; a group whose bytes run out in between lands
+at its own time (``latency_s`` after its last byte, no earlier than the next grid point) and frees its bandwidth
+there.
 
 Speed (issue 11).  The rate problems of a simulation are small (tens of bundles and links, under ten fill levels
 at 1,024 DLRM nodes) and many (tens of thousands), so numpy's per-call overhead dominated a vectorised solver.

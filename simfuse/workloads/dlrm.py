@@ -174,7 +174,7 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
     wall0 = time.perf_counter()
     system = as_system(topology)
     if cost is not None:
-        system = System(system.topology, cost, system.profile, system.nominal)
+        system = System(system.topology, cost, system.profile, system.nominal, system.rate_resolution_s)
     graph = build_dlrm_graph(spec, system, nodes, gpus_per_node=gpus_per_node, mode=mode, sim_mode=sim_mode,
                              knobs=knobs, plan=plan)
     forced = {"all_reduce": allreduce_algorithm} if allreduce_algorithm else None

@@ -82,7 +82,7 @@ def simulate_workload_graph(spec, system, nodes: int, *, gpus_per_node=None, exe
 
     system = as_system(system)
     if cost is not None:
-        system = System(system.topology, cost, system.profile, system.nominal)
+        system = System(system.topology, cost, system.profile, system.nominal, system.rate_resolution_s)
     ex = execution or ExecutionSpec()
     g = gpus_per_node or system.gpus_per_node
     return workload_for(spec).simulate(system, nodes, g, modes_of(ex.mode), ex, record=record)

@@ -80,7 +80,7 @@ def run_op(op: FusedOp, topology, nodes: int, *, knobs: FusedKnobs | None = None
     knobs.validate()
     system = as_system(topology)
     if cost is not None:
-        system = System(system.topology, cost, system.profile, system.nominal)
+        system = System(system.topology, cost, system.profile, system.nominal, system.rate_resolution_s)
     system = system.with_launch(launch)
     symmetric = symmetric_ok(knobs, mode)
     L = op.layout

@@ -130,11 +130,9 @@ def _placement(spec: DLRMSpec, system, nodes: int, g: int, mode: str, plan):
     return None, place_tables(spec, n, system.topology.device.memory_bytes)
 
 
-def _simulated_ranks(graph: Graph, topology, per_rank, vec: bool, mode: str, sim_mode: str) -> list[int]:
-    """The ranks whose programs the graph holds: every rank (``full``), else one per class of alike ranks
-    (``graph.class_of_rank``): orbit classes for uneven placements, when few enough (exact), else the load
-    classes.  Sets ``graph.meta`` ``classes`` and ``orbit_classes``."""
-    nodes, g = graph.nodes, graph.gpus_per_node
+def _classes(per_rank, vec: bool, topology, nodes: int, g: int, mode: str, sim_mode: str):
+    """``(class of every rank, classes, orbit classes or None, full)``: the rank classes of a placement, merged
+    into orbit classes where few enough (exact), and whether every rank is simulated instead."""
     n = nodes * g
     cls_of_rank, sigs = per_rank.rank_classes(g) if vec else rank_classes(per_rank, g)
     n_cls = len(sigs)
@@ -150,6 +148,27 @@ def _simulated_ranks(graph: Graph, topology, per_rank, vec: bool, mode: str, sim
         if orbit is not None:
             cls_of_rank, n_cls = orbit, int(orbit.max()) + 1
     full = sim_mode == "full" or (sim_mode == "auto" and n_cls > 1 and orbit is None and n <= FULL_SIM_MAX_RANKS)
+    return cls_of_rank, n_cls, orbit, full
+
+
+def simulated_rank_count(spec: DLRMSpec, system, nodes: int, g: int, mode: str, sim_mode: str = "auto",
+                         plan=None) -> tuple[int, bool]:
+    """``(ranks a simulation of mode runs, whether its classes are orbits)``: what :func:`build_dlrm_graph`
+    decides, without building the graph (the placement, its rank classes and their orbits; the planner's plan
+    for ``mode`` unless ``plan`` is given).  The cost guard asks (:mod:`simfuse.workloads.dlrm_workload`)."""
+    _plan, per_rank = _placement(spec, system, nodes, g, mode, plan)
+    _cls, n_cls, orbit, full = _classes(per_rank, isinstance(per_rank, RankUnits), system.topology, nodes, g, mode,
+                                        sim_mode)
+    return (nodes * g if full else n_cls), orbit is not None
+
+
+def _simulated_ranks(graph: Graph, topology, per_rank, vec: bool, mode: str, sim_mode: str) -> list[int]:
+    """The ranks whose programs the graph holds: every rank (``full``), else one per class of alike ranks
+    (``graph.class_of_rank``): orbit classes for uneven placements, when few enough (exact), else the load
+    classes.  Sets ``graph.meta`` ``classes`` and ``orbit_classes``."""
+    n = graph.nodes * graph.gpus_per_node
+    cls_of_rank, n_cls, orbit, full = _classes(per_rank, vec, topology, graph.nodes, graph.gpus_per_node, mode,
+                                               sim_mode)
     graph.meta["orbit_classes"] = orbit is not None
     graph.meta["classes"] = n_cls
     if full:

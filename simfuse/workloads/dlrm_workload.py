@@ -123,6 +123,9 @@ class DLRMWorkload(Workload):
         so a wave is one record; every simulation of the run pays its flow solves, each mode with its own
         simulated ranks, and the run its work per rank outside the simulations."""
         from ..fused.base import MAX_PUSH_WAVES
+        from ..system import System
+        from .dlrm import FULL_SIM_MAX_RANKS, ORBIT_MAX_CLASSES, simulated_rank_count
+        from .plan_file import load_plan
 
         spec, ranks = self.spec, nodes * gpus_per_node
         slots = pricing._slots(topology)
@@ -138,6 +141,14 @@ class DLRMWorkload(Workload):
         peers = min(max(0, ranks - 1), 64)
         for mode, n_sims in self.simulations_by_mode(pricing, topology, execution, waves).items():
             sim_m = self.simulated_ranks(mode, sim_mode, uneven, nodes, ranks, tables)
+            if uneven and sim_mode != "full" and FULL_SIM_MAX_RANKS < ranks and nodes <= ORBIT_MAX_CLASSES:
+                # orbit classes may hold up to one class a node here (a planned MLPerf placement at 32 and 64 nodes
+                # has 32 and 64, the estimate above 13): ask the placement, as the graph builder will (its plan
+                # for this mode; a planner call, 0.1 s at 64 nodes)
+                system = System.from_topology(topology)
+                plan_file = self._settings(execution).plan_file
+                plan = load_plan(plan_file, spec, system, nodes, gpus_per_node, mode) if plan_file else None
+                sim_m = simulated_rank_count(spec, system, nodes, gpus_per_node, mode, sim_mode, plan)[0]
             # the simulated ranks that push embeddings: every one with a planned or row-wise placement, at most
             # one per table with a table-wise one (the others hold no table)
             pushers = sim_m if spec.placement in ("planned", "row_wise") else min(sim_m, tables)

@@ -1,12 +1,14 @@
-"""Fit the cost guard's full-simulation DLRM constants (``simfuse.guard.DLRM_SECONDS_PER_EVENT`` and
-``DLRM_EVENT_PAIR_EXPONENT``) to measured run times.
+"""Fit the cost guard's DLRM simulation constants to measured run times: full simulation
+(``simfuse.guard.DLRM_SECONDS_PER_EVENT`` and ``DLRM_EVENT_PAIR_EXPONENT``) and rank classes
+(``DLRM_SECONDS_PER_CLASS`` and ``DLRM_SECONDS_PER_CLASS_FLOW``).
 
 Reads the run rows of a ``bench_targets.py`` CSV (default ``experiments/results/bench_guard_dlrm.csv``) whose runs
 simulate every rank (the guard's ``simulated_ranks`` equal to the GPUs, more than one) and picks the pair that
 minimises the mean squared log ratio of the guard's estimate to each run's CPU time (the estimate prices a run's
 simulations serially).  The estimate is linear in the per-event constant for a given exponent, so for every
-exponent on a grid it is computed twice (constant 0 and 1) and the best constant found in closed form on the log
-scale (a 1-D search).  Prints the fit and each point's ratio; changes no file::
+exponent on a grid it is computed twice (constant 0 and 1) and the best constant found by a 1-D search.  The
+class constants are fitted the same way on the rows that simulate rank classes (fewer ranks than GPUs), the
+estimate linear in both (a 2-D search).  Prints the fits and each point's ratio; changes no file::
 
     python experiments/bench/fit_guard_dlrm.py [--csv CSV]
 """
@@ -25,18 +27,62 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def _estimates(rows: pd.DataFrame, per_event: float, exponent: float) -> np.ndarray:
-    import simfuse.guard as guard
+def _estimates(rows: pd.DataFrame, **constants) -> np.ndarray:
+    """The guard's estimate of every row with its module constants set to ``constants`` (restored after)."""
     from bench_targets import _estimate
 
-    old = guard.DLRM_SECONDS_PER_EVENT, guard.DLRM_EVENT_PAIR_EXPONENT
-    guard.DLRM_SECONDS_PER_EVENT, guard.DLRM_EVENT_PAIR_EXPONENT = per_event, exponent
+    import simfuse.guard as guard
+
+    old = {k: getattr(guard, k) for k in constants}
+    for k, v in constants.items():
+        setattr(guard, k, v)
     try:
         return np.array([_estimate(str(ROOT / "models" / f"{r.model}.yaml"),
                                    str(ROOT / "topologies" / f"{r.topology}.yaml"), int(r.nodes))[0].seconds
                          for r in rows.itertuples()])
     finally:
-        guard.DLRM_SECONDS_PER_EVENT, guard.DLRM_EVENT_PAIR_EXPONENT = old
+        for k, v in old.items():
+            setattr(guard, k, v)
+
+
+def _report(name: str, rows: pd.DataFrame, ratio: np.ndarray) -> None:
+    ok = int(((ratio >= 0.5) & (ratio <= 2)).sum())
+    print(f"  {name}: {ok} of {len(rows)} points within 2x of their CPU time, ratios {ratio.min():.2f}-{ratio.max():.2f}")
+    for r, q in zip(rows.itertuples(), ratio, strict=True):
+        print(f"    {r.model} {r.nodes}: cpu {r.cpu_s:.1f} s, estimate/cpu {q:.2f}")
+
+
+def fit_full(rows: pd.DataFrame) -> tuple[float, float]:
+    cpu = rows["cpu_s"].to_numpy()
+    best = None
+    for e in np.round(np.arange(0.0, 0.61, 0.05), 2):
+        rest = _estimates(rows, DLRM_SECONDS_PER_EVENT=0.0, DLRM_EVENT_PAIR_EXPONENT=e)
+        slope = _estimates(rows, DLRM_SECONDS_PER_EVENT=1.0, DLRM_EVENT_PAIR_EXPONENT=e) - rest
+        for c in np.geomspace(1e-7, 1e-4, 301):
+            loss = float(np.mean(np.log((rest + c * slope) / cpu) ** 2))
+            if best is None or loss < best[0]:
+                best = (loss, float(c), float(e))
+    loss, c, e = best
+    print(f"DLRM_SECONDS_PER_EVENT = {c:.3g}, DLRM_EVENT_PAIR_EXPONENT = {e:.2f} (rms log ratio {np.sqrt(loss):.3f})")
+    _report("full simulation", rows, _estimates(rows, DLRM_SECONDS_PER_EVENT=c, DLRM_EVENT_PAIR_EXPONENT=e) / cpu)
+    return c, e
+
+
+def fit_classes(rows: pd.DataFrame) -> tuple[float, float]:
+    cpu = rows["cpu_s"].to_numpy()
+    rest = _estimates(rows, DLRM_SECONDS_PER_CLASS=0.0, DLRM_SECONDS_PER_CLASS_FLOW=0.0)
+    xa = _estimates(rows, DLRM_SECONDS_PER_CLASS=1.0, DLRM_SECONDS_PER_CLASS_FLOW=0.0) - rest
+    xb = _estimates(rows, DLRM_SECONDS_PER_CLASS=0.0, DLRM_SECONDS_PER_CLASS_FLOW=1.0) - rest
+    grid_a = np.concatenate([[0.0], np.geomspace(1e-4, 1.0, 161)])
+    grid_b = np.concatenate([[0.0], np.geomspace(1e-8, 1e-3, 201)])
+    est = rest[None, None, :] + grid_a[:, None, None] * xa[None, None, :] + grid_b[None, :, None] * xb[None, None, :]
+    loss = np.mean(np.log(np.maximum(est, 1e-12) / cpu) ** 2, axis=2)
+    i, j = np.unravel_index(np.argmin(loss), loss.shape)
+    a, b = float(grid_a[i]), float(grid_b[j])
+    print(f"DLRM_SECONDS_PER_CLASS = {a:.3g}, DLRM_SECONDS_PER_CLASS_FLOW = {b:.3g} "
+          f"(rms log ratio {np.sqrt(loss[i, j]):.3f})")
+    _report("rank classes", rows, _estimates(rows, DLRM_SECONDS_PER_CLASS=a, DLRM_SECONDS_PER_CLASS_FLOW=b) / cpu)
+    return a, b
 
 
 def main(argv=None) -> int:
@@ -44,27 +90,24 @@ def main(argv=None) -> int:
     ap.add_argument("--csv", default=str(ROOT / "experiments/results/bench_guard_dlrm.csv"))
     a = ap.parse_args(argv)
     df = pd.read_csv(a.csv)
-    rows = df[(df["what"] == "run") & df["model"].str.startswith("dlrm") & (df["guard_simulated_ranks"] == df["gpus"])
-              & (df["gpus"] > 1) & df["cpu_s"].notna()]
-    if rows.empty:
-        raise SystemExit(f"{a.csv}: no fully simulated DLRM run rows")
-    cpu = rows["cpu_s"].to_numpy()
-    best = None
-    for e in np.round(np.arange(0.0, 0.61, 0.05), 2):
-        rest = _estimates(rows, 0.0, e)
-        slope = _estimates(rows, 1.0, e) - rest
-        for c in np.geomspace(1e-7, 1e-4, 301):
-            loss = float(np.mean(np.log((rest + c * slope) / cpu) ** 2))
-            if best is None or loss < best[0]:
-                best = (loss, float(c), float(e))
-    loss, c, e = best
-    ratio = _estimates(rows, c, e) / cpu
-    print(f"DLRM_SECONDS_PER_EVENT = {c:.3g}, DLRM_EVENT_PAIR_EXPONENT = {e:.2f} "
-          f"(rms log ratio {np.sqrt(loss):.3f}; {int(((ratio >= 0.5) & (ratio <= 2)).sum())} of {len(rows)} "
-          f"points within 2x of their CPU time, ratios {ratio.min():.2f}-{ratio.max():.2f})")
-    for r, q in zip(rows.itertuples(), ratio, strict=True):
-        print(f"  {r.model} {r.nodes}: cpu {r.cpu_s:.1f} s, estimate/cpu {q:.2f}")
+    dlrm = df[(df["what"] == "run") & df["model"].str.startswith("dlrm") & df["cpu_s"].notna() & (df["gpus"] > 1)]
+    if dlrm.empty:
+        raise SystemExit(f"{a.csv}: no DLRM run rows")
+    # which rows run every rank: the guard's own count (this checkout's), as it prices them
+    counts = np.array([_count(r) for r in dlrm.itertuples()])
+    full, classes = dlrm[counts == dlrm["gpus"].to_numpy()], dlrm[counts < dlrm["gpus"].to_numpy()]
+    if len(full):
+        fit_full(full)
+    if len(classes):
+        fit_classes(classes)
     return 0
+
+
+def _count(r) -> int:
+    from bench_targets import _estimate
+
+    return _estimate(str(ROOT / "models" / f"{r.model}.yaml"), str(ROOT / "topologies" / f"{r.topology}.yaml"),
+                     int(r.nodes))[0].simulated_ranks
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Input uncertainty: sampling the declared input ranges and asking which inputs move the answer.
 
-``--set uncertainty=inputs`` runs the point estimate's configuration (DLRM: each mode's sharding plan and fused
-knobs, as chosen at the nominal inputs) on ``uncertainty_draws`` draws of every input range declared in the
+``--set uncertainty=inputs`` runs the point estimate's configuration (DLRM: each mode's sharding plan, as chosen
+at the nominal inputs; fused knobs the point estimate tuned are tuned again on each draw, as a deployment tunes them
+on its own hardware) on ``uncertainty_draws`` draws of every input range declared in the
 model and topology files (``uncertain:`` blocks, :mod:`simfuse.spec.ranges`), jointly with the kernel cost
 model's cross-validated residuals where the calibration profile has them:
 

@@ -84,8 +84,7 @@ class DLRMWorkload(Workload):
         forced plan) times the fused knob grid (``tune_knobs: auto``; ``waves``: the fused kernel's estimated
         waves, beyond :data:`~simfuse.fused.base.MAX_PUSH_WAVES` of which the grid stops after its first point, as
         :func:`~simfuse.workloads.dlrm_candidates._tuning_matters` does), and with a calibration profile the
-        interval's runs (``bound``: 3 per mode, ``mc``: the draws)."""
-        from ..fused.base import MAX_PUSH_WAVES
+        interval's runs (``bound``: 3 per mode, ``mc``: the draws), each as many as the knob grid."""
         from ..fused.knobs import modes_of
 
         ex, spec = execution, self.spec
@@ -93,10 +92,20 @@ class DLRMWorkload(Workload):
         planned = spec.placement == "planned" and not (ex is not None and self._settings(ex).plan_file)
         out = {}
         for m in modes:
-            tuned = m == "fused" and planned and (ex is None or ex.tune_knobs == "auto")
-            grid = len(TUNE_GRID) if tuned and (waves is None or waves <= MAX_PUSH_WAVES) else 1
-            out[m] = (2 if planned else 1) * grid + pricing.interval_runs(spec, topology, ex)
+            grid = self.knob_grid(m, ex, waves)
+            # an interval's run tunes the knobs again on its own inputs (dlrm_candidates.simulate_modes)
+            out[m] = ((2 if planned else 1) + pricing.interval_runs(spec, topology, ex)) * grid
         return out
+
+    def knob_grid(self, mode: str, execution, waves: int | None = None) -> int:
+        """Simulations per plan for ``mode``: the fused knob grid's points when it is tuned and tuning matters
+        (``waves``: the fused kernel's estimated waves, see :meth:`simulations_by_mode`), else 1."""
+        from ..fused.base import MAX_PUSH_WAVES
+
+        ex, spec = execution, self.spec
+        planned = spec.placement == "planned" and not (ex is not None and self._settings(ex).plan_file)
+        tuned = mode == "fused" and planned and (ex is None or ex.tune_knobs == "auto")
+        return len(TUNE_GRID) if tuned and (waves is None or waves <= MAX_PUSH_WAVES) else 1
 
     @staticmethod
     def simulated_ranks(mode: str, sim_mode: str, uneven: bool, nodes: int, ranks: int, tables: int = 4) -> int:
@@ -154,7 +163,8 @@ class DLRMWorkload(Workload):
             pushers = sim_m if spec.placement in ("planned", "row_wise") else min(sim_m, tables)
             flows_m = pushers * 2 * push * peers
             events_m = sim_m * 2 * waves + 2 * flows_m
-            n_wall = n_sims - parallel + parallel / max(1, min(workers, parallel or 1))
+            par_m = parallel * self.knob_grid(mode, execution, waves)  # the interval's runs, shared by workers
+            n_wall = n_sims - par_m + par_m / max(1, min(workers, par_m or 1))
             if sim_m == ranks or sim_m == 1:  # every rank (or the one of an even placement) simulated
                 # an event re-solves the rates of the flows in flight: a problem that grows with pushers x peers
                 # (64 fully simulated GPUs pushing to 63 peers: scale 1)

@@ -344,6 +344,7 @@ class Fabric:
         return len(self._caps) - 1
 
     def _build(self) -> None:
+        self._class_links_memo: dict = {}  # (route class, class a, class b, via) -> _class_links' answer
         self.class_mult: list[float] = []
         self._class_links_tx: list[dict] = []
         self._class_links_rx: list[dict] = []
@@ -364,6 +365,7 @@ class Fabric:
         self.names = list(self._names)
 
     def _build_class(self, multiplicity: float) -> int:
+        self._class_links_memo = {}
         cid = len(self.class_mult)
         sfx = "" if cid == 0 else f"[c{cid}]"
         tx, rx = {}, {}
@@ -480,10 +482,14 @@ class Fabric:
         """Class links of a route class from class ``a`` to class ``b``, and whether each is a receive link."""
         if cls == SELF:
             return (), ()
-        tx, rx = self._class_links_tx[a], self._class_links_rx[b]
-        up = self._up(cls, via)
-        links = tuple(tx[k] for k in up) + tuple(rx[k] for k in reversed(up))
-        return links, (False,) * len(up) + (True,) * len(up)
+        key = (cls, a, b, via)
+        got = self._class_links_memo.get(key)
+        if got is None:  # (a DLRM run asks the same few tens of times each: memoised per class layout)
+            tx, rx = self._class_links_tx[a], self._class_links_rx[b]
+            up = self._up(cls, via)
+            links = tuple(tx[k] for k in up) + tuple(rx[k] for k in reversed(up))
+            got = self._class_links_memo[key] = (links, (False,) * len(up) + (True,) * len(up))
+        return got
 
     def class_links(self, route_class: int, src_class: int = 0, dst_class: int | None = None) -> tuple[int, ...]:
         """Symmetric mode: the class links (ids into ``capacities``/``names``) a flow of ``route_class`` crosses

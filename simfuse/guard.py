@@ -59,6 +59,11 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: orbit class per node (32, 64), and those runs cost 2-15x their estimate (same CSV).
 DLRM_SECONDS_PER_EVENT = 9.8e-6
 DLRM_EVENT_PAIR_EXPONENT = 0.18
+#: A run with ``rate_resolution_ns=0`` (the exact fluid model: rates re-shared at every flow start and finish)
+#: pays its flow solves this many times over the default grid's (simfuse.network.flows.RATE_RESOLUTION_S): the
+#: median wall-time ratio of the MLPerf-family files at 4, 8 and 64 nodes, 1.2-3.6x
+#: (experiments/results/bench_resolution.csv, one worker, 2026-12-07).
+DLRM_EXACT_RATE_FACTOR = 2.1
 #: Rank classes (uneven placements beyond 64 ranks): :data:`DLRM_SECONDS_PER_CLASS` per simulated class and
 #: simulation, plus :data:`DLRM_SECONDS_PER_CLASS_FLOW` per class, push point and peer (at most 64 peer groups);
 #: a run's work outside its simulations (placement, the planner's candidates, per-rank arrays) is

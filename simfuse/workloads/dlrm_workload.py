@@ -148,6 +148,8 @@ class DLRMWorkload(Workload):
         flow_s = pricing.DLRM_SECONDS_FIXED
         parallel = pricing.interval_runs(spec, topology, execution)  # per mode, shared by the workers
         peers = min(max(0, ranks - 1), 64)
+        # the exact fluid model (no re-sharing grid) re-solves rates at every flow start and finish
+        exact = pricing.DLRM_EXACT_RATE_FACTOR if execution is not None and execution.rate_resolution_ns == 0 else 1.0
         for mode, n_sims in self.simulations_by_mode(pricing, topology, execution, waves).items():
             sim_m = self.simulated_ranks(mode, sim_mode, uneven, nodes, ranks, tables)
             if uneven and sim_mode != "full" and FULL_SIM_MAX_RANKS < ranks and nodes <= ORBIT_MAX_CLASSES:
@@ -170,10 +172,10 @@ class DLRMWorkload(Workload):
                 # (64 fully simulated GPUs pushing to 63 peers: scale 1)
                 scale = min(1.0, pushers * max(1, peers) / (64 * 63))
                 per_event = pricing.DLRM_SECONDS_PER_EVENT * scale ** pricing.DLRM_EVENT_PAIR_EXPONENT
-                flow_s += n_wall * events_m * per_event
+                flow_s += n_wall * events_m * per_event * exact
             else:  # rank classes
                 flow_s += n_wall * sim_m * (pricing.DLRM_SECONDS_PER_CLASS
-                                            + pricing.DLRM_SECONDS_PER_CLASS_FLOW * push * peers)
+                                            + pricing.DLRM_SECONDS_PER_CLASS_FLOW * push * peers * exact)
             simulated, flows, events = max(simulated, sim_m), max(flows, flows_m), max(events, events_m)
         planned = spec.placement == "planned" and not (execution is not None and
                                                         self._settings(execution).plan_file)

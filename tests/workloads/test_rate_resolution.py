@@ -60,3 +60,17 @@ def test_the_default_is_the_documented_grid_and_bad_values_are_refused():
         with pytest.raises(SpecError) as exc:
             parse_execution({"rate_resolution_ns": bad})
         assert exc.value.field == "rate_resolution_ns"
+
+
+def test_the_guard_prices_an_exact_run_above_the_grids():
+    from simfuse.guard import DLRM_EXACT_RATE_FACTOR, estimate_run
+    from simfuse.spec import load_topology
+    from simfuse.workloads.run import scaled_spec
+
+    topo = load_topology(TOPOLOGY)
+    spec = load_workload(ROOT / "models/dlrm_dcnv2_mlperf.yaml")
+    grid, exact = (parse_execution({"uncertainty": "none", "rate_resolution_ns": r}) for r in (250, 0))
+    e_grid = estimate_run(scaled_spec(spec, 4, 8, grid), topo, 4, 8, "auto", grid, 1).seconds
+    e_exact = estimate_run(scaled_spec(spec, 4, 8, exact), topo, 4, 8, "auto", exact, 1).seconds
+    assert DLRM_EXACT_RATE_FACTOR > 1
+    assert e_grid < e_exact < e_grid * DLRM_EXACT_RATE_FACTOR

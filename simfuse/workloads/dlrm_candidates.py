@@ -72,6 +72,25 @@ def _plan_key(plan) -> tuple:
     return tuple((t.table, t.sharding, tuple(t.ranks), t.dim_per_shard) for t in plan.tables)
 
 
+def _simulate_chosen(spec, system, nodes, g, m, ex, sim_mode, seed, record, tuner, c, progress):
+    """Mode ``m`` with the plan and knobs an earlier run chose (``c``): an interval's draw."""
+    best = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
+                         record=record, record_usage=record, knobs=c.knobs, tuner=tuner, plan=c.plan,
+                         progress=progress)
+    if c.tuned and _tuning_matters(best):
+        # knobs the point estimate tuned are tuned again on this run's inputs, as a deployment tunes them on
+        # its own hardware: a draw that makes every put dear (gpu_initiated.put_post_us at its range's top)
+        # favours fewer, larger puts; keeping the nominal choice there halved the fused step's speed
+        for kn in _retune_knobs(c.knobs, ex):
+            r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
+                              record=record, record_usage=record, knobs=kn, tuner=tuner, plan=c.plan,
+                              progress=progress)
+            if r.iteration_time_s < best.iteration_time_s * (1 - TIE_REL):
+                best = r
+    best.extras.tuned = c.tuned
+    return best
+
+
 def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tuner, chosen=None,
                          pool=None, progress=None) -> dict:
     """Each mode with the faster of two plans (forced from ``plan_file``, else the planner's plan for that mode and
@@ -95,24 +114,8 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
         return own_plans[mode]
 
     if chosen is not None:  # an interval's run: each mode's plan as the point estimate chose it
-        for m in modes:
-            c = chosen[m]
-            best = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
-                                 record=record, record_usage=record, knobs=c.knobs, tuner=tuner, plan=c.plan,
-                                 progress=progress)
-            if c.tuned and _tuning_matters(best):
-                # knobs the point estimate tuned are tuned again on this run's inputs, as a deployment tunes them on
-                # its own hardware: a draw that makes every put dear (gpu_initiated.put_post_us at its range's top)
-                # favours fewer, larger puts; keeping the nominal choice there halved the fused step's speed
-                for kn in _retune_knobs(c.knobs, ex):
-                    r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
-                                      record=record, record_usage=record, knobs=kn, tuner=tuner, plan=c.plan,
-                                      progress=progress)
-                    if r.iteration_time_s < best.iteration_time_s * (1 - TIE_REL):
-                        best = r
-            best.extras.tuned = c.tuned
-            out[m] = best
-        return out
+        return {m: _simulate_chosen(spec, system, nodes, g, m, ex, sim_mode, seed, record, tuner, chosen[m], progress)
+                for m in modes}
 
     plan_file = ex.settings_of(DLRMSettings).plan_file
     cands = {}  # mode -> (candidate plans, knob grid, knobs per grid point)

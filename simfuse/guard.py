@@ -21,7 +21,8 @@ The estimate (order of magnitude, documented so that users can reason about it):
   simulation of the run (``DLRMWorkload.simulations_by_mode``: the modes asked for, two candidate plans each with a
   planned placement, the fused knob grid, the interval's runs), each mode with its own simulated ranks
   (``DLRMWorkload.simulated_ranks``, :mod:`simfuse.workloads.dlrm_workload`), and their work per rank outside the simulations
-  (:data:`DLRM_SECONDS_PER_RANK_TABLE`, more with a planned placement).  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
+  (:data:`DLRM_SECONDS_PER_RANK_TABLE`, more with a planned placement); a run's candidate simulations after its
+  first, and its interval's runs, are shared by its workers.  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
 
 A run whose estimate exceeds :data:`MAX_WG_RECORDS` workgroup records, :data:`MAX_EVENTS` events or
 :data:`MAX_SECONDS` seconds is refused with
@@ -47,33 +48,37 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: A DLRM simulation's events cost far more than an operator's: each starts or ends flows that the flow network
 #: re-solves with every flow in flight.  Full simulation (every rank, up to FULL_SIM_MAX_RANKS = 64):
 #: :data:`DLRM_SECONDS_PER_EVENT` per *estimated* event at 64 pushing ranks x 63 peers, times
-#: ``(pushers x peers / 4032) ** DLRM_EVENT_PAIR_EXPONENT`` below (pushers: the simulated ranks holding tables).
-#: A least-squares fit (log ratio; experiments/bench/fit_guard_dlrm.py) to the CPU time of `simfuse run` on the
-#: ten shipped DLRM files at 1, 2, 4 and 8 nodes, on the re-sharing grid (2-core VM, contended, 2026-12-07
-#: 06:58-07:08 UTC: experiments/results/bench_guard_dlrm.csv): with the grid the solves no longer grow with the
-#: pairs (exponent 0).  What it does not see: the planner's heaviest rank (the fused kernel's real waves decide
-#: whether the knob grid runs) and how many flows a plan's shards start: 33 of the 39 points within 2x of their
-#: CPU time (0.37-3.6: the HugeCTR-faithful files at 8 nodes and DLRM v1 / synthetic over); candidates are
-#: priced serially, so a run whose candidates go to worker processes finishes sooner.
-DLRM_SECONDS_PER_EVENT = 5.5e-6
+#: ``(pushers x peers / 4032) ** DLRM_EVENT_PAIR_EXPONENT`` (pushers: the simulated ranks holding tables); a fused
+#: simulation's flows grow as its push points ``** DLRM_PUSH_EXPONENT`` (its flows are grouped per peer class, so
+#: 128 push points cost 1.1-1.6x what 53 do, not 2.4x; a baseline's bulk exchange starts its flows once).  The
+#: estimate is of wall time: a run's candidate simulations after its first are shared by its workers, as
+#: simfuse.workloads.dlrm_candidates schedules them.  A least-squares fit (log ratio;
+#: experiments/bench/fit_guard_dlrm.py) to the wall time of `simfuse run` (two workers) on every shipped DLRM file
+#: at 1-16,384 nodes (idle 2-core VM, 2026-12-07 12:15-12:33 UTC: experiments/results/bench_targets.csv at
+#: 776a905): 36 of the 39 fully simulated points within 2x (0.36-2.2).  What it does not see: the planner's
+#: heaviest rank (the fused kernel's real waves decide whether the knob grid runs) and how many flows a plan's
+#: shards start.
+DLRM_SECONDS_PER_EVENT = 4.7e-5
 DLRM_EVENT_PAIR_EXPONENT = 0.0
+DLRM_PUSH_EXPONENT = 0.5
 #: A run with ``rate_resolution_ns=0`` (the exact fluid model: rates re-shared at every flow start and finish)
 #: pays its flow solves this many times over the default grid's (simfuse.network.flows.RATE_RESOLUTION_S): the
 #: median wall-time ratio of the MLPerf-family files at 4, 8 and 64 nodes, 1.2-3.6x
 #: (experiments/results/bench_resolution.csv, one worker, 2026-12-07).
 DLRM_EXACT_RATE_FACTOR = 2.1
 #: Rank classes (uneven placements beyond 64 ranks; up to 64 nodes counted from the placement itself, one orbit
-#: class a node for a planned MLPerf placement): :data:`DLRM_SECONDS_PER_CLASS` per simulated class and
-#: simulation, plus :data:`DLRM_SECONDS_PER_CLASS_FLOW` per class, push point and peer (at most 64 peer groups):
-#: the same fit on the same CSV's runs that simulate classes (16-128 nodes; 37 of 41 within 2x, 0.27-3.5);
+#: class a node for a planned MLPerf placement, and a table-wise placement's up to 8,192 ranks):
+#: :data:`DLRM_SECONDS_PER_CLASS` per simulated class and simulation, plus :data:`DLRM_SECONDS_PER_CLASS_FLOW` per class, push point and peer (at most 64 peer groups);
 #: a run's work outside its simulations (placement, the planner's candidates, per-rank arrays) is
 #: :data:`DLRM_SECONDS_PER_RANK_TABLE` per rank and table (:data:`DLRM_PLANNED_SECONDS_PER_RANK_TABLE` more with a
-#: planned placement), and :data:`DLRM_SECONDS_FIXED` once: a least-squares fit (relative error, non-negative)
-#: to the CPU time of `simfuse run` on the ten shipped DLRM files at 1, 2, 16, 128 and 16,384 nodes
-#: (2026-12-07 01:45 UTC).  experiments/results/bench_targets.csv checks all of them on other runs.
-DLRM_SECONDS_PER_CLASS = 0.0019
-DLRM_SECONDS_PER_CLASS_FLOW = 5.6e-6
-DLRM_SECONDS_PER_RANK_TABLE = 0.36e-6
+#: planned placement), and :data:`DLRM_SECONDS_FIXED` once.  The class and rank-table constants: the same fit on
+#: the same CSV's runs that simulate classes (105 of 111 within 2x, 0.30-2.8: MLPerf at 64 and 1,024 nodes under,
+#: DLRM v1 at 8, 16 and 2,048 nodes over); the planned and fixed terms: a least-squares fit (relative error,
+#: non-negative) to the CPU time of `simfuse run` on the ten shipped DLRM files at 1, 2, 16, 128 and 16,384 nodes
+#: (2026-12-07 01:45 UTC).
+DLRM_SECONDS_PER_CLASS = 0.0027
+DLRM_SECONDS_PER_CLASS_FLOW = 5.3e-6
+DLRM_SECONDS_PER_RANK_TABLE = 0.79e-6
 DLRM_PLANNED_SECONDS_PER_RANK_TABLE = 1.0e-6
 DLRM_SECONDS_FIXED = 0.09
 #: A run estimated above this many seconds is refused (without ``force``) whatever its records and events.

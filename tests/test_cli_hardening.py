@@ -327,7 +327,8 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
     """A fully simulated DLRM run costs its flow solves (about 10 us per estimated event at 64 pushing GPUs,
     measured) times its simulations (6 with a planned placement: two plans per mode, the fused knob grid; 2
     otherwise): the guard said '~0 s' for a planned 8-node run that took minutes.  Above NOTE_SECONDS the run gets
-    a note (here at 4x the model's batch: 4x the push points)."""
+    a note (here at 2x the model's batch, with its interval's runs).  With workers, the candidates after the first are
+    shared by them (the interval's runs too)."""
     import dataclasses
 
     from simfuse.guard import (
@@ -342,11 +343,11 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
 
     topo = load_topology(H200)
     spec = load_workload(ROOT / "models" / "dlrm_dcnv2_tablewise.yaml")
-    spec = dataclasses.replace(spec, placement="planned", global_batch=4 * spec.global_batch)
+    spec = dataclasses.replace(spec, placement="planned", global_batch=2 * spec.global_batch)
     none = parse_execution({"uncertainty": "none"})
     planned = estimate_workload(spec, topo, 8, 8, execution=none)
     tw = estimate_workload(dataclasses.replace(spec, placement="table_wise"), topo, 8, 8, execution=none)
-    assert planned.simulated_ranks == 64 and planned.seconds > NOTE_SECONDS
+    assert planned.simulated_ranks == 64
     # --sim-mode classes (the cheaper run the note suggests) simulates rank classes, and is priced so
     classes = estimate_workload(spec, topo, 8, 8, sim_mode="classes", execution=none)
     assert classes.simulated_ranks < 64 and classes.seconds < planned.seconds and "(classes)" in classes.what
@@ -367,8 +368,13 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
     bound = estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "bound"}))
     # three interval runs a mode, each fused one tuning the knobs again (two knob points)
     assert bound.extra_seconds == pytest.approx(planned.extra_seconds + 3 * (per_sim["baseline"] + 2 * per_sim["fused"]))
-    assert "cheaper: --sim-mode classes" in cost_note(planned)
+    assert bound.seconds > NOTE_SECONDS and "cheaper: --sim-mode classes" in cost_note(bound)
     assert cost_note(estimate_workload(spec, topo, 16, 8)) is None  # 128 ranks: rank classes, seconds
+    # two workers: the first candidate (the baseline's first plan) alone, the other five shared by the two
+    two = estimate_workload(spec, topo, 8, 8, execution=none, workers=2)
+    first = per_sim["baseline"]
+    rest = sims["baseline"] + sims["fused"] - first
+    assert two.extra_seconds - run_p == pytest.approx(first + rest / 2)
 
 
 def test_chakra_run_refuses_workload_settings_and_a_fused_only_export(tmp_path, capsys):

@@ -47,42 +47,49 @@ def _estimates(rows: pd.DataFrame, **constants) -> np.ndarray:
 
 def _report(name: str, rows: pd.DataFrame, ratio: np.ndarray) -> None:
     ok = int(((ratio >= 0.5) & (ratio <= 2)).sum())
-    print(f"  {name}: {ok} of {len(rows)} points within 2x of their CPU time, ratios {ratio.min():.2f}-{ratio.max():.2f}")
+    print(f"  {name}: {ok} of {len(rows)} points within 2x of their wall time, ratios {ratio.min():.2f}-{ratio.max():.2f}")
     for r, q in zip(rows.itertuples(), ratio, strict=True):
-        print(f"    {r.model} {r.nodes}: cpu {r.cpu_s:.1f} s, estimate/cpu {q:.2f}")
+        print(f"    {r.model} {r.nodes}: wall {r.wall_s:.1f} s, estimate/wall {q:.2f}")
 
 
 def fit_full(rows: pd.DataFrame) -> tuple[float, float]:
-    cpu = rows["cpu_s"].to_numpy()
+    wall = rows["wall_s"].to_numpy()
     best = None
-    for e in np.round(np.arange(0.0, 0.61, 0.05), 2):
-        rest = _estimates(rows, DLRM_SECONDS_PER_EVENT=0.0, DLRM_EVENT_PAIR_EXPONENT=e)
-        slope = _estimates(rows, DLRM_SECONDS_PER_EVENT=1.0, DLRM_EVENT_PAIR_EXPONENT=e) - rest
+    for e in np.round(np.arange(0.0, 1.01, 0.1), 2):
+        rest = _estimates(rows, DLRM_SECONDS_PER_EVENT=0.0, DLRM_PUSH_EXPONENT=e)
+        slope = _estimates(rows, DLRM_SECONDS_PER_EVENT=1.0, DLRM_PUSH_EXPONENT=e) - rest
         for c in np.geomspace(1e-7, 1e-4, 301):
-            loss = float(np.mean(np.log((rest + c * slope) / cpu) ** 2))
+            loss = float(np.mean(np.log((rest + c * slope) / wall) ** 2))
             if best is None or loss < best[0]:
                 best = (loss, float(c), float(e))
     loss, c, e = best
-    print(f"DLRM_SECONDS_PER_EVENT = {c:.3g}, DLRM_EVENT_PAIR_EXPONENT = {e:.2f} (rms log ratio {np.sqrt(loss):.3f})")
-    _report("full simulation", rows, _estimates(rows, DLRM_SECONDS_PER_EVENT=c, DLRM_EVENT_PAIR_EXPONENT=e) / cpu)
+    print(f"DLRM_SECONDS_PER_EVENT = {c:.3g}, DLRM_PUSH_EXPONENT = {e:.2f} (rms log ratio {np.sqrt(loss):.3f})")
+    _report("full simulation", rows, _estimates(rows, DLRM_SECONDS_PER_EVENT=c, DLRM_PUSH_EXPONENT=e) / wall)
     return c, e
 
 
-def fit_classes(rows: pd.DataFrame) -> tuple[float, float]:
-    cpu = rows["cpu_s"].to_numpy()
-    rest = _estimates(rows, DLRM_SECONDS_PER_CLASS=0.0, DLRM_SECONDS_PER_CLASS_FLOW=0.0)
-    xa = _estimates(rows, DLRM_SECONDS_PER_CLASS=1.0, DLRM_SECONDS_PER_CLASS_FLOW=0.0) - rest
-    xb = _estimates(rows, DLRM_SECONDS_PER_CLASS=0.0, DLRM_SECONDS_PER_CLASS_FLOW=1.0) - rest
+def fit_classes(rows: pd.DataFrame) -> tuple[float, float, float]:
+    wall = rows["wall_s"].to_numpy()
+    base = {"DLRM_SECONDS_PER_CLASS": 0.0, "DLRM_SECONDS_PER_CLASS_FLOW": 0.0, "DLRM_SECONDS_PER_RANK_TABLE": 0.0}
+    rest = _estimates(rows, **base)
+    xa, xb, xc = (_estimates(rows, **{**base, k: 1.0}) - rest for k in base)
     grid_a = np.concatenate([[0.0], np.geomspace(1e-4, 1.0, 161)])
     grid_b = np.concatenate([[0.0], np.geomspace(1e-8, 1e-3, 201)])
-    est = rest[None, None, :] + grid_a[:, None, None] * xa[None, None, :] + grid_b[None, :, None] * xb[None, None, :]
-    loss = np.mean(np.log(np.maximum(est, 1e-12) / cpu) ** 2, axis=2)
-    i, j = np.unravel_index(np.argmin(loss), loss.shape)
-    a, b = float(grid_a[i]), float(grid_b[j])
-    print(f"DLRM_SECONDS_PER_CLASS = {a:.3g}, DLRM_SECONDS_PER_CLASS_FLOW = {b:.3g} "
-          f"(rms log ratio {np.sqrt(loss[i, j]):.3f})")
-    _report("rank classes", rows, _estimates(rows, DLRM_SECONDS_PER_CLASS=a, DLRM_SECONDS_PER_CLASS_FLOW=b) / cpu)
-    return a, b
+    grid_c = np.concatenate([[0.0], np.geomspace(1e-8, 1e-5, 61)])
+    best = None
+    for c in grid_c:
+        est = (rest + c * xc)[None, None, :] + grid_a[:, None, None] * xa[None, None, :] \
+            + grid_b[None, :, None] * xb[None, None, :]
+        loss = np.mean(np.log(np.maximum(est, 1e-12) / wall) ** 2, axis=2)
+        i, j = np.unravel_index(np.argmin(loss), loss.shape)
+        if best is None or loss[i, j] < best[0]:
+            best = (float(loss[i, j]), float(grid_a[i]), float(grid_b[j]), float(c))
+    loss, a, b, c = best
+    print(f"DLRM_SECONDS_PER_CLASS = {a:.3g}, DLRM_SECONDS_PER_CLASS_FLOW = {b:.3g}, "
+          f"DLRM_SECONDS_PER_RANK_TABLE = {c:.3g} (rms log ratio {np.sqrt(loss):.3f})")
+    _report("rank classes", rows, _estimates(rows, DLRM_SECONDS_PER_CLASS=a, DLRM_SECONDS_PER_CLASS_FLOW=b,
+                                             DLRM_SECONDS_PER_RANK_TABLE=c) / wall)
+    return a, b, c
 
 
 def main(argv=None) -> int:

@@ -12,6 +12,10 @@ from ..spec.workload import DLRMSettings
 from .base import Workload, register_workload
 from .dlrm_candidates import TUNE_GRID
 
+#: up to this many ranks the guard counts a table-wise (not planned) placement's rank classes from the placement
+#: itself (:func:`~simfuse.workloads.dlrm.simulated_rank_count`: 0.05 s at 8,192 ranks, 0.5 s at 131,072)
+PLACED_CLASS_MAX_RANKS = 8192
+
 
 @register_workload("dlrm")
 class DLRMWorkload(Workload):
@@ -150,12 +154,15 @@ class DLRMWorkload(Workload):
         peers = min(max(0, ranks - 1), 64)
         # the exact fluid model (no re-sharing grid) re-solves rates at every flow start and finish
         exact = pricing.DLRM_EXACT_RATE_FACTOR if execution is not None and execution.rate_resolution_ns == 0 else 1.0
+        cands = []  # (mode's candidate simulations, seconds each), in the order the run makes them
         for mode, n_sims in self.simulations_by_mode(pricing, topology, execution, waves).items():
             sim_m = self.simulated_ranks(mode, sim_mode, uneven, nodes, ranks, tables)
-            if uneven and sim_mode != "full" and FULL_SIM_MAX_RANKS < ranks and nodes <= ORBIT_MAX_CLASSES:
+            if uneven and sim_mode != "full" and FULL_SIM_MAX_RANKS < ranks and (
+                    nodes <= ORBIT_MAX_CLASSES or (spec.placement != "planned" and ranks <= PLACED_CLASS_MAX_RANKS)):
                 # orbit classes may hold up to one class a node here (a planned MLPerf placement at 32 and 64 nodes
                 # has 32 and 64, the estimate above 13): ask the placement, as the graph builder will (its plan
-                # for this mode; a planner call, 0.1 s at 64 nodes)
+                # for this mode; a planner call, 0.1 s at 64 nodes); a table-wise placement's load classes too
+                # (DLRM v1 has 6, the estimate 13; 0.05 s at 8,192 ranks, 0.5 s at 131,072: not beyond)
                 system = System.from_topology(topology)
                 plan_file = self._settings(execution).plan_file
                 plan = load_plan(plan_file, spec, system, nodes, gpus_per_node, mode) if plan_file else None
@@ -163,20 +170,24 @@ class DLRMWorkload(Workload):
             # the simulated ranks that push embeddings: every one with a planned or row-wise placement, at most
             # one per table with a table-wise one (the others hold no table)
             pushers = sim_m if spec.placement in ("planned", "row_wise") else min(sim_m, tables)
-            flows_m = pushers * 2 * push * peers
+            # a fused kernel pushes at each of its push points; a bulk exchange starts its flows once
+            points = push ** pricing.DLRM_PUSH_EXPONENT if mode == "fused" else 1.0
+            flows_m = pushers * 2 * points * peers
             events_m = sim_m * 2 * waves + 2 * flows_m
-            par_m = parallel * self.knob_grid(mode, execution, waves)  # the interval's runs, shared by workers
-            n_wall = n_sims - par_m + par_m / max(1, min(workers, par_m or 1))
             if sim_m == ranks or sim_m == 1:  # every rank (or the one of an even placement) simulated
                 # an event re-solves the rates of the flows in flight: a problem that grows with pushers x peers
                 # (64 fully simulated GPUs pushing to 63 peers: scale 1)
                 scale = min(1.0, pushers * max(1, peers) / (64 * 63))
                 per_event = pricing.DLRM_SECONDS_PER_EVENT * scale ** pricing.DLRM_EVENT_PAIR_EXPONENT
-                flow_s += n_wall * events_m * per_event * exact
+                one_s = events_m * per_event * exact
             else:  # rank classes
-                flow_s += n_wall * sim_m * (pricing.DLRM_SECONDS_PER_CLASS
-                                            + pricing.DLRM_SECONDS_PER_CLASS_FLOW * push * peers * exact)
-            simulated, flows, events = max(simulated, sim_m), max(flows, flows_m), max(events, events_m)
+                one_s = sim_m * (pricing.DLRM_SECONDS_PER_CLASS
+                                 + pricing.DLRM_SECONDS_PER_CLASS_FLOW * push * peers * exact)
+            par_m = parallel * self.knob_grid(mode, execution, waves)  # the interval's runs, shared by workers
+            flow_s += par_m * one_s / max(1, min(workers, par_m or 1))
+            cands.append((n_sims - par_m, one_s))
+            simulated, flows, events = max(simulated, sim_m), max(flows, int(flows_m)), max(events, int(events_m))
+        flow_s += _candidates_wall_s(cands, workers)
         planned = spec.placement == "planned" and not (execution is not None and
                                                         self._settings(execution).plan_file)
         flow_s += ranks * tables * (pricing.DLRM_SECONDS_PER_RANK_TABLE
@@ -205,3 +216,17 @@ class DLRMWorkload(Workload):
 
     def plan_of(self, result):
         return result.extras.plan
+
+
+def _candidates_wall_s(cands: list, workers: int) -> float:
+    """Wall time of a run's candidate simulations (``[(count, seconds each)]`` per mode, in run order), as
+    :func:`~simfuse.workloads.dlrm_candidates.simulate_modes` schedules them: the first alone, the rest shared by
+    the workers when a simulation is worth shipping (:data:`~simfuse.workloads.parallel.MIN_PARALLEL_SIM_S`)."""
+    from .parallel import MIN_PARALLEL_SIM_S
+
+    n = sum(c for c, _s in cands)
+    total = sum(c * s for c, s in cands)
+    if workers <= 1 or n <= 1 or max(s for _c, s in cands) < MIN_PARALLEL_SIM_S:
+        return total
+    first = next(s for c, s in cands if c > 0)
+    return first + (total - first) / min(workers, n - 1)

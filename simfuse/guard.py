@@ -54,10 +54,11 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: estimate is of wall time: a run's candidate simulations after its first are shared by its workers, as
 #: simfuse.workloads.dlrm_candidates schedules them.  A least-squares fit (log ratio;
 #: experiments/bench/fit_guard_dlrm.py) to the wall time of `simfuse run` (two workers) on every shipped DLRM file
-#: at 1-16,384 nodes (idle 2-core VM, 2026-12-07 12:15-12:33 UTC: experiments/results/bench_targets.csv at
-#: 776a905): 36 of the 39 fully simulated points within 2x (0.36-2.2).  What it does not see: the planner's
-#: heaviest rank (the fused kernel's real waves decide whether the knob grid runs) and how many flows a plan's
-#: shards start.
+#: at 1-16,384 nodes (idle 2-core VM, 2026-12-07 12:15-12:33 UTC, 776a905:
+#: experiments/results/bench_guard_fit.csv; experiments/results/bench_targets.csv checks it on a later run):
+#: 36 of the 39 fully simulated points within 2x (0.36-2.2).  What it does not see: the planner's heaviest
+#: rank (the fused kernel's real waves decide whether the knob grid runs) and how many flows a plan's shards
+#: start.
 DLRM_SECONDS_PER_EVENT = 4.7e-5
 DLRM_EVENT_PAIR_EXPONENT = 0.0
 DLRM_PUSH_EXPONENT = 0.5
@@ -68,7 +69,8 @@ DLRM_PUSH_EXPONENT = 0.5
 DLRM_EXACT_RATE_FACTOR = 2.1
 #: Rank classes (uneven placements beyond 64 ranks; up to 64 nodes counted from the placement itself, one orbit
 #: class a node for a planned MLPerf placement, and a table-wise placement's up to 8,192 ranks):
-#: :data:`DLRM_SECONDS_PER_CLASS` per simulated class and simulation, plus :data:`DLRM_SECONDS_PER_CLASS_FLOW` per class, push point and peer (at most 64 peer groups);
+#: :data:`DLRM_SECONDS_PER_CLASS` per simulated class and simulation, plus :data:`DLRM_SECONDS_PER_CLASS_FLOW`
+#: per class, push point and peer (at most 64 peer groups);
 #: a run's work outside its simulations (placement, the planner's candidates, per-rank arrays) is
 #: :data:`DLRM_SECONDS_PER_RANK_TABLE` per rank and table (:data:`DLRM_PLANNED_SECONDS_PER_RANK_TABLE` more with a
 #: planned placement), and :data:`DLRM_SECONDS_FIXED` once.  The class and rank-table constants: the same fit on

@@ -1,14 +1,14 @@
 """Fit the cost guard's DLRM simulation constants to measured run times: full simulation
-(``simfuse.guard.DLRM_SECONDS_PER_EVENT`` and ``DLRM_EVENT_PAIR_EXPONENT``) and rank classes
-(``DLRM_SECONDS_PER_CLASS`` and ``DLRM_SECONDS_PER_CLASS_FLOW``).
+(``simfuse.guard.DLRM_SECONDS_PER_EVENT`` and ``DLRM_PUSH_EXPONENT``) and rank classes
+(``DLRM_SECONDS_PER_CLASS``, ``DLRM_SECONDS_PER_CLASS_FLOW`` and ``DLRM_SECONDS_PER_RANK_TABLE``).
 
-Reads the run rows of a ``bench_targets.py`` CSV (default ``experiments/results/bench_guard_dlrm.csv``) whose runs
-simulate every rank (the guard's ``simulated_ranks`` equal to the GPUs, more than one) and picks the pair that
-minimises the mean squared log ratio of the guard's estimate to each run's CPU time (the estimate prices a run's
-simulations serially).  The estimate is linear in the per-event constant for a given exponent, so for every
-exponent on a grid it is computed twice (constant 0 and 1) and the best constant found by a 1-D search.  The
-class constants are fitted the same way on the rows that simulate rank classes (fewer ranks than GPUs), the
-estimate linear in both (a 2-D search).  Prints the fits and each point's ratio; changes no file::
+Reads the DLRM run rows of a ``bench_targets.py`` CSV (default ``experiments/results/bench_guard_fit.csv``) and
+splits them by the guard's own count of simulated ranks (this checkout's): every rank (more than one), or rank
+classes.  The estimate is of wall time (a run's candidates after the first shared by its workers), so the fits
+minimise the mean squared log ratio of the estimate to each run's wall time.  The estimate is linear in each
+constant, so for every push exponent on a grid it is computed twice (per-event constant 0 and 1) and the best
+constant found by a 1-D search; the class constants by a grid search over all three.  Prints the fits and each
+point's ratio; changes no file::
 
     python experiments/bench/fit_guard_dlrm.py [--csv CSV]
 """
@@ -94,7 +94,7 @@ def fit_classes(rows: pd.DataFrame) -> tuple[float, float, float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--csv", default=str(ROOT / "experiments/results/bench_guard_dlrm.csv"))
+    ap.add_argument("--csv", default=str(ROOT / "experiments/results/bench_guard_fit.csv"))
     a = ap.parse_args(argv)
     df = pd.read_csv(a.csv)
     dlrm = df[(df["what"] == "run") & df["model"].str.startswith("dlrm") & df["cpu_s"].notna() & (df["gpus"] > 1)]

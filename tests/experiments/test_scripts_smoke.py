@@ -364,3 +364,19 @@ def test_bench_resolution_tiny(root, tmp_path):
     assert (df["exact_iteration_s"] > 0).all() and (df["grid_iteration_s"] > 0).all()
     assert df["rel_diff"].to_numpy() == pytest.approx((df["grid_iteration_s"] / df["exact_iteration_s"] - 1).to_numpy(),
                                                       abs=1e-15)
+
+
+def test_fit_guard_dlrm_tiny(root, tmp_path):
+    """The guard's DLRM fit on three rows of its own CSV: a fully simulated point and two rank-class points; it
+    recovers a per-event constant that prices the full point within 2x of its wall time (one point, one
+    constant: the fit must land on it), and says how many points are within 2x."""
+    df = pd.read_csv(root / "experiments/results/bench_guard_fit.csv")
+    pick = df[((df["model"] == "dlrm_dcnv2_mlperf_hugectr") & (df["nodes"] == 1))
+              | ((df["model"] == "dlrm_synthetic") & df["nodes"].isin([128, 1024]))]
+    assert len(pick) == 3
+    csv = tmp_path / "rows.csv"
+    pick.to_csv(csv, index=False)
+    out = _run(root, "experiments/bench/fit_guard_dlrm.py", "--csv", str(csv))
+    assert "DLRM_SECONDS_PER_EVENT = " in out and "DLRM_SECONDS_PER_CLASS = " in out
+    assert "full simulation: 1 of 1 points within 2x" in out
+    assert "rank classes: 2 of 2 points within 2x" in out

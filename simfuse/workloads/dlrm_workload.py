@@ -182,7 +182,7 @@ class DLRMWorkload(Workload):
                 one_s = events_m * per_event * exact
             else:  # rank classes
                 one_s = sim_m * (pricing.DLRM_SECONDS_PER_CLASS
-                                 + pricing.DLRM_SECONDS_PER_CLASS_FLOW * push * peers * exact)
+                                 + pricing.DLRM_SECONDS_PER_CLASS_FLOW * push ** pricing.DLRM_PUSH_EXPONENT * peers * exact)
             par_m = parallel * self.knob_grid(mode, execution, waves)  # the interval's runs, shared by workers
             flow_s += par_m * one_s / max(1, min(workers, par_m or 1))
             cands.append((n_sims - par_m, one_s))

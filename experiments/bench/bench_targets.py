@@ -141,7 +141,8 @@ def _child_collective(op: str, topology: str, nodes: int) -> dict:
 
 
 def _meets(row: dict):
-    if "error" in row:
+    err = row.get("error")
+    if isinstance(err, str) and err:  # (a row read back from a CSV has the column, NaN when the run went well)
         return False
     ok = row["wall_s"] <= row["target_s"]
     if row["what"] == "collective":

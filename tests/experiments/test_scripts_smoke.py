@@ -380,3 +380,26 @@ def test_fit_guard_dlrm_tiny(root, tmp_path):
     assert "DLRM_SECONDS_PER_EVENT = " in out and "DLRM_SECONDS_PER_CLASS = " in out
     assert "full simulation: 1 of 1 points within 2x" in out
     assert "rank classes: 2 of 2 points within 2x" in out
+
+
+def test_bench_targets_tiny(root, tmp_path):
+    """Run points of the speed benchmark in fresh processes (one refused: the decode model's hidden size does not
+    split over 16,384 GPUs), then their guard columns recomputed: a run that went well keeps its verdict when
+    read back beside a refused one (its error column then holds NaN)."""
+    out = tmp_path / "targets.csv"
+    _run(root, "experiments/bench/bench_targets.py", "--what", "run", "--only", "runs", "--nodes", "1,2048",
+         "--models", "models/dlrm_synthetic.yaml,models/transformer_tp_decode.yaml", "--out", str(out))
+    df = pd.read_csv(out)
+    bad = df[df["error"].notna()]
+    assert list(bad["model"]) == ["transformer_tp_decode"] and not bad["meets_target"].any()
+    good = df[df["error"].isna()]
+    assert (good["wall_s"] > 0).all() and (good["guard_estimate_s"] > 0).all()
+    assert good["guard_ratio"].to_numpy() == pytest.approx((good["guard_estimate_s"] / good["wall_s"]).to_numpy())
+    expect = (good["wall_s"] <= good["target_s"]) & good["guard_ratio"].between(0.5, 2.0)
+    assert list(good["meets_target"]) == list(expect)
+    _run(root, "experiments/bench/bench_targets.py", "--reestimate", "--out", str(out))
+    again = pd.read_csv(out)
+    ok = again[again["error"].isna()]
+    assert ok["guard_estimate_s"].to_numpy() == pytest.approx(good["guard_estimate_s"].to_numpy())
+    expect = (ok["wall_s"] <= ok["target_s"]) & ok["guard_ratio"].between(0.5, 2.0)
+    assert list(ok["meets_target"]) == list(expect) and not again[again["error"].notna()]["meets_target"].any()

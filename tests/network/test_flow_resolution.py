@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from simfuse.engine import Simulation
 from simfuse.network import FlowNetwork, flows
 
-from .test_flow_solver import reference_rates
+from .test_flow_solver import reference_group_rates
 
 
 @pytest.fixture(autouse=True)
@@ -61,14 +61,7 @@ def reference_grid_finish_times(caps, flows_in, res):
                 t = admit[pending[0]]
             continue
         order = sorted(active)
-        e_group, e_link, e_w = [], [], []
-        for a, i in enumerate(order):
-            links, weights, count = flows_in[i][0], flows_in[i][1], flows_in[i][2]
-            for lk, w in zip(links, weights, strict=True):
-                e_group.append(a)
-                e_link.append(lk)
-                e_w.append(w * count)
-        rates = reference_rates(caps, e_group, e_link, e_w, len(order))
+        rates = reference_group_rates(caps, flows_in, order)
         t_next = _grid(t + min(rem[i] / rates[a] for a, i in enumerate(order)), res)
         if pending:
             t_next = min(t_next, admit[pending[0]])

@@ -81,6 +81,19 @@ def test_rates_match_reference_and_are_max_min_fair(prob):
     _assert_max_min_fair(caps, e_group, e_link, e_w, n, got)
 
 
+def reference_group_rates(caps, flows_in, order):
+    """:func:`reference_rates` of the groups ``flows_in[i]`` (links, weights, count, ...) for ``i`` in ``order``:
+    ``count`` flows, each loading its links with its unit weight."""
+    e_group, e_link, e_w = [], [], []
+    for a, i in enumerate(order):
+        links, weights, count = flows_in[i][0], flows_in[i][1], flows_in[i][2]
+        for lk, w in zip(links, weights, strict=True):
+            e_group.append(a)
+            e_link.append(lk)
+            e_w.append(w * count)
+    return reference_rates(caps, e_group, e_link, e_w, len(order))
+
+
 def _assert_max_min_fair(caps, e_group, e_link, e_w, n, got):
     """Feasible, and every group has a (nearly) saturated link on which no group is faster."""
     load = np.bincount(e_link, weights=e_w * got[e_group], minlength=len(caps))
@@ -189,14 +202,7 @@ def reference_finish_times(caps, flows_in):
                 t = start[pending[0]]
             continue
         order = sorted(active)
-        e_group, e_link, e_w = [], [], []
-        for a, i in enumerate(order):
-            links, weights, count = flows_in[i][0], flows_in[i][1], flows_in[i][2]
-            for lk, w in zip(links, weights, strict=True):
-                e_group.append(a)
-                e_link.append(lk)
-                e_w.append(w * count)  # count flows, each loading the link with its unit weight
-        rates = reference_rates(caps, e_group, e_link, e_w, len(order))
+        rates = reference_group_rates(caps, flows_in, order)
         dt = min(rem[i] / rates[a] for a, i in enumerate(order))
         if pending:
             dt = min(dt, start[pending[0]] - t)

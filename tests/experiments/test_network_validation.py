@@ -133,8 +133,8 @@ def test_tcpxo_runs_form_their_own_fabric_class_with_a_wider_latency_grid():
     nv = _nv()
     corpus = load_corpus(ROOT / "data" / "network_corpus")
     tcpxo = {r.run_id for r in corpus.runs if nv.fabric_class(r) == nv.TCPXO}
-    assert tcpxo == {"a3mega_ar_2x8", "dstack_a3mega_ag_2x8"}
-    assert len({corpus.run(r).source_id for r in tcpxo}) == 2  # two independent sources: leave-source-out works
+    assert tcpxo == {"a3mega_ar_2x8", "dstack_a3mega_ag_2x8", "mgcafe_a3mega_ag_2x8"}
+    assert len({corpus.run(r).source_id for r in tcpxo}) == 3  # three independent sources: leave-source-out works
     g = nv.grid_for(corpus.run("a3mega_ar_2x8"), nv.GRID, smoke=False)
     assert set(nv.GRID["scale_out.latency_s"]) < set(g["scale_out.latency_s"])
     assert nv.grid_for(corpus.run("ncclt152_a100_ar_2x8"), nv.GRID, smoke=False) is nv.GRID

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,3 +194,29 @@ def test_terms_said_not_to_move_a_run_do_not_move_it(root):
                 assert len(times) == 1, (rid, k)
             elif k != "collectives.net_overhead_s":  # the overhead may be hidden behind the flows at this size
                 assert len(times) == len(values), (rid, k)  # the efficiency that applies moves it
+
+
+def test_docs_quote_the_committed_leave_source_out_result(root):
+    """The README, the corpus page and the validation's own README quote the committed summary.json (its target
+    set's held-out median and maximum) and the corpus's size, not an earlier run's."""
+    import re
+
+    summary = json.loads((root / "experiments/results/network_validation/summary.json").read_text())
+    target = summary["target_set_ge64MiB"]
+    median, worst = target["median_abs_pct"], target["max_abs_pct"]
+    runs = len(pd.read_csv(root / "data/network_corpus/runs.csv"))
+    sources = len(pd.read_csv(root / "data/network_corpus/sources.csv"))
+    readme = (root / "README.md").read_text()
+    m = re.search(r"against (\d+) public runs from (\d+) sources.*?held-out median error is ([\d.]+)% and the "
+                  r"maximum ([\d.]+)%", readme, re.S)
+    assert m, "README: the network validation sentence"
+    assert (int(m[1]), int(m[2])) == (runs, sources)
+    assert float(m[3]) == pytest.approx(median, abs=0.05) and float(m[4]) == pytest.approx(worst, abs=0.5)
+    corpus_doc = (root / "docs/network_corpus.md").read_text()
+    m = re.search(r"held-out median error is ([\d.]+)% and the maximum ([\d.]+)%", corpus_doc)
+    assert m and float(m[1]) == pytest.approx(median, abs=0.05) and float(m[2]) == pytest.approx(worst, abs=0.05)
+    assert f"{runs} runs" in corpus_doc and f"{sources} independent sources" in corpus_doc
+    nv = (root / "experiments/results/network_validation/README.md").read_text()
+    m = re.search(r"\*\*Result: (\d+) points, median ([\d.]+)% \(met\), max ([\d.]+)%", nv)
+    assert m and int(m[1]) == target["points"]
+    assert float(m[2]) == pytest.approx(median, abs=0.05) and float(m[3]) == pytest.approx(worst, abs=0.05)

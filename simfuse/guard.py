@@ -76,8 +76,8 @@ DLRM_EXACT_RATE_FACTOR = 2.1
 #: planned placement), and :data:`DLRM_SECONDS_FIXED` once.  The class and rank-table constants: the same fit on
 #: the same CSV's runs that simulate classes (104 of 111 within 2x, 0.33-3.1: MLPerf at 2, 64 and 1,024 nodes
 #: under, DLRM v1 at 8, 16 and 2,048 nodes over; the per-class term fits to 0); the planned and fixed terms: a
-#: least-squares fit (relative error, non-negative) to the CPU time of `simfuse run` on the ten shipped DLRM files at 1, 2, 16, 128 and 16,384 nodes
-#: (2026-12-07 01:45 UTC).
+#: least-squares fit (relative error, non-negative) to the CPU time of `simfuse run` on the ten shipped DLRM
+#: files at 1, 2, 16, 128 and 16,384 nodes (2026-12-07 01:45 UTC).
 DLRM_SECONDS_PER_CLASS = 0.0
 DLRM_SECONDS_PER_CLASS_FLOW = 5.3e-5
 DLRM_SECONDS_PER_RANK_TABLE = 0.79e-6

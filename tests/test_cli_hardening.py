@@ -324,8 +324,8 @@ def test_the_guard_suggests_only_flags_the_command_has(argv, bad, capsys):
 
 
 def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
-    """A fully simulated DLRM run costs its flow solves (about 10 us per estimated event at 64 pushing GPUs,
-    measured) times its simulations (6 with a planned placement: two plans per mode, the fused knob grid; 2
+    """A fully simulated DLRM run costs its flow solves (DLRM_SECONDS_PER_EVENT per estimated event at 64 pushing
+    GPUs, measured) times its simulations (6 with a planned placement: two plans per mode, the fused knob grid; 2
     otherwise): the guard said '~0 s' for a planned 8-node run that took minutes.  Above NOTE_SECONDS the run gets
     a note (here at 2x the model's batch, with its interval's runs).  With workers, the candidates after the first are
     shared by them (the interval's runs too)."""

@@ -154,6 +154,9 @@ class DLRMWorkload(Workload):
         peers = min(max(0, ranks - 1), 64)
         # the exact fluid model (no re-sharing grid) re-solves rates at every flow start and finish
         exact = pricing.DLRM_EXACT_RATE_FACTOR if execution is not None and execution.rate_resolution_ns == 0 else 1.0
+        # a fused kernel's flows grow as its push points ** DLRM_PUSH_EXPONENT (grouped per peer class)
+        push_eff = push ** pricing.DLRM_PUSH_EXPONENT
+        system = None  # built once, where a placement is asked for
         cands = []  # (mode's candidate simulations, seconds each), in the order the run makes them
         for mode, n_sims in self.simulations_by_mode(pricing, topology, execution, waves).items():
             sim_m = self.simulated_ranks(mode, sim_mode, uneven, nodes, ranks, tables)
@@ -163,7 +166,7 @@ class DLRMWorkload(Workload):
                 # has 32 and 64, the estimate above 13): ask the placement, as the graph builder will (its plan
                 # for this mode; a planner call, 0.1 s at 64 nodes); a table-wise placement's load classes too
                 # (DLRM v1 has 6, the estimate 13; 0.05 s at 8,192 ranks, 0.5 s at 131,072: not beyond)
-                system = System.from_topology(topology)
+                system = system or System.from_topology(topology)
                 plan_file = self._settings(execution).plan_file
                 plan = load_plan(plan_file, spec, system, nodes, gpus_per_node, mode) if plan_file else None
                 sim_m = simulated_rank_count(spec, system, nodes, gpus_per_node, mode, sim_mode, plan)[0]
@@ -171,7 +174,7 @@ class DLRMWorkload(Workload):
             # one per table with a table-wise one (the others hold no table)
             pushers = sim_m if spec.placement in ("planned", "row_wise") else min(sim_m, tables)
             # a fused kernel pushes at each of its push points; a bulk exchange starts its flows once
-            points = push ** pricing.DLRM_PUSH_EXPONENT if mode == "fused" else 1.0
+            points = push_eff if mode == "fused" else 1.0
             flows_m = pushers * 2 * points * peers
             events_m = sim_m * 2 * waves + 2 * flows_m
             if sim_m == ranks or sim_m == 1:  # every rank (or the one of an even placement) simulated
@@ -182,7 +185,7 @@ class DLRMWorkload(Workload):
                 one_s = events_m * per_event * exact
             else:  # rank classes
                 one_s = sim_m * (pricing.DLRM_SECONDS_PER_CLASS
-                                 + pricing.DLRM_SECONDS_PER_CLASS_FLOW * push ** pricing.DLRM_PUSH_EXPONENT * peers * exact)
+                                 + pricing.DLRM_SECONDS_PER_CLASS_FLOW * push_eff * peers * exact)
             par_m = parallel * self.knob_grid(mode, execution, waves)  # the interval's runs, shared by workers
             flow_s += par_m * one_s / max(1, min(workers, par_m or 1))
             cands.append((n_sims - par_m, one_s))

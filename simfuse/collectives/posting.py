@@ -39,7 +39,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import simpy
 
 #: NCCL's point-to-point network chunk: the proxy posts one network message per chunk of a send
 #: (``NCCL_P2P_NET_CHUNKSIZE``, default 1 << 17 = 128 KiB, NVIDIA/nccl master 5067397 src/init.cc:818; NCCL
@@ -130,26 +129,22 @@ def put_rule(gpu_initiated) -> PostRule:
     return PostRule(gpu_initiated.put_post_s, 0.0, "gpu")
 
 
-def post_transfers(net, queue: PostQueue, src: int, n_ranks: int, started, messages_of) -> list:
-    """Gate started transfers by their posts.  ``started``: ``[(flow group, completion event, latency_s,
-    off_node)]`` of one batch; ``messages_of(grp)``: messages per destination of an off-node group.  The off-node
-    destinations post in shifted order after what is queued; each off-node group completes no sooner than its
-    last destination's post plus ``latency_s``.  Returns ``[(flow group, event)]``."""
-    off = [(g, ev, lat) for g, ev, lat, o in started if o]
+def post_gates(queue: PostQueue, now: float, src: int, n_ranks: int, groups, messages_of) -> list[float | None]:
+    """Post one batch and say when each of its groups may complete.  ``groups``: ``[(flow group, off_node)]`` of
+    the batch; ``messages_of(grp)``: messages per destination of an off-node group.  The off-node destinations post
+    in shifted order after what is queued; returns, per group, when its last destination's last message is posted
+    (s, absolute; None: on the node, or the rule posts nothing).  A group completes no sooner than that plus its
+    latency (:meth:`~simfuse.network.flows.FlowNetwork.transfer`'s ``not_before_s``)."""
+    off = [g for g, o in groups if o]
     if not off or not queue.rule.active:
-        return [(g, ev) for g, ev, _lat, _o in started]
+        return [None] * len(groups)
     dst_l, msg_l = [], []
-    for g, _ev, _lat in off:
+    for g in off:
         d = np.asarray(g.dsts, dtype=np.int64)
         dst_l.append(d)
         msg_l.append(np.broadcast_to(np.asarray(messages_of(g), dtype=np.int64), d.shape))
-    dsts, msgs = np.concatenate(dst_l), np.concatenate(msg_l)
+    dsts, msgs = (dst_l[0], msg_l[0]) if len(off) == 1 else (np.concatenate(dst_l), np.concatenate(msg_l))
     udst, inv = np.unique(dsts, return_inverse=True)
-    env, now, out = net.env, float(net.env.now), []
     sd, ends = _post_sorted(queue, now, src, n_ranks, udst, np.bincount(inv.reshape(-1), weights=msgs))
-    for g, ev, lat, o in started:
-        if o:
-            t = float(ends[np.searchsorted(sd, np.asarray(g.dsts, dtype=np.int64))].max())
-            ev = simpy.AllOf(env, [ev, env.timeout(max(0.0, t - now) + lat)])
-        out.append((g, ev))
-    return out
+    return [float(ends[np.searchsorted(sd, np.asarray(g.dsts, dtype=np.int64))].max()) if o else None
+            for g, o in groups]

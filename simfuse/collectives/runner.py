@@ -12,7 +12,7 @@ from ..errors import SpecError
 from ..network import INTRA, SELF, Fabric, FlowNetwork
 from ..spec import TopologySpec
 from .algorithms import Algorithm, _Ring, missing_hardware
-from .posting import PostRule, bulk_rule, post_queue, post_transfers
+from .posting import PostRule, bulk_rule, post_gates, post_queue
 from .protocols import ProtocolCost, algorithm_rate_factors, ring_steps
 
 
@@ -98,15 +98,17 @@ class ProtocolGroups:
     def start(self, net: FlowNetwork, src: int, groups, tag=None) -> list:
         """Start ``groups`` (from :meth:`__call__`) on ``net``; ``[(group, completion event)]``, each off-node
         group's event no sooner than its last message's post plus its latency."""
-        started = [(g, net.transfer(g.links, g.size_bytes, g.latency_s, count=g.count, weights=g.weights, tag=tag),
-                    g.latency_s, g.route_class not in (SELF, INTRA)) for g in groups]
-        if self.rule is None or not any(o for _g, _ev, _l, o in started):
-            return [(g, ev) for g, ev, _l, _o in started]
-        wf, rule = self.cost.wire_factor, self.rule
-        queue = post_queue(net, src, rule, tag)
-        out = post_transfers(net, queue, src, self.n_ranks, started, lambda g: rule.messages(g.size_bytes / wf))
-        self.posted_until = max(self.posted_until, queue.free_at)
-        return out
+        remote = [g.route_class not in (SELF, INTRA) for g in groups]
+        gates = [None] * len(groups)
+        if self.rule is not None and any(remote):
+            wf, rule = self.cost.wire_factor, self.rule
+            queue = post_queue(net, src, rule, tag)
+            gates = post_gates(queue, float(net.env.now), src, self.n_ranks, list(zip(groups, remote, strict=True)),
+                               lambda g: rule.messages(g.size_bytes / wf))
+            self.posted_until = max(self.posted_until, queue.free_at)
+        return [(g, net.transfer(g.links, g.size_bytes, g.latency_s, count=g.count, weights=g.weights, tag=tag,
+                                 not_before_s=None if gate is None else gate + g.latency_s))
+                for g, gate in zip(groups, gates, strict=True)]
 
     #: when the last message this wrapper's :meth:`start` posted is posted (s; 0 before any post)
     posted_until = 0.0

@@ -30,7 +30,7 @@ import numpy as np
 import simpy
 
 from ..collectives import Layout
-from ..collectives.posting import post_queue, post_transfers, put_rule
+from ..collectives.posting import post_gates, post_queue, put_rule
 from ..costs import CostModel, KernelWork
 from ..engine import Simulation, run_kernel
 from ..errors import SpecError
@@ -215,25 +215,29 @@ def start_puts(net: FlowNetwork, fabric: Fabric, gi, src: int, dsts: np.ndarray,
     dsts = np.asarray(dsts, dtype=np.int64)
     groups = fabric.flow_groups(src, dsts, sizes_bytes)
     rule = put_rule(gi)
-    started = []
-    for grp in groups:
-        remote = grp.route_class not in (SELF, INTRA)
-        lat = grp.latency_s + gi.flag_latency_s + (gi.nic_proxy_latency_s if remote else 0.0)
-        ev = net.transfer(grp.links, grp.size_bytes, lat, count=grp.count, weights=grp.weights, tag=tag)
-        started.append((grp, ev, lat, remote))
-    if not rule.active:
-        return [(g, ev) for g, ev, _lat, _r in started]
-    if messages is None:
-        def messages_of(_grp):
-            return 1
+    remote = [grp.route_class not in (SELF, INTRA) for grp in groups]
+    if rule.active and any(remote):
+        if messages is None:
+            def messages_of(_grp):
+                return 1
+        else:
+            by_id = np.argsort(dsts, kind="stable")
+            sd, sm = dsts[by_id], np.asarray(messages, dtype=np.int64)[by_id]
+
+            def messages_of(grp):
+                return sm[np.searchsorted(sd, np.asarray(grp.dsts, dtype=np.int64))]
+
+        gates = post_gates(post_queue(net, src, rule, tag), float(net.env.now), src, fabric.n_ranks,
+                           list(zip(groups, remote, strict=True)), messages_of)
     else:
-        by_id = np.argsort(dsts, kind="stable")
-        sd, sm = dsts[by_id], np.asarray(messages, dtype=np.int64)[by_id]
-
-        def messages_of(grp):
-            return sm[np.searchsorted(sd, np.asarray(grp.dsts, dtype=np.int64))]
-
-    return post_transfers(net, post_queue(net, src, rule, tag), src, fabric.n_ranks, started, messages_of)
+        gates = [None] * len(groups)
+    started = []
+    for grp, off, gate in zip(groups, remote, gates, strict=True):
+        lat = grp.latency_s + gi.flag_latency_s + (gi.nic_proxy_latency_s if off else 0.0)
+        ev = net.transfer(grp.links, grp.size_bytes, lat, count=grp.count, weights=grp.weights, tag=tag,
+                          not_before_s=None if gate is None else gate + lat)
+        started.append((grp, ev))
+    return started
 
 
 class PushEngine:

@@ -124,9 +124,9 @@ class FlowNetwork:
         self._layouts: dict = {}  # active bundles (sorted ids) -> their rate problem's layout
         self._layout_entries = 0  # entries in the kept layouts
         # active groups, in start order, as numpy rows: remaining bytes, completion threshold (bytes), latency,
-        # bytes delivered (count x size), count; their bundle ids and completion events (an object array:
-        # filtered with the same mask as the numbers)
-        self._g = np.zeros((5, 0))
+        # bytes delivered (count x size), count, earliest completion (s; ``not_before_s``, -inf: none); their bundle
+        # ids and completion events (an object array: filtered with the same mask as the numbers)
+        self._g = np.zeros((6, 0))
         self._bid = np.zeros(0, dtype=np.int64)
         self._done = np.empty(0, dtype=object)
         self._rate = np.zeros(0)
@@ -141,9 +141,11 @@ class FlowNetwork:
 
     # -- public API -------------------------------------------------------------------------------------
     def transfer(self, links: Sequence[int], size_bytes: float, latency_s: float = 0.0, *, count: int = 1,
-                 weights: Sequence[float] | None = None, tag=None) -> simpy.Event:
+                 weights: Sequence[float] | None = None, tag=None, not_before_s: float | None = None) -> simpy.Event:
         """Start ``count`` identical flows of ``size_bytes`` each over ``links``; returns an event that fires
-        when the last byte of every flow has arrived (``latency_s`` after it left).
+        when the last byte of every flow has arrived (``latency_s`` after it left), and not before the simulated
+        time ``not_before_s`` (a gate known at the start, e.g. when the transfer's last message is posted plus its
+        latency, :mod:`simfuse.collectives.posting`: one event where a wait on both would take three).
 
         ``weights[i]`` is the multiplicity on ``links[i]`` (default ``count`` on every link).
         """
@@ -151,11 +153,12 @@ class FlowNetwork:
             raise ValueError("size_bytes and latency_s must be >= 0 and count >= 1")
         done = self.env.event()
         self.injected_bytes += size_bytes * count
+        nb = -math.inf if not_before_s is None else float(not_before_s)
         if size_bytes <= 0 or len(links) == 0:
             # nothing crosses a link (local copy or empty message): only the latency
             if weights is not None and len(weights) != len(links):
                 raise ValueError("weights must match links")
-            self._finish_later(done, latency_s, size_bytes * count)
+            self._finish_later(done, max(latency_s, nb - float(self.env.now)), size_bytes * count)
             return done
         # the bundle of a path as the caller gave it (flow groups hand over tuples): no conversion when seen before
         raw = (links, weights, count) if type(links) is tuple and type(weights) in (tuple, type(None)) else None
@@ -179,7 +182,7 @@ class FlowNetwork:
                 self._raw_ids[raw] = bid
         # rates are recomputed at this same instant (zero-delay wake-up) before any time passes, so the new group
         # waits in ``_new`` with no bytes moved
-        self._new.append((float(size_bytes), float(latency_s), float(count), bid, done))
+        self._new.append((float(size_bytes), float(latency_s), float(count), bid, done, nb))
         if not self._pending:
             self._pending = True
             self.env.timeout(self._to_grid(float(self.env.now))).callbacks.append(self._on_wakeup_now)
@@ -267,9 +270,10 @@ class FlowNetwork:
                 early = (over / self._rate[idx]).tolist() if self.resolution_s > 0 else [0.0] * len(idx)
                 if self.resolution_s > 0 and self._loaded:
                     self._uncarry(self._bid[idx], over * fg[4])
-                for i, lat, nbytes, cnt, b, e in zip(idx.tolist(), fg[2].tolist(), fg[3].tolist(), fg[4].tolist(),
-                                                     self._bid[idx].tolist(), early, strict=True):
-                    self._finish_later(done[i], max(lat - e, 0.0), nbytes)
+                for i, lat, nbytes, cnt, b, e, gate in zip(idx.tolist(), fg[2].tolist(), fg[3].tolist(),
+                                                           fg[4].tolist(), self._bid[idx].tolist(), early,
+                                                           fg[5].tolist(), strict=True):
+                    self._finish_later(done[i], max(lat - e, gate - now, 0.0), nbytes)
                     left = bcount[b] - cnt
                     if left > 0:
                         bcount[b] = self._bc_arr[b] = left
@@ -284,12 +288,12 @@ class FlowNetwork:
             new, fresh = self._new, []
             self._new = []
             for item in new:
-                sz, lat, cnt, b, done = item
+                sz, lat, cnt, b, done, gate = item
                 thr = _EPS_BYTES + 1e-9 * sz
                 if sz <= thr:
-                    self._finish_later(done, lat, sz * cnt)
+                    self._finish_later(done, max(lat, gate - now), sz * cnt)
                 else:
-                    fresh.append((sz, thr, lat, sz * cnt, cnt, b, done))
+                    fresh.append((sz, thr, lat, sz * cnt, cnt, gate, b, done))
                     had = bcount.get(b)
                     if had is None:
                         bcount[b] = self._bc_arr[b] = cnt
@@ -298,8 +302,8 @@ class FlowNetwork:
                     else:
                         bcount[b] = self._bc_arr[b] = had + cnt
             if fresh:
-                size_l, thr_l, lat_l, nb_l, cnt_l, bid_l, done_l = zip(*fresh, strict=True)
-                self._g = np.concatenate([self._g, np.array([size_l, thr_l, lat_l, nb_l, cnt_l])], axis=1)
+                size_l, thr_l, lat_l, nb_l, cnt_l, gate_l, bid_l, done_l = zip(*fresh, strict=True)
+                self._g = np.concatenate([self._g, np.array([size_l, thr_l, lat_l, nb_l, cnt_l, gate_l])], axis=1)
                 self._bid = np.concatenate([self._bid, np.array(bid_l, dtype=np.int64)])
                 new_done = np.empty(len(done_l), dtype=object)
                 new_done[:] = done_l

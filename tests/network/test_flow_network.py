@@ -53,6 +53,30 @@ def test_zero_size_and_local_flows_complete_after_latency():
     assert done[0] == pytest.approx(1e-6) and done[1] == pytest.approx(3e-6)
 
 
+@pytest.mark.parametrize("gate_s, expect_s", [
+    (None, 2e-6 + 1e6 / 10e9),          # no gate: drain plus latency
+    (300e-6, 300e-6),                   # a gate after the drain (100 us) holds the completion to it
+    (1e-6, 2e-6 + 1e6 / 10e9),          # a gate before the drain changes nothing
+])
+def test_not_before_gates_completion(gate_s, expect_s):
+    """``not_before_s`` (a post gate, simfuse.collectives.posting): completion at max(drain + latency, gate), also
+    for an empty transfer; the gated group's bytes still move at their share (a second flow is unaffected)."""
+    sim = Simulation(record=False)
+    net = FlowNetwork(sim, [10e9])
+    done = {}
+
+    def go(i, links, size, gate):
+        yield net.transfer(links, size, 2e-6, not_before_s=gate)
+        done[i] = sim.now
+
+    sim.process(go(0, [0], 1e6, gate_s))
+    sim.process(go(1, [], 0.0, gate_s))
+    sim.run()
+    assert done[0] == pytest.approx(expect_s, rel=1e-12)
+    assert done[1] == pytest.approx(max(2e-6, gate_s or 0.0), rel=1e-12)
+    assert net.delivered_bytes == pytest.approx(1e6)
+
+
 def test_rejects_bad_input():
     sim = Simulation()
     with pytest.raises(ValueError):

@@ -75,14 +75,41 @@ def check_run(spec, topology, nodes, gpus_per_node, execution, *, sim_mode: str 
     return g, est
 
 
-__all__ = ["API", "CLI", "check_collective", "check_run", "check_workers", "collective_size"]
+__all__ = ["API", "CLI", "check_collective", "check_out_writable", "check_run", "check_workers",
+           "collective_size"]
+
+
+def check_out_writable(path, field: str = "--out", *, is_dir: bool = True) -> None:
+    """Refuse an output path no file can be created under (a read-only file system, ``/proc``) before any work:
+    probes the deepest existing directory of ``path`` (``is_dir``: ``path`` is the output directory itself, else
+    a file in it) with an anonymous temporary file."""
+    import tempfile
+    from pathlib import Path
+
+    if path is None:
+        return
+    p = Path(path)
+    base = p if is_dir else p.parent
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        return  # a file in the way: check_out_dir / check_out_file name it
+    try:
+        with tempfile.TemporaryFile(dir=base):
+            pass
+    except OSError as exc:
+        raise SpecError("<argument>", field, f"cannot write under {short_repr(str(base))} "
+                        f"({exc.strerror or exc}); choose a writable location") from None
 
 
 def refuse_repeated_keys(pairs: list[str] | None, source: str = "--set") -> None:
-    """A key given twice in ``key=value`` pairs is an error (``simfuse op``: the later value would hide the first)."""
+    """A key given twice in ``key=value`` pairs is an error (the later value would hide the first), and so is an
+    empty key (``--set =3``)."""
     seen: set[str] = set()
     for pair in pairs or []:
         key = pair.split("=", 1)[0].strip()
+        if "=" in pair and not key:
+            raise SpecError("<argument>", source, f"empty key in {short_repr(pair)}; expected key=value")
         if "=" in pair and key in seen:
             raise SpecError("<argument>", f"{source} {short_repr(key)}", "given twice")
         seen.add(key)

@@ -472,7 +472,13 @@ def _run_points(todo, finish, model, topology, g, mode, sim_mode, workers, sched
             from distributed import Client
         except ImportError:
             raise SpecError("<argument>", "--scheduler", "needs the 'sweep' extra (dask[distributed])") from None
-        client = Client(scheduler)
+        progress.note(f"connecting to the Dask scheduler at {short_repr(scheduler)}")
+        try:
+            client = Client(scheduler)
+        except (OSError, ValueError, TypeError) as exc:  # a malformed address, or no scheduler listening there
+            raise SpecError("<argument>", "--scheduler", f"cannot reach a Dask scheduler at {short_repr(scheduler)}: "
+                            "give the address `dask scheduler` prints (tcp://host:8786), or drop --scheduler to use "
+                            f"local processes ({short_repr(str(exc), 160)})") from None
         try:
             futs = {client.submit(run_point, model, topology, n, g, mode, sim_mode, settings, pure=False): (n, p)
                     for n, p in todo}

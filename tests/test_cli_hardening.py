@@ -196,6 +196,25 @@ def test_plan_csv_with_an_unknown_mode_names_it(tmp_path, capsys):
     assert rc == 2 and "mode (line 5)" in err and "'basline'" in err and "Traceback" not in err
 
 
+def test_plan_csv_with_rows_only_for_the_other_mode_says_so(tmp_path, capsys):
+    # review: every row was for 'fused' and the run was baseline: the error said only "no row for table t0"
+    rows = ["table,sharding,ranks,mode"] + [f"t{t},table_wise,{t % 8},fused" for t in range(26)]
+    plan = tmp_path / "plan.csv"
+    plan.write_text("\n".join(rows) + "\n")
+    rc, err = _plan_run(plan, capsys)
+    assert rc == 2 and "no row for table t0" in err and "26 row(s) were skipped as rows of the other mode" in err
+    assert "this run is baseline" in err and "Traceback" not in err
+
+
+def test_plan_csv_header_with_spaces_is_read(tmp_path, capsys):
+    # review: "table, sharding, ranks" (as typed) was refused as "ranks: missing column"
+    rows = ["table, sharding, ranks"] + [f"t{t},table_wise,{t % 8}" for t in range(26)]
+    plan = tmp_path / "plan.csv"
+    plan.write_text("\n".join(rows) + "\n")
+    rc, err = _plan_run(plan, capsys)
+    assert rc == 0, err
+
+
 def test_a_cut_off_json_plan_is_reported_as_json(tmp_path, capsys):
     plan = tmp_path / "plan.json"
     plan.write_text('\n  "t0": {"sharding_type": "table_wise", "ranks": [0]}, "t1": {"shard')  # no opening brace
@@ -431,3 +450,63 @@ def test_tuner_refuses_a_3tier_fabric_without_a_symmetric_form_with_what_to_do(r
                  "--set", "uncertainty=none", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "multiple of 4 nodes" in err and "multiple of 32" in err
+
+
+# ------------------------------------------------------------------------------ review pass: bad-input sweep
+DLRM = ROOT / "models" / "dlrm_synthetic.yaml"
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+@pytest.mark.parametrize("sets,message", [(["seed=1", "seed=2"], "--set 'seed': given twice"),
+                                          (["=3"], "--set: empty key in '=3'")])
+def test_run_and_sweep_refuse_a_repeated_or_empty_set_key(tmp_path, capsys, command, sets, message):
+    # run and sweep kept the last of two --set seed=... silently (op refused it); --set =3 named no field
+    argv = [command, "--model", str(DLRM), "--topology", str(H200), "--nodes", "1", "--out", str(tmp_path / "o")]
+    rc = main(argv + [x for s in sets for x in ("--set", s)])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv", [["collective", "--op", "all_reduce", "--size", "1MiB", "--out", "{d}/t.csv"],
+                                  ["run", "--model", str(DLRM), "--out", "{d}/o"],
+                                  ["sweep", "--model", str(DLRM), "--nodes", "1", "--out", "{d}/o"]])
+def test_an_out_no_file_can_be_written_under_is_refused_before_running(tmp_path, capsys, monkeypatch, argv):
+    # --out under a read-only file system (or /proc) failed after the simulation, naming a temporary file
+    import errno
+    import tempfile
+
+    def read_only(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
+    rc = main([a.format(d=tmp_path) for a in argv] + ["--topology", str(H200)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--out: cannot write under" in err and "Read-only file system" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_scheduler_that_cannot_be_reached_is_a_one_line_error(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    rc = main(["sweep", "--model", str(DLRM), "--topology", str(H200), "--nodes", "1", "--out", str(tmp_path / "o"),
+               "--scheduler", "bogus", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--scheduler: cannot reach a Dask scheduler at 'bogus'" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("model,key,value,message", [
+    ("transformer_tp_decode.yaml", "ffn", 28671, "ffn: 28671 does not split over 8 ranks"),
+    ("moe_layer.yaml", "top_k", 33, "top_k: 33 exceeds the 32 experts of 8 GPUs"),
+    ("moe_layer.yaml", "tokens_per_gpu", 4095, "tokens_per_gpu: tokens_per_gpu*top_k (32760) must divide evenly"),
+])
+def test_decode_and_moe_models_name_their_own_fields(tmp_path, capsys, model, key, value, message):
+    # the errors named the operator's parameters (k, tokens), and top_k above the expert count was simulated
+    import yaml
+
+    d = yaml.safe_load((ROOT / "models" / model).read_text())
+    d[key] = value
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump(d))
+    rc = main(["run", "--model", str(p), "--topology", str(H200), "--nodes", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{p}: {message}" in err

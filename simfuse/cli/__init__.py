@@ -29,6 +29,9 @@ def cmd_collective(args) -> int:
     # bounds on every argument before loading or simulating anything
     check_nodes(args.nodes)
     check_out_file(args.out)
+    from ..arguments import check_out_writable
+
+    check_out_writable(args.out, is_dir=False)
     if args.algorithm is not None and args.algorithm not in REGISTRY.get(args.op, {}):
         raise SpecError("<argument>", "--algorithm", f"unknown algorithm {short_repr(args.algorithm)} for {args.op}; "
                         f"expected one of {', '.join(REGISTRY.get(args.op, {}))}")

@@ -12,7 +12,7 @@ from ..progress import command_progress
 def cmd_run(args) -> int:
     import pandas as pd
 
-    from ..checks import check_nodes, check_out_dir, resolve_gpus_per_node
+    from ..checks import check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
     from ..guard import check_cost, cost_note, estimate_run
     from ..spec import load_workload
@@ -20,14 +20,7 @@ def cmd_run(args) -> int:
     from ..workloads import workload_for
     from ..workloads.run import run_workload, write_run_outputs
 
-    # every argument checked before simulating: a bad --out fails now, not after the simulation
-    if args.nodes is not None:
-        check_nodes(args.nodes)
-    _check_workers(args.workers)
-    if args.trace and not args.out:
-        raise SpecError("<argument>", "--trace", "needs --out DIR")
-    check_out_dir(args.out)
-    check_out_dir(args.export_chakra, "--export-chakra")
+    _check_run_args(args)
     pairs = _resolve_flags(args, parse_set_pairs(args.set))
     ex = parse_execution({**pairs, **_scaling_settings(args), "mode": args.mode, "sim_mode": args.sim_mode})
     system = System.load(args.topology)
@@ -131,6 +124,22 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _check_run_args(args) -> None:
+    """Every argument of ``run`` checked before simulating: a bad --out fails now, not after the simulation."""
+    from ..arguments import check_out_writable, refuse_repeated_keys
+    from ..checks import check_nodes, check_out_dir
+
+    if args.nodes is not None:
+        check_nodes(args.nodes)
+    _check_workers(args.workers)
+    if args.trace and not args.out:
+        raise SpecError("<argument>", "--trace", "needs --out DIR")
+    for path, flag in ((args.out, "--out"), (args.export_chakra, "--export-chakra")):
+        check_out_dir(path, flag)
+        check_out_writable(path, flag)
+    refuse_repeated_keys(args.set)
+
+
 #: every file ``run --out`` may write; those an earlier run wrote and this one does not are removed
 RUN_OUTPUTS = ("summary.csv", "breakdown.csv", "plan.csv", "trace.json")
 
@@ -204,6 +213,7 @@ def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str, plan=No
 
 
 def cmd_sweep(args) -> int:
+    from ..arguments import check_out_writable, refuse_repeated_keys
     from ..checks import check_out_dir, resolve_gpus_per_node
     from ..fused.knobs import parse_execution, parse_set_pairs
     from ..guard import check_cost, estimate_run
@@ -216,6 +226,8 @@ def cmd_sweep(args) -> int:
     nodes = parse_nodes(args.nodes)
     _check_workers(args.workers)
     check_out_dir(args.out)
+    check_out_writable(args.out)
+    refuse_repeated_keys(args.set)
     settings = {**_resolve_flags(args, parse_set_pairs(args.set)), **_scaling_settings(args)}
     ex = parse_execution({**settings, "mode": args.mode, "sim_mode": args.sim_mode})  # validate before any worker
     spec = load_workload(args.model)

@@ -10,6 +10,7 @@ finite (``.nan`` / ``.inf`` are rejected wherever they appear).  Error messages 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -253,7 +254,8 @@ class Fields:
         req = default is None if required is None else required
         val = self._get(key, default, req)
         if isinstance(val, bool) or not isinstance(val, (int, float)):
-            raise SpecError(self.source, self.name(key), f"expected a number, got {short_repr(val)}")
+            raise SpecError(self.source, self.name(key), f"expected a number, got {short_repr(val)}"
+                            + _exponent_hint(val))
         try:
             val = float(val)
         except OverflowError:  # an integer beyond float range
@@ -278,7 +280,8 @@ class Fields:
                     raise SpecError(self.source, self.name(key), f"must be <= {max_value}, got {short_repr(val)}")
                 val = int(val)
             else:
-                raise SpecError(self.source, self.name(key), f"expected an integer, got {short_repr(val)}")
+                raise SpecError(self.source, self.name(key), f"expected an integer, got {short_repr(val)}"
+                                + _exponent_hint(val))
         if min_value is not None and val < min_value:
             raise SpecError(self.source, self.name(key), f"must be >= {min_value}, got {short_repr(val)}")
         if max_value is not None and val > max_value:
@@ -329,6 +332,24 @@ class Fields:
             near = _close(unknown[0], sorted(self._used | set(extra_allowed)))
             raise SpecError(self.source, self.name(unknown[0]),
                             "unknown field" + (f"; did you mean {near!r}?" if near else ""))
+
+
+#: a number in exponent notation that YAML 1.1 (PyYAML) reads as text: ``1e6``, ``5e-3``, ``1.0e6`` (it needs a dot
+#: and a signed exponent: ``1.0e+6``)
+_TEXT_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _exponent_hint(val) -> str:
+    """How to write ``val`` so YAML reads it as a number, where it is exponent notation YAML kept as text."""
+    if not isinstance(val, str) or not _TEXT_EXPONENT.fullmatch(val.strip()):
+        return ""
+    f = float(val)
+    if not math.isfinite(f):  # 1e999: a number too large either way
+        return ""
+    mantissa, exponent = f"{f:.15e}".split("e")
+    mantissa = mantissa.rstrip("0") + ("0" if mantissa.rstrip("0").endswith(".") else "")
+    plain = str(int(f)) if f.is_integer() and abs(f) < 1e15 else (repr(f) if "e" not in repr(f) else "")
+    return f" (YAML reads {val.strip()} as text: write {plain + ' or ' if plain else ''}{mantissa}e{exponent})"
 
 
 def _close(key, candidates) -> str | None:

@@ -475,6 +475,8 @@ def _topology_body(data: dict, source: str) -> TopologySpec:
     calibration = None
     if root.has("calibration"):
         calibration = root.string("calibration")
+        if not calibration.strip():  # "" would resolve to the topology's own directory
+            raise SpecError(source, "calibration", "empty path; name a calibration profile or drop the field")
         if source not in ("<memory>",) and not Path(calibration).is_absolute():
             calibration = str((Path(source).parent / calibration).resolve())
     spec = TopologySpec(

@@ -35,6 +35,8 @@ def build_decode_graph(spec: TransformerDecodeSpec, system, nodes: int, mode: st
     graph.add_group(world(n))
     if h % n:  # the projections' output rows (hidden) split over the ranks: name the model file's field
         raise SpecError(spec.source, "hidden", f"{h} does not split over {n} ranks (tensor parallel over every GPU)")
+    if f % n:  # the down projection's input columns (ffn) split over the ranks (the operator calls them k)
+        raise SpecError(spec.source, "ffn", f"{f} does not split over {n} ranks (tensor parallel over every GPU)")
     o_op = make_op("gemv_all_reduce", {"n": h, "k": h, "tokens": m, "dtype": spec.dtype}, nodes, g, spec.source)
     d_op = make_op("gemv_all_reduce", {"n": h, "k": f, "tokens": m, "dtype": spec.dtype}, nodes, g, spec.source)
     for r in _ranks(sym, n):
@@ -60,6 +62,13 @@ def build_moe_graph(spec: MoESpec, system, nodes: int, mode: str, *, gpus_per_no
     sym = symmetric_ok(ex.knobs, "full" if ex.sim_mode == "full" else "auto")
     graph = Graph(nodes, g, repeat=spec.layers, name=spec.name)
     graph.add_group(world(n))
+    experts = spec.experts_per_gpu * n  # name the model file's fields, not the operator's parameters
+    if spec.top_k > experts:
+        raise SpecError(spec.source, "top_k", f"{spec.top_k} exceeds the {experts} experts of {n} GPUs "
+                        f"({spec.experts_per_gpu} per GPU): every token goes to top_k distinct experts")
+    if rows % experts:
+        raise SpecError(spec.source, "tokens_per_gpu", f"tokens_per_gpu*top_k ({rows}) must divide evenly over "
+                        f"the {experts} experts of {n} GPUs (experts_per_gpu*GPUs)")
     op = make_op("gemm_all_to_all", {"tokens": spec.tokens_per_gpu, "hidden": spec.hidden, "ffn": spec.ffn,
                                      "experts_per_gpu": spec.experts_per_gpu, "top_k": spec.top_k,
                                      "dtype": spec.dtype}, nodes, g, spec.source)

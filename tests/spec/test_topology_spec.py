@@ -58,6 +58,7 @@ BAD_CASES = [
      "scale_out.full_node_efficiency"),
     ("full-node efficiency not a number", lambda d: d["scale_out"].__setitem__("full_node_efficiency", "high"),
      "scale_out.full_node_efficiency"),
+    ("empty calibration path", lambda d: d.__setitem__("calibration", ""), "calibration"),
 ]
 
 
@@ -93,6 +94,20 @@ def test_cli_missing_file_exit_2(tmp_path):
                         str(tmp_path / "nope.yaml"), "--op", "all_reduce", "--size", "1MiB"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "nope.yaml" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("text,hint", [("5e-3", "write 0.005 or 5.0e-03"), ("1e6", "write 1000000 or 1.0e+06"),
+                                       ("1.5e0", "write 1.5 or 1.5e+00")])
+def test_exponent_notation_yaml_reads_as_text_says_how_to_write_it(root, tmp_path, text, hint):
+    # PyYAML (YAML 1.1) reads 5e-3 unquoted as a string: the error said "expected a number, got '5e-3'"
+    src = (root / "topologies" / "h200_nvl8_ib_ndr.yaml").read_text()
+    p = tmp_path / "topo.yaml"
+    p.write_text(src.replace("  put_post_us: 0.005", f"  put_post_us: {text}", 1))
+    assert p.read_text() != src
+    with pytest.raises(SpecError) as exc:
+        load_topology(p)
+    assert exc.value.field == "gpu_initiated.put_post_us" and hint in str(exc.value)
+    assert yaml.safe_load(hint.split(" or ")[-1]) == pytest.approx(float(text))  # the suggestion reads as a number
 
 
 def test_calibration_path_resolved_relative_to_file(root, tmp_path):

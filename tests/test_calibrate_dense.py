@@ -334,3 +334,19 @@ def test_fit_fabric_on_synthetic_kineto_rows_matches_the_nccl_tests_path(tmp_pat
     row = log.rows[0]
     assert dataclasses.asdict(row).keys() >= {"size_bytes", "time_s", "algbw_gbyte_per_s", "busbw_gbyte_per_s"}
     assert row.size_bytes == 16777216 * 4 and row.time_s == pytest.approx(351e-6)
+
+
+def test_negative_input_dims_are_refused_with_the_key(tmp_path, capsys):
+    """A negative tensor extent in Input Dims made a NaN fit (a numpy warning, then an error about the profile's
+    peak_flops_per_s naming the output file); now the trace's key is named and nothing is written."""
+    d = json.loads(HANDMADE.read_text())
+    d["traceEvents"][0]["args"]["Input Dims"] = [[-4096, 4096], [4096, 4096]]
+    bad = tmp_path / "neg.json"
+    bad.write_text(json.dumps(d))
+    with pytest.raises(SpecError, match=r"neg\.json: key traceEvents\[0\]\.args\.Input Dims: negative tensor extent"):
+        read_dense_samples(bad)
+    out = tmp_path / "p.yaml"
+    rc = main(["calibrate", str(bad), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Input Dims" in err and "Traceback" not in err and "RuntimeWarning" not in err
+    assert not out.exists()

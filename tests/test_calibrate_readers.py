@@ -349,3 +349,59 @@ def test_corrupted_inputs_raise_only_trace_errors(fuzz_sources, tmp_path, name, 
         build_profile(read_inputs([path]))
     except SpecError as exc:
         assert exc.source.startswith(str(tmp_path)) or exc.source == "<inputs>"
+
+
+# ---------------------------------------------------------------- review: odd inputs that slipped through
+
+def test_kernel_trace_rank_outside_world_size_and_short_row_message(tmp_path):
+    rows = _rows()
+    rows[2]["rank"] = 9  # world_size 4
+    path = tmp_path / "rank.csv"
+    write_kernel_trace(path, rows)
+    with pytest.raises(TraceError, match=r"rank\.csv: line 5: rank 9 outside \[0, world_size = 4\)"):
+        read_kernel_runs(path)
+    rows = _rows()
+    for r in rows:
+        r["world_size"] = 0
+    write_kernel_trace(path, rows)
+    with pytest.raises(TraceError, match=r"line 3: rank 0 outside \[0, world_size = 0\)"):
+        read_kernel_runs(path)
+    lines = _trace_lines(tmp_path)
+    lines[3] = lines[3].rsplit(",", 1)[0]  # one field short: bytes_per_program empty
+    with pytest.raises(TraceError, match=r"line 4: column 'bytes_per_program': empty") as err:
+        read_kernel_runs(_write_lines(tmp_path / "short.csv", lines))
+    assert "np.float64" not in str(err.value)
+    lines = _trace_lines(tmp_path)
+    lines[3] = lines[3].replace(",65536.0", ",-65536.0")
+    with pytest.raises(TraceError, match=r"line 4: column 'bytes_per_program': -65536.0 is not") as err:
+        read_kernel_runs(_write_lines(tmp_path / "neg.csv", lines))
+
+
+def test_nccl_tests_negative_or_fractional_size_is_refused_not_skipped(tmp_path):
+    lines = (DATA / "all_reduce_perf_1node.log").read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.strip().startswith("1024 "))
+    for bad in ("-1024 ", "1024.5 "):
+        lines2 = list(lines)
+        lines2[i] = lines2[i].replace("1024 ", bad, 1)
+        path = _write_lines(tmp_path / "all_reduce_perf.log", lines2)
+        # a row that is not the last one: an error naming the line (before, "-1024" was silently dropped)
+        with pytest.raises(TraceError, match=rf"line {i + 1}: size must be a whole number of bytes"):
+            read_nccl_tests(path)
+
+
+@pytest.mark.parametrize("dur", ["NaN", "Infinity", "-Infinity"])
+def test_torch_trace_non_finite_duration_names_key(tmp_path, dur):
+    from simfuse.calibrate.dense import read_dense_samples
+    from simfuse.calibrate.kineto_nccl import kineto_nccl_samples
+
+    text = (DATA / "torch_nccl_kineto.json").read_text()
+    path = tmp_path / "bad.json"
+    # a GEMM kernel (event 4) and an NCCL kernel (event 6); json.dumps writes NaN and Infinity like this.  Before,
+    # NaN passed the check (NaN < 0 is False) and ended in a traceback of the fit
+    for old, index, readers in (('"dur": 196.0', 4, (read_torch_trace, read_dense_samples)),
+                                ('"dur": 350.0', 6, (read_torch_trace, kineto_nccl_samples))):
+        assert old in text
+        path.write_text(text.replace(old, f'"dur": {dur}', 1))
+        for reader in readers:
+            with pytest.raises(TraceError, match=rf"traceEvents\[{index}\]\.dur: expected a finite non-negative"):
+                reader(path)

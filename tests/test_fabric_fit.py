@@ -161,6 +161,15 @@ def test_cli_writes_a_loadable_topology(tmp_path, capsys):
     assert rc == 2 and not (tmp_path / "bad.yaml").exists()
 
 
+def test_cli_refuses_an_unknown_collective(tmp_path, capsys):
+    # review: "--collective frob" was ignored and the log's own all_reduce fitted, exit 0
+    out = tmp_path / "fitted.yaml"
+    rc = main(["fit-fabric", str(DATA / "h100_1x8_all_reduce_nvls.log"), "--topology",
+               str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--out", str(out), "--collective", "frob"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--collective: unknown collective 'frob'" in err and not out.exists()
+
+
 def test_written_topology_reproduces_the_reported_fit_with_its_own_tuner(tmp_path, capsys):
     """The fitted file is what users run, with the tuner choosing: its collectives at the log's sizes must equal
     the simulated times the fit reports (the fit is refitted with the fitted topology's choices until they

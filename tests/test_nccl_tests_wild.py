@@ -218,3 +218,18 @@ def test_calibrate_and_fit_fabric_share_the_residual_limits():
     assert plausibility.MAX_REL_RESIDUAL_LARGE == fabric_fit.MAX_REL_RESIDUAL_LARGE
     assert plausibility.MAX_REL_RESIDUAL_ALL == fabric_fit.MAX_REL_RESIDUAL_ALL
     assert plausibility.LARGE_BYTES == fabric_fit.LARGE_BYTES
+
+
+def test_logs_of_another_rank_count_do_not_judge_the_fit(tmp_path, capsys):
+    """An 8-rank nccl-tests log and a 2-rank Kineto trace of the same level and collective: the profile keeps the
+    8-rank fit, and only the 8-rank log judges it (before, the 2-rank rows made a 'poor fit, 80%' refusal that
+    blamed the 8-rank log)."""
+    log8 = ROOT / "tests" / "data" / "calibrate" / "all_reduce_perf_1node.log"
+    trace2 = ROOT / "tests" / "data" / "kineto" / "ddp_nccl_2ranks_rank0.json"
+    out = tmp_path / "p.yaml"
+    rc = main(["calibrate", str(log8), str(trace2), "--out", str(out), "--format", "json", "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+    import yaml
+
+    fab = yaml.safe_load(out.read_text())["fabric"]["scale_up"]["collectives"]["all_reduce"]
+    assert fab["ranks"] == 8 and fab["sources"] == [str(log8)]

@@ -114,6 +114,11 @@ def _copy(tmp_path):
     (("runs.csv", ",2,16,8,200,", ",2,15,8,200,"), "runs.csv: line 2 column ranks"),
     (("points.csv", "a3mega_ar_2x8,65536,159.4", "a3mega_ar_2x8,65536,fast"), "points.csv: line 2 column time_us"),
     (("points.csv", "a3mega_ar_2x8,65536", "no_such_run,65536"), "points.csv: line 2 column run_id"),
+    # review: a repeated size of one run, and a time that disagrees with the row's own algbw, were taken as data
+    (("points.csv", "a3mega_ar_2x8,131072,", "a3mega_ar_2x8,65536,"), "points.csv: line 3 column size_bytes: 65536 is "
+                                                                     "repeated for run a3mega_ar_2x8"),
+    (("points.csv", "a3mega_ar_2x8,262144,167.1,", "a3mega_ar_2x8,262144,0.001,"),
+     r"points.csv: line 4 column time_us: 0.001 us for 262144 B is 2.621e\+05 GB/s, but algbw_gbyte_per_s says 1.57"),
 ])
 def test_bad_corpus_names_file_line_and_column(tmp_path, edit, match):
     d = _copy(tmp_path)
@@ -149,3 +154,11 @@ def test_validate_corpus_cli(tmp_path, capsys):
     assert (out / "corpus_validation.csv").exists()
     rc = main(["validate", "--corpus", str(CORPUS), "--topology", str(TOPO), "--runs", "nope"])
     assert rc == 2
+
+
+def test_corpus_csv_with_a_byte_order_mark_is_read(tmp_path):
+    """A spreadsheet's "CSV UTF-8" export starts with a byte-order mark: before, 'missing column(s) run_id'."""
+    d = _copy(tmp_path)
+    for name in ("runs.csv", "points.csv", "sources.csv"):
+        (d / name).write_text("\ufeff" + (d / name).read_text(), encoding="utf-8")
+    assert len(load_corpus(d).runs) == len(load_corpus(CORPUS).runs)

@@ -39,6 +39,8 @@ POINT_COLUMNS = ("run_id", "size_bytes", "time_us", "algbw_gbyte_per_s", "busbw_
 SOURCE_COLUMNS = ("source_id", "kind", "citation", "hardware", "where")
 TIME_SOURCES = ("measured", "derived_from_busbw")
 QUALITIES = ("ok", "anomalous")
+#: A measured point's time and its printed algbw (size / time) may differ by this much (rounding of the printout).
+ALGBW_TOLERANCE = 0.05
 #: NCCL_ALGO names a run may carry -> simfuse algorithm (None: NCCL's default choice, or not one algorithm)
 RUN_ALGOS = {"ring": "ring", "tree": "tree", "nvls": "nvls", "nvlstree": "nvls_tree", "collnetdirect": "collnet",
              "collnetchain": "collnet", "collnet": "collnet"}
@@ -131,7 +133,7 @@ def _rows(path: Path, columns: tuple[str, ...]) -> list[tuple[int, dict[str, str
     if not path.is_file():
         raise SpecError(src, "", "file not found (a corpus folder holds runs.csv, points.csv and sources.csv)")
     try:
-        with open(path, encoding="utf-8", newline="") as fh:
+        with open(path, encoding="utf-8-sig", newline="") as fh:  # a spreadsheet's byte-order mark is fine
             reader = csv.DictReader(fh)
             header = reader.fieldnames or []
             missing = [c for c in columns if c not in header]
@@ -202,6 +204,7 @@ def load_corpus(path: str | Path) -> Corpus:
             _num(src, line, row, "nic_gbps", optional=True), *(row[c].strip() for c in RUN_COLUMNS[9:]),
             source=str(folder))
     src = str(points_path)
+    seen: set[tuple[str, int]] = set()
     for line, row in _rows(points_path, POINT_COLUMNS):
         run = runs.get(row["run_id"].strip())
         if run is None:
@@ -212,8 +215,15 @@ def load_corpus(path: str | Path) -> Corpus:
         size = _num(src, line, row, "size_bytes", integer=True)
         t_us = _num(src, line, row, "time_us")
         t_in = _num(src, line, row, "time_inplace_us", optional=True)
-        run.rows.append(NcclRow(int(size), 0, "-", "none", t_us * 1e-6,
-                                _num(src, line, row, "algbw_gbyte_per_s", optional=True, positive=False),
+        algbw = _num(src, line, row, "algbw_gbyte_per_s", optional=True, positive=False)
+        if (run.run_id, size) in seen:
+            raise SpecError(src, f"line {line} column size_bytes", f"{size} is repeated for run {run.run_id}")
+        if ts == "measured" and algbw is not None and algbw >= 1.0 and \
+                abs(size / (t_us * 1e3) - algbw) > ALGBW_TOLERANCE * algbw + 0.01:
+            raise SpecError(src, f"line {line} column time_us", f"{t_us:g} us for {size} B is "
+                            f"{size / (t_us * 1e3):.4g} GB/s, but algbw_gbyte_per_s says {algbw:g} (a typo?)")
+        seen.add((run.run_id, size))
+        run.rows.append(NcclRow(int(size), 0, "-", "none", t_us * 1e-6, algbw,
                                 _num(src, line, row, "busbw_gbyte_per_s", optional=True, positive=False),
                                 None if t_in is None else t_in * 1e-6, line))
         run.time_sources.append(ts)

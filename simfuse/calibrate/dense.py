@@ -60,7 +60,7 @@ import numpy as np
 from ..costs.calibrated import gemm_flop_term
 from ..errors import TraceError
 from ..units import DTYPE_BYTES, INDEX_DTYPE_BYTES
-from .torch_trace import iter_trace_events, nccl_collective
+from .torch_trace import bad_duration, iter_trace_events, nccl_collective
 
 GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
                       "aten::_scaled_mm", "aten::addmv", "aten::mv"})
@@ -135,6 +135,21 @@ def gemm_shape(op: str, dims) -> tuple[int, int, int, int] | None:
     if op == "aten::matmul" and len(a) > 2 and len(b) == 2:  # [..., M, K] x [K, N] is one GEMM of prod(...) M rows
         return 1, math.prod(a[:-1]), b[-1], a[-1]
     return batch, a[-2], b[-1], a[-1]
+
+
+def _negative_extent(dims, depth: int = 0):
+    """The first negative number in ``Input Dims`` (a list of tensor shapes, possibly nested for tensor lists),
+    else None."""
+    if isinstance(dims, bool):
+        return None
+    if isinstance(dims, (int, float)):
+        return dims if dims < 0 else None
+    if isinstance(dims, list) and depth < 4:
+        for d in dims:
+            bad = _negative_extent(d, depth + 1)
+            if bad is not None:
+                return bad
+    return None
 
 
 def _trace_sms(meta: dict) -> int:
@@ -216,11 +231,16 @@ def read_dense_samples(path: str | Path, skipped: dict[str, int] | None = None) 
             raise TraceError(src, f"key traceEvents[{i}].name", f"expected a string, got {name!r}")
         if cat == "cpu_op":
             if isinstance(ext, int):
-                ops[ext] = (name, args.get("Input Dims"), args.get("Input type"))
+                dims = args.get("Input Dims")
+                bad = _negative_extent(dims)
+                if bad is not None:
+                    raise TraceError(src, f"key traceEvents[{i}].args.Input Dims", f"negative tensor extent {bad!r} "
+                                     f"(operator {name[:60]!r}): a corrupt trace")
+                ops[ext] = (name, dims, args.get("Input type"))
             continue
         dur = ev.get("dur")
-        if isinstance(dur, bool) or not isinstance(dur, (int, float)) or dur < 0:
-            raise TraceError(src, f"key traceEvents[{i}].dur", f"expected a non-negative number, got {dur!r}")
+        if bad_duration(dur):
+            raise TraceError(src, f"key traceEvents[{i}].dur", f"expected a finite non-negative number, got {dur!r}")
         if nccl_collective(name):
             continue
         if not isinstance(ext, int) or ext <= 0:

@@ -221,7 +221,10 @@ def _check_chunk(path: Path, chunk: pd.DataFrame, row0: int) -> None:
             bad = bad | ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan)) | (values.to_numpy(dtype=float, na_value=0.0) < 0)
         if bad.any():
             i = int(np.argmax(bad))
-            bad_rows.append((i, f"column {col!r}: {chunk[col].iloc[i]!r} is not a valid "
+            v = chunk[col].iloc[i]
+            # a short row leaves its last columns empty (NaN); numpy scalars print as np.float64(...) otherwise
+            shown = "empty (a row with too few fields?)" if pd.isna(v) else repr(v.item() if hasattr(v, "item") else v)
+            bad_rows.append((i, f"column {col!r}: {shown} is not a valid "
                                 f"{'integer' if col in INT_COLUMNS else 'non-negative number'}"))
         chunk[col] = values
     if not bad_rows:
@@ -238,6 +241,11 @@ def _check_chunk(path: Path, chunk: pd.DataFrame, row0: int) -> None:
         oob = (pid < 0) | (pid >= grid) | (grid < 1)
         if oob.any():
             bad_rows.append((int(np.argmax(oob)), "program_id outside [0, grid)"))
+        ws, rank = chunk["world_size"].to_numpy(), chunk["rank"].to_numpy()
+        bad_rank = (ws < 1) | (rank < 0) | (rank >= ws)
+        if bad_rank.any():
+            i = int(np.argmax(bad_rank))
+            bad_rows.append((i, f"rank {int(rank[i])} outside [0, world_size = {int(ws[i])})"))
     if bad_rows:
         i, message = min(bad_rows)
         raise TraceError(src, f"line {_physical_line_safe(path, row0 + i)}", message)

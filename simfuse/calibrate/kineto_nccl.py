@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import TraceError
 from ..names import canonical_collective, collective_or_none
 from .nccl_tests import NcclRow, NcclTestLog
-from .torch_trace import _DTYPE_BYTES, iter_trace_events, nccl_collective
+from .torch_trace import _DTYPE_BYTES, bad_duration, iter_trace_events, nccl_collective
 
 _BUS = {"all_reduce": lambda n: 2.0 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
         "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
@@ -47,8 +47,8 @@ def kineto_nccl_samples(path: str | Path) -> list[tuple[str, int, int, str, floa
             comms[ext] = args
         elif cat == "kernel" and nccl_collective(name):
             dur = ev.get("dur")
-            if isinstance(dur, bool) or not isinstance(dur, (int, float)) or dur < 0:
-                raise TraceError(src, f"key traceEvents[{i}].dur", f"expected a non-negative number, got {dur!r}")
+            if bad_duration(dur):
+                raise TraceError(src, f"key traceEvents[{i}].dur", f"expected a finite non-negative number, got {dur!r}")
             kernels.append((name, args, float(dur) * 1e-6, ext if isinstance(ext, int) else None))
     out = []
     for name, args, dur_s, ext in kernels:

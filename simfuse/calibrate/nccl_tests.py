@@ -54,7 +54,8 @@ _FAIL_RE = re.compile(r"NCCL failure|Test CUDA failure|Test failure|CUDA failure
                       r"segfault|Aborted|core dumped|mpirun noticed|exited on signal|srun: error|"
                       r"CANCELLED|DUE TO TIME LIMIT|Killed|terminate called|out of memory", re.I)
 _ROW_RE = re.compile(r"^\d+\s+\d+(\s|$)")
-_ROW_START_RE = re.compile(r"^\d[^\s:]*(\s|$)")  # a result row, possibly malformed (not "host:pid" or "12:")
+# a result row, possibly malformed (not "host:pid" or "12:"); "-8 ..." too (a corrupt size, refused, not skipped)
+_ROW_START_RE = re.compile(r"^-?\d[^\s:]*(\s|$)")
 # Launcher prefixes, tried in order; each is removed once from the start of the line.
 _PREFIXES = (
     re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?"),  # OpenMPI --tag-output
@@ -284,8 +285,9 @@ def _parse_row(src: str, lineno: int, s: str, lay: _Layout) -> NcclRow | None:
         raise TraceError(src, f"line {lineno}", "size and count must be numbers")
     if t_us is None:
         return None
-    if size < 0 or t_us <= 0:
-        raise TraceError(src, f"line {lineno}", f"size must be >= 0 and time > 0 (got {size}, {t_us} us)")
+    if size < 0 or t_us <= 0 or not size.is_integer():
+        raise TraceError(src, f"line {lineno}", f"size must be a whole number of bytes >= 0 and time > 0 (got "
+                                                f"{vals['size']}, {t_us} us)")
     t_in = None
     if inplace is not None:
         v = _num(src, lineno, "time", dict(zip(lay.block, inplace, strict=True))["time"])

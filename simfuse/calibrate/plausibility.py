@@ -82,7 +82,9 @@ def check_fabric(profile: dict, logs: Sequence[NcclTestLog], topology=None) -> l
     for level, lv in sorted(profile.get("fabric", {}).items()):
         for coll, c in sorted(lv.get("collectives", {}).items()):
             where = f"{level} {coll} ({c.get('ranks')} ranks, {', '.join(c.get('sources', [])) or '?'})"
-            ls = by_key.get((level, coll), [])
+            # only the logs the fit was made on: fabric_section keeps the largest rank count per level and
+            # collective, and a fit of 8 ranks says nothing about the times of a 2-rank log
+            ls = [lg for lg in by_key.get((level, coll), []) if c.get("ranks") in (None, lg.ranks)]
             sizes = {r.size_bytes for lg in ls for r in lg.rows if r.size_bytes > 0}
             need = MIN_POINTS_PER_PARAMETER * FIT_PARAMETERS
             if len(sizes) < need:

@@ -13,6 +13,7 @@ shapes of the CPU operator that launched them (linked by ``args["External id"]``
 from __future__ import annotations
 
 import json
+import math
 import re
 from array import array
 from collections.abc import Iterator
@@ -246,6 +247,12 @@ def nccl_collective(name: str) -> str:
     return word
 
 
+def bad_duration(dur) -> bool:
+    """True unless ``dur`` (an event's ``dur``) is a finite non-negative number (JSON ``NaN`` and ``Infinity``
+    parse as floats)."""
+    return isinstance(dur, bool) or not isinstance(dur, (int, float)) or not math.isfinite(dur) or dur < 0
+
+
 def _size_bytes(args: dict) -> float:
     nelems = args.get("In msg nelems", args.get("In msg size"))
     dtype = str(args.get("dtype", "")).lower().replace("torch.", "")
@@ -278,8 +285,8 @@ def read_torch_trace(path: str | Path) -> list[OpStat]:
         dur = ev.get("dur")
         if not isinstance(name, str):
             raise TraceError(src, f"key traceEvents[{i}].name", f"expected a string, got {name!r}")
-        if isinstance(dur, bool) or not isinstance(dur, (int, float)) or dur < 0:
-            raise TraceError(src, f"key traceEvents[{i}].dur", f"expected a non-negative number, got {dur!r}")
+        if bad_duration(dur):
+            raise TraceError(src, f"key traceEvents[{i}].dur", f"expected a finite non-negative number, got {dur!r}")
         args = ev.get("args") or {}
         if not isinstance(args, dict):
             raise TraceError(src, f"key traceEvents[{i}].args", "expected an object")

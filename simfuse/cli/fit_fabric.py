@@ -17,6 +17,10 @@ def cmd_fit_fabric(args) -> int:
     from ..system import System
 
     out = check_out_file(args.out)
+    if args.collective is not None:  # an unknown name was ignored (the log's own collective fitted, exit 0)
+        from ..names import canonical_collective
+
+        args.collective = canonical_collective(args.collective, "<argument>", "--collective")
     _check_log_sizes(args.ranks, args.nodes, "<argument>", "--ranks", "--nodes")  # before the log is read
     system = System.load(args.topology)
     from ..calibrate.corpus import corpus_folder, load_corpus, topology_for_run

@@ -36,6 +36,7 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
 
     n, g = nodes * gpus_per_node, gpus_per_node
     torchrec = plan_rows(path, spec, n, g)
+    skipped = 0  # rows of the other mode
     if torchrec is not None:
         src, rows_ = torchrec
         df = pd.DataFrame([(t, k, ";".join(map(str, r)), w) for t, k, r, w in rows_],
@@ -52,6 +53,7 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
         except (ValueError, pd.errors.ParserError) as exc:
             raise SpecError(src, "", f"cannot read the plan as CSV (table, sharding, ranks): "
                                      f"{str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}") from None
+        df.columns = [str(c).strip() for c in df.columns]  # "table, sharding, ranks" as typed
         for col in ("table", "sharding", "ranks"):
             if col not in df.columns:
                 raise SpecError(src, col, "missing column (needs table, sharding, ranks)")
@@ -63,6 +65,7 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
                 i = int(np.flatnonzero(bad.to_numpy())[0])
                 raise SpecError(src, f"mode ({df['where'].iloc[i]})",
                                 f"unknown mode {modes.iloc[i][:40]!r}; expected baseline, fused or empty (both)")
+            skipped = int((~modes.isin(("", mode))).sum())
             df = df[modes.isin(("", mode))]
     ctx = _context(spec, system, n, g, mode)
     T, D = len(spec.tables), spec.dim
@@ -107,7 +110,9 @@ def load_plan(path, spec, system, nodes: int, gpus_per_node: int, mode: str) -> 
         tables[t] = TablePlan(t, kind, ranks, rows, dim, ctx.storage(rows, dim), float("nan"))
     missing = [t for t in range(T) if t not in tables]
     if missing:
-        raise SpecError(src, "table", f"no row for table t{missing[0]} (every table needs one)")
+        other = (f"; {skipped} row(s) were skipped as rows of the other mode (this run is {mode}; an empty mode "
+                 "applies to both)") if skipped else ""
+        raise SpecError(src, "table", f"no row for table t{missing[0]} (every table needs one{other})")
     mem = _memory_per_rank(per_rank, spec)
     over = np.flatnonzero(mem > ctx.budget * (1 + 1e-9))
     if len(over):

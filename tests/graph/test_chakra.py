@@ -294,6 +294,21 @@ def test_collective_errors(tmp_path):
         import_et(tmp_path)
 
 
+def test_ranks_that_disagree_on_a_collective_are_rejected(tmp_path):
+    """Rank 0 all-reduces where rank 1 all-to-alls (or all-reduces another size): the executor matches the k-th
+    operation of a group across ranks and ran rank 0's; before, the trace ran without a word."""
+    _write(tmp_path, {0: [_coll(1, 0, 65536)], 1: [_coll(1, 6, 65536)]})  # ALL_REDUCE vs ALL_TO_ALL
+    with pytest.raises(SpecError, match=r"rank 1 node 'c1': operation 0 on group 'world' is all_to_all of 65536 "
+                                        r"bytes, but on rank 0 \('c1'\) all_reduce of 65536 bytes"):
+        import_et(tmp_path)
+    _write(tmp_path, {0: [_coll(1, 0, 65536), _coll(2, 0, 8, deps=[1])],
+                      1: [_coll(1, 0, 65536), _coll(2, 0, 16, deps=[1])]})
+    with pytest.raises(SpecError, match=r"operation 1 on group 'world' is all_reduce of 16 bytes"):
+        import_et(tmp_path)
+    _write(tmp_path, {0: [_coll(1, 0, 65536)], 1: [_coll(1, 0, 65536)]})
+    assert len(import_et(tmp_path).programs) == 2
+
+
 # ------------------------------------------------------------------------------------- the converter
 
 

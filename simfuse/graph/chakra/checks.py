@@ -78,6 +78,38 @@ def pair_point_to_point(graph: Graph, source: str) -> None:
                 a.tag = b.tag = tag + k * TAG_STRIDE
 
 
+def _group_op(nd) -> tuple[str, float | None]:
+    """What the members of a group operation must agree on: its kind and, for a collective, its size."""
+    if isinstance(nd, CollectiveNode):
+        return nd.op, float(nd.size_bytes)
+    return nd.kind, None
+
+
+def check_group_operations(graph: Graph, source: str) -> None:
+    """The ``k``-th operation on a group is one collective on every member (the executor matches them by that
+    position and runs the first member's): same kind, and a collective of the same size.  A one-line
+    :class:`SpecError` naming the first rank and node that disagree with the group's lowest rank."""
+    first: dict[tuple[str, int], tuple[int, object]] = {}
+    for r in sorted(graph.programs):
+        seq: dict[str, int] = defaultdict(int)
+        for nd in graph.programs[r].nodes:
+            group = getattr(nd, "group", None)
+            if not group or not isinstance(nd, (CollectiveNode, AllToAllVNode, FusedNode)):
+                continue
+            k = (group, seq[group])
+            seq[group] += 1
+            r0, nd0 = first.setdefault(k, (r, nd))
+            if r0 == r:
+                continue
+            (op0, size0), (op, size) = _group_op(nd0), _group_op(nd)
+            if op != op0 or size != size0:
+                def what(o, b):
+                    return o if b is None else f"{o} of {b:.0f} bytes"
+                raise SpecError(source, f"rank {r} node {nd.name!r}", f"operation {k[1]} on group {group!r} is "
+                                f"{what(op, size)}, but on rank {r0} ({nd0.name!r}) {what(op0, size0)}: the "
+                                "ranks' traces do not match")
+
+
 def find_deadlock(graph: Graph) -> tuple[int, object] | None:
     """``(rank, node)`` of the first node (lowest rank, then program order) that can never finish under the
     executor's rules (module doc), or None when every node finishes."""
@@ -172,4 +204,4 @@ def check_deadlock(graph: Graph, source: str) -> None:
                     f"stream-order cycle across ranks; nodes of one simfuse_stream run in file order)")
 
 
-__all__ = ["check_deadlock", "describe_missing", "find_deadlock", "missing_ranks", "pair_point_to_point"]
+__all__ = ["check_deadlock", "check_group_operations", "describe_missing", "find_deadlock", "missing_ranks", "pair_point_to_point"]

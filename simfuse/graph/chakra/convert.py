@@ -29,7 +29,13 @@ from ..ir import (
     SendNode,
 )
 from ..ir import Node as IRNode
-from .checks import check_deadlock, describe_missing, missing_ranks, pair_point_to_point
+from .checks import (
+    check_deadlock,
+    check_group_operations,
+    describe_missing,
+    missing_ranks,
+    pair_point_to_point,
+)
 from .io import ET_NAME, EtFile, read_et, write_et
 from .proto import AttributeProto, CollectiveCommType, GlobalMetadata, Node, NodeType
 
@@ -460,6 +466,7 @@ def import_et(source: str | Path | Iterable[str | Path], *,
     graph.validate()
     where = str(prefix or files[0].parent)
     pair_point_to_point(graph, where)
+    check_group_operations(graph, where)
     check_deadlock(graph, where)
     return graph
 

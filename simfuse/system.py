@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .costs import CostModel, RooflineCostModel
 from .costs.base import FusedFloor
+from .errors import SpecError, short_repr
 from .network.flows import RATE_RESOLUTION_S
 from .spec import TopologySpec, load_topology
 from .spec.workload import LAUNCHES
@@ -51,6 +52,12 @@ class System:
         if calibrated and topology.calibration:
             from .profile.load import apply_to_topology, cost_model_for, load_profile
 
+            if not Path(topology.calibration).is_file():
+                # name the topology's field, not only the missing file (a relative path is read from the
+                # topology's folder: a copied topology file loses its profile)
+                raise SpecError(topology.source, "calibration",
+                                f"profile {short_repr(topology.calibration)} not found (a relative path is read from "
+                                "the topology file's folder); fix the path or drop the field")
             profile = load_profile(topology.calibration)
             return cls(apply_to_topology(topology, profile), FusedFloor(cost_model_for(topology, profile=profile)),
                        profile, topology)

@@ -510,3 +510,23 @@ def test_decode_and_moe_models_name_their_own_fields(tmp_path, capsys, model, ke
     rc = main(["run", "--model", str(p), "--topology", str(H200), "--nodes", "1"])
     err = capsys.readouterr().err
     assert rc == 2 and f"{p}: {message}" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--op", "gemm_all_to_all", "--set", "top_k=100"], "top_k: 100 exceeds the 32 experts"),
+    (["--op", "embedding_all_to_all", "--set", "comm_dtype=foo"], "comm_dtype: unknown dtype 'foo'"),
+])
+def test_op_parameters_are_named_as_given(capsys, argv, message):
+    # top_k above the expert count was simulated; a bad comm_dtype was reported as `dtype`
+    rc = main(["op", "--topology", str(ROOT / "topologies/h100_nvl8_ib_ndr.yaml"), *argv])
+    assert rc == 2 and message in capsys.readouterr().err
+
+
+def test_a_missing_calibration_profile_names_the_topology_field(tmp_path, capsys):
+    # a copied topology whose relative `calibration:` no longer resolves: the error named only the missing file
+    topo = tmp_path / "t.yaml"
+    topo.write_text((ROOT / "topologies/h200_nvl8_ib_ndr.yaml").read_text())
+    rc = main(["run", "--model", str(ROOT / "models/dlrm_synthetic.yaml"), "--topology", str(topo)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{topo}: calibration: profile" in err and "not found" in err
+    assert "Traceback" not in err

@@ -55,7 +55,7 @@ class EmbeddingAllToAll(PushOp):
             raise SpecError(source, "pooling", f"must be positive, got {p['pooling']!r}")
         self.B = _pos_int(p, "global_batch", source)
         self.eb = dtype_bytes(str(p["dtype"]), source)
-        self.ceb = self.eb if p["comm_dtype"] is None else dtype_bytes(str(p["comm_dtype"]), source)
+        self.ceb = self.eb if p["comm_dtype"] is None else dtype_bytes(str(p["comm_dtype"]), source, "comm_dtype")
         self.idx_b = _pos_int(p, "index_bytes", source)
         n = layout.n
         if self.B % n:
@@ -139,6 +139,9 @@ class GemmAllToAll(PushOp):
         self.eb = dtype_bytes(str(p["dtype"]), source)
         self.dtype = str(p["dtype"])
         n = layout.n
+        if self.k > self.E * n:  # top_k distinct experts per token
+            raise SpecError(source, "top_k", f"{self.k} exceeds the {self.E * n} experts of {n} ranks "
+                                             f"(experts_per_gpu {self.E} per rank)")
         self.M = self.T * self.k
         if self.M % (self.E * n):
             raise SpecError(source, "tokens", f"tokens*top_k ({self.M}) must divide evenly over "

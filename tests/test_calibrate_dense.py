@@ -17,7 +17,7 @@ import yaml
 from simfuse.calibrate.dense import fit_saturating, gemm_shape, read_dense_samples
 from simfuse.calibrate.kineto_nccl import read_kineto_nccl
 from simfuse.cli import main
-from simfuse.errors import SpecError
+from simfuse.errors import SpecError, TraceError
 from simfuse.profile.load import load_profile, profile_from_dict
 from simfuse.spec import load_topology, load_workload
 from simfuse.system import System
@@ -350,3 +350,18 @@ def test_negative_input_dims_are_refused_with_the_key(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "Input Dims" in err and "Traceback" not in err and "RuntimeWarning" not in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("key, value", [("In msg nelems", -4), ("In msg nelems", "many"), ("Group size", 0),
+                                        ("Out msg nelems", 1.5)])
+def test_a_corrupt_nccl_count_is_refused_with_its_key(tmp_path, key, value):
+    """A record_param_comms count that is negative, not a number, fractional or a group of no rank was skipped
+    silently (the trace then had "no message sizes"): it is a corrupt trace, named with its key."""
+    d = json.loads(DDP_NCCL[0].read_text())
+    for e in d["traceEvents"]:  # on the ops and on the kernels that carry the args themselves
+        if e.get("args", {}).get("Collective name") == "allreduce":
+            e["args"][key] = value
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(TraceError, match=f"args.{key}"):
+        read_kineto_nccl(p)

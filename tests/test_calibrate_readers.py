@@ -377,6 +377,16 @@ def test_kernel_trace_rank_outside_world_size_and_short_row_message(tmp_path):
         read_kernel_runs(_write_lines(tmp_path / "neg.csv", lines))
 
 
+def test_kernel_trace_smid_beyond_any_gpu_is_refused(tmp_path):
+    # an smid of 100,000 became device.compute_units 100,001 in the profile
+    rows = _rows()
+    rows[1]["smid"] = 100_000
+    path = tmp_path / "smid.csv"
+    write_kernel_trace(path, rows)
+    with pytest.raises(TraceError, match=r"smid: 100000 is not a streaming multiprocessor id"):
+        read_kernel_runs(path)
+
+
 def test_nccl_tests_negative_or_fractional_size_is_refused_not_skipped(tmp_path):
     lines = (DATA / "all_reduce_perf_1node.log").read_text().splitlines()
     i = next(i for i, line in enumerate(lines) if line.strip().startswith("1024 "))

@@ -263,6 +263,12 @@ def _accumulate(runs: dict[str, _RunAccumulator], chunk: pd.DataFrame) -> None:
                 g["flops_per_program"].to_numpy(float), g["bytes_per_program"].to_numpy(float))
 
 
+#: one past the largest SM id a trace may hold: GPUs have 132 (H100 SXM), 148 (B200) or 304 (MI300X compute units)
+#: SMs; 1,024 leaves room for larger parts while an id beyond it (it would become ``device.compute_units``) is a
+#: corrupt trace
+MAX_SMID = 1024
+
+
 def _summarise(src: str, acc: _RunAccumulator) -> KernelRun:
     m = acc.meta
     start = np.concatenate([p[0] for p in acc.parts])
@@ -277,6 +283,9 @@ def _summarise(src: str, acc: _RunAccumulator) -> KernelRun:
     if launch < SEQUENCE_TIMER_MAX and not (smid >= 0).any():
         raise TraceError(src, f"run {m['run_id']}", "recorded with the 'sequence' timer (event order ticks, not "
                                                      "nanoseconds: smid is -1, timestamps tiny): cannot fit times")
+    if smid.size and int(smid.max()) >= MAX_SMID:
+        raise TraceError(src, f"run {m['run_id']} smid", f"{int(smid.max())} is not a streaming multiprocessor id "
+                                                          f"(at most {MAX_SMID - 1}: no GPU has more SMs/CUs)")
     dur_s = (end - start).astype(float) * 1e-9
     s_sorted = np.sort(start)
     e_sorted = np.sort(end)

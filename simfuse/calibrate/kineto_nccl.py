@@ -16,12 +16,13 @@ note says so.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceError
+from ..errors import TraceError, short_repr
 from ..names import canonical_collective, collective_or_none
 from .nccl_tests import NcclRow, NcclTestLog
 from .torch_trace import _DTYPE_BYTES, bad_duration, iter_trace_events, nccl_collective
@@ -56,15 +57,31 @@ def kineto_nccl_samples(path: str | Path) -> list[tuple[str, int, int, str, floa
         coll = collective_or_none(str(a.get("Collective name", ""))) or collective_or_none(nccl_collective(name))
         dtype = str(a.get("dtype", "")).lower().replace("torch.", "")
         eb = _DTYPE_BYTES.get(dtype, 0)
-        try:
-            nelems = max(float(a.get("In msg nelems", 0) or 0), float(a.get("Out msg nelems", 0) or 0))
-            ranks = int(a.get("Group size", 0) or 0)
-        except (TypeError, ValueError):
-            continue
+        nelems = max(_count(a, "In msg nelems", src, name), _count(a, "Out msg nelems", src, name))
+        ranks = int(_count(a, "Group size", src, name))
+        if "Group size" in a and a["Group size"] not in (None, "") and ranks < 1:
+            raise TraceError(src, "key args.Group size", f"expected a group of at least one rank for NCCL kernel "
+                                                         f"{short_repr(name)}, got {a['Group size']!r}")
         if not coll or nelems <= 0 or eb <= 0 or ranks < 1 or dur_s <= 0:
             continue
         out.append((coll, ranks, int(nelems * eb), dtype, dur_s))
     return out
+
+
+def _count(args: dict, key: str, src: str, kernel: str) -> float:
+    """A count PyTorch records on an NCCL kernel (``In msg nelems``, ``Group size``): 0 where absent; a value that
+    is not a finite non-negative whole number is a corrupt trace (named with its key)."""
+    v = args.get(key)
+    if v is None or v == "":
+        return 0.0
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        f = math.nan
+    if isinstance(v, bool) or not math.isfinite(f) or f < 0 or f != int(f):
+        raise TraceError(src, f"key args.{key}", f"expected a non-negative whole number for NCCL kernel "
+                                                 f"{short_repr(kernel)}, got {v!r}")
+    return f
 
 
 def read_kineto_nccl(path: str | Path, collective: str | None = None, *, ranks: int | None = None,

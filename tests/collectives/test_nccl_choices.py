@@ -278,7 +278,12 @@ def test_two_node_allreduce_beyond_the_nic_rate_a3mega():
     r = run_collective(t, 2, "all_reduce", size, algorithm="nvls_tree")
     expect = _pipelined(size * (1 + 1 / g) / (450e9 * 0.85), 1e-6, size / g / nic, 3e-6, 2)
     assert r.time_s == pytest.approx(expect, rel=1e-9)
-    # the measured figure implies the NICs ran at 338.8 / 375 = 90% of line rate
-    assert 338.8 / bound == pytest.approx(0.9035, abs=1e-3)
+    # the measured figure implies the NICs ran at 338.8 / 375 = 90% of line rate: at that NIC efficiency the
+    # simulated two-node trees give the measured busbw (the NVLink part still keeps up)
+    measured = 338.8
+    slowed = _a3mega_like(scale_out_extra={"efficiency": measured / bound})
+    for algo in ("nvls_tree", "tree"):
+        assert run_collective(slowed, 2, "all_reduce", size, algorithm=algo).busbw_gbps == \
+            pytest.approx(measured, rel=1e-3)
     # the default tuner takes a tree on two nodes at this size, not the ring
     assert run_collective(t, 2, "all_reduce", size).algorithm in ("tree", "nvls_tree")

@@ -73,4 +73,5 @@ def test_one_gpu_shows_no_fused_speedup_from_communication(topo_plain):
     for name in ("embedding_all_to_all", "gemv_all_reduce", "gemm_all_to_all"):
         op = make_op(name, _op_params(name, 1), 1, 1)
         res = run_op(op, System.from_topology(topo_plain), 1)
-        assert res.speedup <= 1.0 + 1e-9 and res.fused_exposed_comm_s >= 0
+        assert res.speedup <= 1.0 + 1e-9
+        assert res.baseline_exposed_comm_s == 0.0  # the baseline's collective on one rank costs nothing

@@ -19,9 +19,15 @@ $(CORE): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e .
 	touch $(CORE)
 
+# torch for the kernel tests: its CPU build.  `pip install torch==2.13.0` gets it where pip's configuration offers the
+# CPU wheel (a local find-links); on a stock PyPI machine that pin pulls the multi-GB CUDA build, so name PyTorch's
+# CPU index there: `make test TORCH_INDEX=https://download.pytorch.org/whl/cpu`.
+TORCH_INDEX ?=
+TORCH_PIP_INDEX := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple,)
+
 $(FULL): pyproject.toml $(CORE)
 	# CPU build of torch first (a bare `torch` would pull a multi-GB CUDA build), then triton for the interpreter.
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q $(TORCH_PIP_INDEX) torch==2.13.0
 	$(PY) -m pip install -q -e ".[test,kernels,sweep,parquet]"
 	touch $(FULL)
 

@@ -817,7 +817,8 @@ def sizes(smoke):
 def main():
     global LOG
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="experiments/results/h200_bench_out")
+    ap.add_argument("--out", default=None, help="default experiments/results/h200_bench_out (with --smoke: "
+                    "runs/h200_bench_smoke)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes (CPU/interpreter friendly)")
     ap.add_argument("--sections", default="ceil,check,emb,gemv,gemm,trace,prof,sym")
     ap.add_argument("--sym-timeout", type=float, default=100.0)
@@ -826,7 +827,7 @@ def main():
     ap.add_argument("--tune-configs", default="", help='JSON {"gemv": [[...], ...], "gemm": [[...], ...]}: candidate '
                     "configurations of the tune section (first = incumbent, timed again last)")
     args = ap.parse_args()
-    out = Path(args.out)
+    out = Path(args.out or ("runs/h200_bench_smoke" if args.smoke else "experiments/results/h200_bench_out"))
     out.mkdir(parents=True, exist_ok=True)
     LOG = open(out / "log.txt", "w")
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")

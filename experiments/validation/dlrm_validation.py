@@ -332,7 +332,8 @@ def run(out: Path, smoke: bool = False, derived: Path = DERIVED, with_ablation: 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "dlrm_validation"))
+    ap.add_argument("--out", default=None, help="default experiments/results/dlrm_validation (with --smoke: "
+                    "runs/dlrm_validation_smoke, so a smoke run leaves the committed results alone)")
     ap.add_argument("--smoke", action="store_true", help="1-node fixtures, tiny simulated batch (CI)")
     ap.add_argument("--derived", default=str(DERIVED),
                     help="per-run step times (CSV, see DERIVED_COLUMNS); --extract writes it")
@@ -341,6 +342,8 @@ def main(argv=None) -> int:
     ap.add_argument("--extract", metavar="MIRROR_ROOT",
                     help="re-derive the --derived CSV from mirrored repositories (<root>/<owner>+<name>/repo)")
     a = ap.parse_args(argv)
+    if a.out is None:
+        a.out = str(ROOT / ("runs/dlrm_validation_smoke" if a.smoke else "experiments/results/dlrm_validation"))
     try:
         if a.extract:
             extract(Path(a.extract), Path(a.derived))

@@ -83,9 +83,12 @@ def run(out: Path, smoke: bool = False) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "nccl_validation.csv"))
+    ap.add_argument("--out", default=None, help="default experiments/results/nccl_validation.csv (with --smoke: "
+                    "runs/nccl_validation_smoke.csv, so a smoke run leaves the committed results alone)")
     ap.add_argument("--smoke", action="store_true", help="two rows only (CI)")
     a = ap.parse_args(argv)
+    if a.out is None:
+        a.out = str(ROOT / ("runs/nccl_validation_smoke.csv" if a.smoke else "experiments/results/nccl_validation.csv"))
     df = run(Path(a.out), a.smoke)
     print(df[["case", "algorithm", "protocol", "simulated_busbw_gbyte_per_s", "published_busbw_gbyte_per_s",
               "ratio"]].to_string(index=False))

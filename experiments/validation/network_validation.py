@@ -411,7 +411,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default=str(ROOT / "data/network_corpus"))
     ap.add_argument("--topology", default=str(ROOT / "topologies/h100_nvl8_ib_ndr.yaml"))
-    ap.add_argument("--out", default=str(ROOT / "experiments/results/network_validation"))
+    ap.add_argument("--out", default=None, help="default experiments/results/network_validation (with --smoke: "
+                    "runs/network_validation_smoke, so a smoke run leaves the committed results alone)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--smoke", action="store_true", help="three sources, a 2x2x2x3 grid (seconds)")
     ap.add_argument("--fit-on", choices=tuple(FIT_ON), default="plain",
@@ -448,7 +449,8 @@ def main(argv=None) -> int:
     table = pd.DataFrame(rows)
     all_fit, all_trained_on = fit_classes(sim, meas, [r.run_id for r in runs if trains(r)], class_of, source_of,
                                           algos, nominal)
-    out = Path(args.out)
+    out = Path(args.out or ROOT / ("runs/network_validation_smoke" if args.smoke else
+                                   "experiments/results/network_validation"))
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "leave_source_out.csv", index=False, float_format="%.6g")
     pd.DataFrame(fits).to_csv(out / "fits_per_fold.csv", index=False, float_format="%.6g")

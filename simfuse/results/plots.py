@@ -268,7 +268,8 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
         band = _band(g, "speedup_p10", "speedup_p90", "speedup")
         if band is not None:
             ax1.fill_between(g["nodes"], *band, color=color, alpha=0.18, lw=0,
-                             label=f"{lab}: p10-p90" if cols else f"speedup p10-p90 {_interval_kind(df)}")
+                             label=f"{lab}: p10-p90 (widened to the line)" if cols else
+                             f"speedup p10-p90 {_interval_kind(df)}, widened to the line")
         sel = df[df["mode"] == "baseline"]
         fsel = df[df["mode"] == "fused"]
         if cols:
@@ -285,7 +286,7 @@ def plot_speedup_vs_nodes(df, path: Path | str, *, title: str | None = None) -> 
             band = _band(part, "iteration_time_p10_s", "iteration_time_p90_s", "iteration_time_s")
             if band is None:
                 continue
-            label = None if cols else f"{name} p10-p90"
+            label = None if cols else f"{name} p10-p90 (widened to the line)"
             if name == "baseline":  # hatched, so that it reads apart from the fused band where they overlap
                 ax2.fill_between(part["nodes"], band[0] * 1e3, band[1] * 1e3, facecolor="none", edgecolor=color,
                                  hatch="///", alpha=0.35, lw=0, label=label)

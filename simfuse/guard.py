@@ -53,13 +53,13 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: 128 push points cost 1.1-1.6x what 53 do, not 2.4x; a baseline's bulk exchange starts its flows once).  The
 #: estimate is of wall time: a run's candidate simulations after its first are shared by its workers, as
 #: simfuse.workloads.dlrm_candidates schedules them.  A least-squares fit (log ratio;
-#: experiments/bench/fit_guard_dlrm.py) to the wall time of `simfuse run` (two workers) on every shipped DLRM file
-#: at 1-16,384 nodes (idle 2-core VM, 2026-12-07 12:15-12:33 UTC, 776a905:
+#: experiments/bench/fit_guard_dlrm.py, the push exponent held at 0.5) to the wall time of `simfuse run` (two workers)
+#: on every shipped DLRM file at 1-16,384 nodes (idle 2-core VM, 2026-12-07 14:35-14:45 UTC, 9f3e86a:
 #: experiments/results/bench_guard_fit.csv; experiments/results/bench_targets.csv checks it on a later run):
-#: 37 of the 39 fully simulated points within 2x (0.36-2.4).  What it does not see: the planner's heaviest
+#: rms log ratio 0.43 over the 39 fully simulated points.  What it does not see: the planner's heaviest
 #: rank (the fused kernel's real waves decide whether the knob grid runs) and how many flows a plan's shards
 #: start.
-DLRM_SECONDS_PER_EVENT = 4.9e-5
+DLRM_SECONDS_PER_EVENT = 4.17e-5
 DLRM_EVENT_PAIR_EXPONENT = 0.0
 DLRM_PUSH_EXPONENT = 0.5
 #: A run with ``rate_resolution_ns=0`` (the exact fluid model: rates re-shared at every flow start and finish)
@@ -74,13 +74,12 @@ DLRM_EXACT_RATE_FACTOR = 2.1
 #: a run's work outside its simulations (placement, the planner's candidates, per-rank arrays) is
 #: :data:`DLRM_SECONDS_PER_RANK_TABLE` per rank and table (:data:`DLRM_PLANNED_SECONDS_PER_RANK_TABLE` more with a
 #: planned placement), and :data:`DLRM_SECONDS_FIXED` once.  The class and rank-table constants: the same fit on
-#: the same CSV's runs that simulate classes (104 of 111 within 2x, 0.33-3.1: MLPerf at 2, 64 and 1,024 nodes
-#: under, DLRM v1 at 8, 16 and 2,048 nodes over; the per-class term fits to 0); the planned and fixed terms: a
+#: the same CSV's runs that simulate classes (105 of 111 within 2x, 0.42-2.75; the per-class term fits to 0); the planned and fixed terms: a
 #: least-squares fit (relative error, non-negative) to the CPU time of `simfuse run` on the ten shipped DLRM
 #: files at 1, 2, 16, 128 and 16,384 nodes (2026-12-07 01:45 UTC).
 DLRM_SECONDS_PER_CLASS = 0.0
-DLRM_SECONDS_PER_CLASS_FLOW = 5.3e-5
-DLRM_SECONDS_PER_RANK_TABLE = 0.79e-6
+DLRM_SECONDS_PER_CLASS_FLOW = 4.73e-5
+DLRM_SECONDS_PER_RANK_TABLE = 0.708e-6
 DLRM_PLANNED_SECONDS_PER_RANK_TABLE = 1.0e-6
 DLRM_SECONDS_FIXED = 0.09
 #: A run estimated above this many seconds is refused (without ``force``) whatever its records and events.

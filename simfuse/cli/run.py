@@ -48,6 +48,9 @@ def cmd_run(args) -> int:
             if value:
                 raise SpecError("<argument>", flag, "applies to a --model workload; a Chakra trace runs as recorded")
         spec = ChakraWorkload.of(graph)
+        if nodes * g == 1:  # Chakra records no rank count: a directory short of rank files reads as one rank
+            print(f"simfuse: note: {args.chakra} holds one rank's ET file: its collectives move no data (a trace of "
+                  "several ranks needs every <prefix>.<rank>.et)", file=sys.stderr)
         note = cost_note(check_cost(estimate_run(spec, topo, nodes, g, args.sim_mode or "auto", ex), args.force,
                                     command="chakra"), "chakra")
         if note:

@@ -36,3 +36,17 @@ def test_model_and_chakra_are_exclusive(tmp_path, capsys, root):
     assert rc == 2 and "--chakra" in out.err
     rc, out = _run(capsys, "run", "--topology", topo)
     assert rc == 2 and "--model" in out.err
+
+
+def test_a_single_rank_trace_says_its_collectives_move_nothing(tmp_path, capsys, root):
+    # Chakra's generator records no rank count: a directory with one rank's file ran silently as a 1-GPU trace
+    import shutil
+
+    src = root / "tests" / "data" / "chakra" / "et_generator" / "ALL_REDUCE.0.et"
+    shutil.copy(src, tmp_path / src.name)
+    rc, out = _run(capsys, "run", "--chakra", str(tmp_path), "--topology",
+                   str(root / "topologies" / "h200_nvl8_ib_ndr.yaml"))
+    assert rc == 0 and "one rank's ET file" in out.err
+    rc, out = _run(capsys, "run", "--chakra", str(root / "tests" / "data" / "chakra" / "et_generator" / "ALL_REDUCE"),
+                   "--topology", str(root / "topologies" / "h200_nvl8_ib_ndr.yaml"))
+    assert rc == 0 and "one rank's ET file" not in out.err

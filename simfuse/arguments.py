@@ -115,10 +115,11 @@ def refuse_repeated_keys(pairs: list[str] | None, source: str = "--set") -> None
         seen.add(key)
 
 
-def split_knobs(sets: dict, source: str = "--set"):
+def split_knobs(sets: dict, source: str | None = "--set"):
     """Split ``key=value`` settings (``simfuse op --set``, parsed by :func:`simfuse.fused.knobs.parse_set_pairs`,
     or the API's keyword arguments) into operator parameters and validated fused-operator knobs.  Parameters
-    become int/float where they parse (finite, magnitude <= 2**53); knobs go through ``parse_execution``."""
+    become int/float where they parse (finite, magnitude <= 2**53); knobs go through ``parse_execution``.
+    ``source``: how an error names a parameter (``--set 'n'``; None: the bare name, as the API spells it)."""
     import dataclasses
 
     from .checks import check_finite_number
@@ -134,5 +135,5 @@ def split_knobs(sets: dict, source: str = "--set"):
                 break
             except (TypeError, ValueError):
                 continue
-        params[k] = check_finite_number(params[k], f"{source} {short_repr(k)}")
+        params[k] = check_finite_number(params[k], f"{source} {short_repr(k)}" if source else k)
     return params, knobs

@@ -65,3 +65,38 @@ def test_collective_columns_match_the_command(root, capsys):
         assert cli[k] == (pytest.approx(row[k]) if isinstance(row[k], float) else row[k]), k
     with pytest.raises(SpecError, match="protocol"):
         simfuse.collective(simfuse.load_topology(topo), 2, "all_reduce", 1 << 20, protocol="LL256")
+
+
+def test_bad_arguments_are_spec_errors_naming_them(root, tmp_path):
+    """Wrong types, objects where a file is needed and misspelt operator parameters: a SpecError naming the
+    argument (not a TypeError/AttributeError/OSError), before anything runs or is written."""
+    topo = root / "topologies" / "h200_nvl8_ib_ndr.yaml"
+    model = root / "models" / "dlrm_synthetic.yaml"
+    cases = [
+        (lambda: simfuse.load_topology(None), "path"),
+        (lambda: simfuse.collective(None, 2, "all_reduce", 2**20), "topology"),
+        (lambda: simfuse.collective(topo, 2, "all_reduce", 2**20, force="no"), "force"),
+        (lambda: simfuse.run(None, topo, nodes=1), "model"),
+        (lambda: simfuse.op(["gemv_all_reduce"], topo, nodes=1), "name"),
+        (lambda: simfuse.op("gemv_all_reduce", topo, nodes=1, n=1024, bogus=3), "bogus"),  # the CLI refuses it too
+        (lambda: simfuse.op("gemv_all_reduce", topo, nodes=1, n=float("nan")), r"<argument>: n:"),
+        (lambda: simfuse.sweep(model, topo, 2, tmp_path / "a"), "nodes"),
+        (lambda: simfuse.sweep(model, topo, None, tmp_path / "b"), "nodes"),
+        (lambda: simfuse.sweep(model, topo, "0..2", tmp_path / "c"), r"<argument>: nodes:"),
+        (lambda: simfuse.sweep(model, topo, [1], None), "out"),
+        (lambda: simfuse.sweep(model, topo, [1], "/proc/simfuse_x"), "out"),
+        (lambda: simfuse.sweep(model, simfuse.load_topology(topo), [1], tmp_path / "d"), "topology"),
+        (lambda: simfuse.sweep(simfuse.load_workload(model), topo, [1], tmp_path / "e"), "model"),
+    ]
+    for call, field in cases:
+        with pytest.raises(SpecError, match=field):
+            call()
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_numpy_integers_are_node_counts(root):
+    import numpy as np
+
+    topo = root / "topologies" / "h200_nvl8_ib_ndr.yaml"
+    a = simfuse.collective(topo, np.int64(2), "all_reduce", 2**20)
+    assert a.equals(simfuse.collective(topo, 2, "all_reduce", 2**20))  # and deterministic

@@ -114,7 +114,53 @@ def plot_projection(table: pd.DataFrame, path: Path) -> None:
     save_figure(fig, path)
 
 
+def check_args(args) -> tuple[list[int], list[int], list[int] | None]:
+    """Every argument checked before any point runs (a SpecError naming it): the node lists, the scalings, the
+    model and topology files, the draws/batch settings, the workers and a writable ``--out``; returns the strong,
+    the oat and the weak node lists (None: the strong ones)."""
+    from simfuse.arguments import check_out_writable, check_workers
+    from simfuse.errors import SpecError
+    from simfuse.fused.knobs import parse_execution
+    from simfuse.spec import load_topology, load_workload
+
+    def named(flag, field, check, *a):  # an error about ``field`` names the script's own flag
+        try:
+            return check(*a)
+        except SpecError as exc:
+            raise SpecError(exc.source, flag if exc.field == field else exc.field, exc.message) from None
+
+    nodes = parse_nodes(args.nodes)
+    oat_nodes = named("--oat-nodes", "--nodes", parse_nodes, args.oat_nodes) if args.oat_nodes else []
+    weak_nodes = named("--weak-nodes", "--nodes", parse_nodes, args.weak_nodes) if args.weak_nodes else None
+    for scaling in args.scaling.split(","):
+        if scaling not in ("strong", "weak"):
+            raise SpecError("<argument>", "--scaling", f"unknown scaling {scaling!r}; expected strong, weak or both")
+        settings = {"uncertainty": "inputs", "uncertainty_draws": str(args.draws),
+                    **scaling_settings(scaling, args.global_batch, args.batch_per_gpu)}
+        for key, flag in (("uncertainty_draws", "--draws"), ("global_batch", "--global-batch"),
+                          ("batch_per_gpu", "--batch-per-gpu")):
+            if key in settings:
+                named(flag, key, parse_execution, {key: settings[key]})
+        parse_execution(settings)
+    check_workers(args.workers)
+    load_workload(args.model)
+    for topo_name in args.topologies.split(","):
+        load_topology(ROOT / "topologies" / f"{topo_name}.yaml")
+    check_out_writable(args.out)
+    return nodes, oat_nodes, weak_nodes
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"dlrm_projection.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(ROOT / "models/dlrm_dcnv2_mlperf.yaml"))
     p.add_argument("--topologies", default="h100_nvl8_ib_ndr,h200_nvl8_ib_ndr")
@@ -140,9 +186,8 @@ def main(argv=None) -> int:
         args.model, args.topologies, args.nodes, args.oat_nodes = (str(ROOT / "models/dlrm_synthetic.yaml"),
                                                                    "h100_nvl8_ib_ndr", "1,2", "2")
         args.draws, args.global_batch, args.batch_per_gpu, args.weak_nodes = 4, 4096, 256, ""
+    nodes, oat_nodes, weak_nodes = check_args(args)
     out = Path(args.out)
-    nodes = parse_nodes(args.nodes)
-    oat_nodes = [int(n) for n in args.oat_nodes.split(",") if n.strip()] if args.oat_nodes else []
     model = Path(args.model)
     rows, sens = [], []
     t0 = time.perf_counter()
@@ -150,7 +195,7 @@ def main(argv=None) -> int:
         for topo_name in args.topologies.split(","):
             t_series = time.perf_counter()
             topo = ROOT / "topologies" / f"{topo_name}.yaml"
-            series_nodes = nodes if scaling == "strong" or not args.weak_nodes else parse_nodes(args.weak_nodes)
+            series_nodes = nodes if scaling == "strong" or weak_nodes is None else weak_nodes
             df = _series(model, topo, scaling, series_nodes, args, out)
             rows += projection_rows(df, topo_name, scaling)
             for n in oat_nodes:

@@ -35,3 +35,22 @@ def test_bench_uncertainty_tiny(root, tmp_path):
     b = pd.read_csv(out)
     assert len(b) == 1 and b["interval_runs"].iloc[0] == 3 and b["wall_s"].iloc[0] > 0
     assert b["guard_estimate_s"].iloc[0] >= 0 and b["speedup_p10"].iloc[0] <= b["speedup_p90"].iloc[0]
+
+
+def test_projection_bad_arguments_exit_2_without_traceback(root, tmp_path):
+    base = ["experiments/scaling/dlrm_projection.py", "--model", "models/dlrm_synthetic.yaml", "--topologies",
+            "h100_nvl8_ib_ndr", "--nodes", "1", "--oat-nodes=", "--global-batch", "4096", "--workers", "1", "--quiet"]
+    cases = [(["--draws", "-1"], "--draws"), (["--oat-nodes", "x"], "--oat-nodes"), (["--nodes", "0"], "--nodes"),
+             (["--scaling", "bogus"], "--scaling"), (["--workers", "0"], "--workers"),
+             (["--model", str(tmp_path / "none.yaml")], "none.yaml"), (["--topologies", "nope"], "nope.yaml"),
+             (["--global-batch", "-5"], "--global-batch")]
+    for extra, needle in cases:
+        out = tmp_path / "out"
+        r = subprocess.run([sys.executable, *base, *extra, "--out", str(out)], capture_output=True, text=True,
+                           cwd=root, timeout=120)
+        assert r.returncode == 2 and needle in r.stderr, (extra, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not out.exists(), extra
+    r = subprocess.run([sys.executable, *base, "--out", "/proc/simfuse_projection"], capture_output=True, text=True,
+                       cwd=root, timeout=120)
+    assert r.returncode == 2 and "--out" in r.stderr and "Traceback" not in r.stderr

@@ -39,7 +39,30 @@ def one(nodes: int, model: str, topology: str, uncertainty: str = "none") -> dic
             "rank_classes": res["fused"].classes, "uncertainty": uncertainty}
 
 
+def check_args(args) -> list[int]:
+    """Every argument checked before any point runs (a SpecError naming it); returns the node counts."""
+    from simfuse.arguments import check_out_writable
+    from simfuse.spec import load_topology, load_workload
+    from simfuse.sweeps import parse_nodes
+
+    nodes = parse_nodes(args.nodes)
+    load_workload(args.model)
+    load_topology(args.topology)
+    check_out_writable(args.out, is_dir=False)
+    return nodes
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"bench_dlrm.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", default="1,2,4,8,16,32,64,128,256,512,1024")
     p.add_argument("--model", default=str(ROOT / "models/dlrm_dcnv2_tablewise.yaml"))
@@ -53,7 +76,7 @@ def main(argv=None) -> int:
         print(json.dumps(one(args.one, args.model, args.topology, args.uncertainty)))
         return 0
     rows = []
-    for n in [int(x) for x in args.nodes.split(",")]:
+    for n in check_args(args):
         r = subprocess.run([sys.executable, __file__, "--one", str(n), "--model", args.model, "--topology",
                             args.topology, "--uncertainty", args.uncertainty], capture_output=True, text=True,
                            check=True)

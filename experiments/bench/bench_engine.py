@@ -21,7 +21,42 @@ from simfuse.system import System  # noqa: E402
 from simfuse.units import parse_size_bytes  # noqa: E402
 
 
+def check_args(args) -> tuple[list[int], int, list[tuple[str, str]]]:
+    """Every argument checked before any collective runs (a SpecError naming it); returns the node counts, the
+    size in bytes and the (collective, algorithm) pairs."""
+    from simfuse.arguments import check_out_writable
+    from simfuse.collectives import REGISTRY
+    from simfuse.errors import SpecError
+    from simfuse.spec import load_topology
+    from simfuse.sweeps import parse_nodes
+
+    nodes = parse_nodes(args.nodes)
+    size = parse_size_bytes(args.size, "<argument>", "--size")
+    ops = []
+    for spec in args.ops.split(","):
+        op, _, alg = spec.partition(":")
+        if op not in REGISTRY or alg not in REGISTRY[op]:
+            raise SpecError("<argument>", "--ops", f"unknown collective:algorithm {spec!r}; expected e.g. "
+                            "all_to_all:direct or all_reduce:ring")
+        ops.append((op, alg))
+    if args.full_upto < 0:
+        raise SpecError("<argument>", "--full-upto", f"must be >= 0, got {args.full_upto}")
+    load_topology(args.topology)
+    check_out_writable(args.out, is_dir=False)
+    return nodes, size, ops
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"bench_engine.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--topology", default=str(ROOT / "topologies/h200_nvl8_ib_ndr.yaml"))
     p.add_argument("--nodes", default="1,16,128,1024")
@@ -30,12 +65,11 @@ def main(argv=None) -> int:
     p.add_argument("--full-upto", type=int, default=2, help="also run full (non-symmetric) simulation up to N nodes")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    node_list, size, ops = check_args(args)
     topo = System.load(args.topology).topology
-    size = parse_size_bytes(args.size)
     rows = []
-    for nodes in [int(x) for x in args.nodes.split(",")]:
-        for spec in args.ops.split(","):
-            op, alg = spec.split(":")
+    for nodes in node_list:
+        for op, alg in ops:
             modes = ["auto"] + (["full"] if nodes <= args.full_upto else [])
             for mode in modes:
                 t0 = time.perf_counter()
@@ -48,7 +82,9 @@ def main(argv=None) -> int:
                       f"wall {wall:7.3f} s  events {r.events:8d}", flush=True)
     df = pd.DataFrame(rows)
     if args.out:
-        df.to_csv(args.out, index=False)
+        from simfuse.results.io import atomic_write_df
+
+        atomic_write_df(df, args.out)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
 

@@ -71,7 +71,42 @@ def time_problem(caps, g, lk, w, ng, repeat: int) -> tuple[float, float, float]:
     return tuple(_best_s(fn, repeat, number) for fn in (kept, built, vectorised))
 
 
+def check_args(args) -> list[int]:
+    """Every argument checked before any timing (a SpecError naming it); returns the entry counts."""
+    from simfuse.arguments import check_out_writable
+    from simfuse.errors import SpecError
+
+    def count(value, flag: str, hi: int = 10**7) -> int:
+        if not 1 <= value <= hi:
+            raise SpecError("<argument>", flag, f"must be an integer in 1..{hi}, got {value}")
+        return value
+
+    try:
+        entries = [int(x) for x in args.entries.split(",")]
+    except ValueError:
+        raise SpecError("<argument>", "--entries", f"cannot parse {args.entries[:60]!r} (use 96,192,...)") from None
+    entries = [count(n, "--entries") for n in entries]
+    count(args.links, "--links", 10**6)
+    count(args.links_per_group, "--links-per-group", args.links)
+    count(args.problems, "--problems", 10**4)
+    count(args.repeat, "--repeat", 10**4)
+    if args.seed < 0:
+        raise SpecError("<argument>", "--seed", f"must be >= 0, got {args.seed}")
+    check_out_writable(args.out, is_dir=False)
+    return entries
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"bench_fill_threshold.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--entries", default="96,192,288,384,480,576,672,768,960,1200")
     p.add_argument("--links", type=int, default=40)
@@ -81,9 +116,10 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    entries = check_args(args)
     rng = np.random.default_rng(args.seed)
     rows = []
-    for n in [int(x) for x in args.entries.split(",")]:
+    for n in entries:
         kept_s = built_s = numpy_s = 0.0
         for _ in range(args.problems):
             caps, g, lk, w, ng = problem(rng, n, args.links, args.links_per_group)
@@ -102,8 +138,10 @@ def main(argv=None) -> int:
     if args.out:
         import pandas as pd
 
-        pd.DataFrame(rows, columns=["entries", "python_layout_kept_s", "python_layout_built_s", "numpy_s"]).to_csv(
-            args.out, index=False)
+        from simfuse.results.io import atomic_write_df
+
+        atomic_write_df(pd.DataFrame(rows, columns=["entries", "python_layout_kept_s", "python_layout_built_s",
+                                                    "numpy_s"]), args.out)
     return 0
 
 

@@ -58,7 +58,32 @@ def machine() -> str:
     return f"{platform.node()} ({cpu}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()})"
 
 
+def check_args(args) -> list[int]:
+    """Every argument checked before any point runs (a SpecError naming it); returns the node counts."""
+    sys.path.insert(0, str(ROOT))
+    from simfuse.arguments import check_out_writable
+    from simfuse.spec import load_topology, load_workload
+    from simfuse.sweeps import parse_nodes
+
+    nodes = parse_nodes(args.nodes)
+    for model in args.models.split(","):
+        load_workload(model)
+    load_topology(args.topology)
+    check_out_writable(args.out, is_dir=False)
+    return nodes
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"bench_llm.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", default="1,8,128,1024")
     p.add_argument("--models", default=MODELS, help="comma-separated model files")
@@ -71,11 +96,12 @@ def main(argv=None) -> int:
         return 0
     import pandas as pd
 
+    node_list = check_args(args)
     rows = []
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     host = machine()
     for model in args.models.split(","):
-        for n in [int(x) for x in args.nodes.split(",")]:
+        for n in node_list:
             r = subprocess.run([sys.executable, __file__, "--one", model, str(n), "--topology", args.topology],
                                capture_output=True, text=True, check=True)
             for row in json.loads(r.stdout.strip().splitlines()[-1]):
@@ -84,9 +110,9 @@ def main(argv=None) -> int:
                 print(f"{row['model']:>18s} {row['nodes']:5d} nodes ({row['gpus']} GPUs) {row['mode']:8s}: wall "
                       f"{row['wall_s']:6.2f} s, events {row['events']}, step {row['step_time_s'] * 1e3:.1f} ms "
                       f"(exposed comm {row['exposed_comm_time_s'] * 1e3:.1f} ms)", flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(out, index=False)
+    from simfuse.results.io import atomic_write_df
+
+    atomic_write_df(pd.DataFrame(rows), Path(args.out))
     return 0
 
 

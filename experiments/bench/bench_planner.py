@@ -160,6 +160,39 @@ def _parse_points(text: str) -> list[tuple[str, int, str]]:
     return out
 
 
+def check_args(args) -> list[tuple[str, int, str]]:
+    """Every argument checked before any point runs (a SpecError naming it); returns the points."""
+    from simfuse.arguments import check_out_writable
+    from simfuse.checks import check_nodes
+    from simfuse.errors import SpecError
+    from simfuse.fused.knobs import parse_execution
+    from simfuse.spec import load_topology, load_workload
+
+    points = _parse_points(args.points)
+    for _kind, nodes, _unc in points:
+        check_nodes(nodes, "--points")
+    try:
+        parse_execution({"batch_per_gpu": str(args.batch_per_gpu)})
+    except SpecError as exc:
+        raise SpecError("<argument>", "--batch-per-gpu", exc.message) from None
+    load_workload(args.model)
+    load_topology(args.topology)
+    check_out_writable(args.out, is_dir=False)
+    return points
+
+
+def cli(argv=None) -> int:
+    """The command line: :func:`main`, with a SpecError as one line and exit code 2."""
+    from simfuse.errors import SpecError
+
+    try:
+        main(argv)
+    except SpecError as exc:
+        print(f"bench_planner.py: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", default=DEFAULT_POINTS, help="comma-separated planner:NODES and "
@@ -183,7 +216,7 @@ def main(argv=None):
     sys.path.insert(0, str(ROOT))
     from simfuse.results.io import atomic_write_df
 
-    points = _parse_points(args.points)
+    points = check_args(args)
     meta = {"machine": _machine(), "date": datetime.date.today().isoformat(), "commit": _commit()}
     rows = []
     for kind, nodes, unc in points:
@@ -209,4 +242,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(ROOT))
+    sys.exit(cli())

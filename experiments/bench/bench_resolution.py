@@ -56,7 +56,33 @@ def _one(model: str, nodes: int, res_ns: float, workers: int) -> tuple[dict, flo
     return {r["mode"]: float(r["iteration_time_s"]) for _, r in df.iterrows()}, wall
 
 
+def check_args(a) -> tuple[list[str], list[int]]:
+    """Every argument checked before any point runs (a SpecError naming it); returns the models and nodes."""
+    from simfuse.arguments import check_out_writable, check_workers
+    from simfuse.spec import load_workload
+    from simfuse.sweeps import parse_nodes
+
+    nodes = parse_nodes(a.nodes)
+    check_workers(a.workers)
+    models = a.models.split(",") if a.models else sorted(str(p) for p in (ROOT / "models").glob("*.yaml"))
+    if a.models:
+        for model in models:
+            load_workload(model)
+    check_out_writable(a.out, is_dir=False)
+    return models, nodes
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"bench_resolution.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     from simfuse.errors import SimfuseError
     from simfuse.fused.knobs import RATE_RESOLUTION_NS
 
@@ -66,8 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "experiments/results/bench_resolution.csv"))
     a = ap.parse_args(argv)
-    models = a.models.split(",") if a.models else sorted(str(p) for p in (ROOT / "models").glob("*.yaml"))
-    nodes = [int(n) for n in a.nodes.split(",")]
+    models, nodes = check_args(a)
     machine = f"{platform.node() or 'vm'} ({platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()})"
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rows = []

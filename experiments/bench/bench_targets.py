@@ -175,7 +175,44 @@ def _machine() -> str:
     return f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()})"
 
 
+def check_args(args) -> None:
+    """Every argument checked before any point runs (a SpecError naming it): the kinds of point, both node lists,
+    the model and topology files named, and a writable ``--out`` (an existing one with ``--reestimate``)."""
+    from simfuse.arguments import check_out_writable
+    from simfuse.errors import SpecError
+    from simfuse.spec import load_topology, load_workload
+    from simfuse.sweeps import parse_nodes
+
+    unknown = [w for w in args.what.split(",") if w not in ("run", "collective")]
+    if unknown:
+        raise SpecError("<argument>", "--what", f"unknown kind {unknown[0]!r}; expected run, collective or both")
+    if args.nodes is not None:
+        parse_nodes(args.nodes)
+    if args.collective_nodes is not None:
+        try:
+            parse_nodes(args.collective_nodes)
+        except SpecError as exc:
+            raise SpecError("<argument>", "--collective-nodes", exc.message) from None
+    for model in (args.models.split(",") if args.models else []):
+        load_workload(model)
+    for topo in (args.topologies.split(",") if args.topologies else []):
+        load_topology(topo)
+    if args.reestimate and not Path(args.out).is_file():
+        raise SpecError("<argument>", "--out", f"no such file: {args.out!r} (--reestimate rewrites an existing CSV)")
+    check_out_writable(args.out, is_dir=False)
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"bench_targets.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--what", default="run,collective")
     p.add_argument("--nodes", default=None, help="node counts of the run points (default 1..16,384)")
@@ -195,6 +232,8 @@ def main(argv=None) -> int:
     if args.out is None:
         name = "bench_collectives.csv" if args.only == "collectives" else "bench_targets.csv"
         args.out = str(ROOT / "experiments/results" / name)
+    if not args.child:
+        check_args(args)
     if args.reestimate:
         reestimate(Path(args.out))
         return 0
@@ -203,18 +242,22 @@ def main(argv=None) -> int:
         row = _child_run(a, b, int(n)) if kind == "run" else _child_collective(a, b, int(n))
         print(json.dumps(row))
         return 0
+    from simfuse.sweeps import parse_nodes
+
     what = args.what.split(",")
     points = []
     if "run" in what:
         models = args.models.split(",") if args.models else sorted(str(m) for m in (ROOT / "models").glob("*.yaml"))
-        nodes = [int(x) for x in args.nodes.split(",")] if args.nodes else RUN_NODES
+        nodes = parse_nodes(args.nodes) if args.nodes else RUN_NODES
         points += [("run", m, str(RUN_TOPOLOGY), n) for m in models for n in nodes]
     if "collective" in what:
         topos = (args.topologies.split(",") if args.topologies
                  else sorted(str(t) for t in (ROOT / "topologies").glob("*.yaml")))
-        cnodes = [int(x) for x in args.collective_nodes.split(",")] if args.collective_nodes else COLLECTIVE_NODES
+        cnodes = parse_nodes(args.collective_nodes) if args.collective_nodes else COLLECTIVE_NODES
         points += [("collective", op, t, n) for t in topos for n in cnodes for op in OPS]
     import pandas as pd
+
+    from simfuse.results.io import atomic_write_df
 
     rows = []
     for kind, a, b, n in points:
@@ -236,7 +279,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if out.exists():
         df = pd.concat([pd.read_csv(out), df], ignore_index=True)
-    df.to_csv(out, index=False)
+    atomic_write_df(df, out)
     print(f"wrote {out} ({len(rows)} rows)")
     return 0
 

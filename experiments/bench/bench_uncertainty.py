@@ -58,7 +58,39 @@ def one(model: Path, topo: Path, nodes: int, draws: int, sensitivity: str, worke
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def check_args(args) -> None:
+    """Every argument checked before any point runs (a SpecError naming it)."""
+    from simfuse.arguments import check_out_writable, check_workers
+    from simfuse.checks import check_nodes
+    from simfuse.errors import SpecError
+    from simfuse.spec import load_topology
+
+    check_nodes(args.nodes)
+    for key, flag, value in (("uncertainty_draws", "--draws", args.draws),
+                             ("global_batch", "--global-batch", args.global_batch),
+                             *(("sensitivity", "--sensitivity", s) for s in args.sensitivity.split(","))):
+        try:
+            parse_execution({key: str(value)})
+        except SpecError as exc:
+            raise SpecError("<argument>", flag, exc.message) from None
+    check_workers(args.workers)
+    load_workload(args.model)
+    for topo in args.topologies.split(","):
+        load_topology(ROOT / "topologies" / f"{topo}.yaml")
+    check_out_writable(args.out, is_dir=False)
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"bench_uncertainty.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(ROOT / "models/dlrm_dcnv2_mlperf.yaml"))
     p.add_argument("--topologies", default="h100_nvl8_ib_ndr,h200_nvl8_ib_ndr")
@@ -69,6 +101,7 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", default=str(ROOT / "experiments/results/bench_uncertainty.csv"))
     args = p.parse_args(argv)
+    check_args(args)
     rows = []
     for topo in args.topologies.split(","):
         for sens in args.sensitivity.split(","):

@@ -92,11 +92,22 @@ def fit_classes(rows: pd.DataFrame) -> tuple[float, float, float]:
     return a, b, c
 
 
+def _error(message: str) -> int:
+    print(f"fit_guard_dlrm.py: error: {' '.join(message.splitlines())}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", default=str(ROOT / "experiments/results/bench_guard_fit.csv"))
     a = ap.parse_args(argv)
-    df = pd.read_csv(a.csv)
+    try:
+        df = pd.read_csv(a.csv)
+        missing = sorted({"what", "model", "cpu_s", "gpus", "nodes", "topology"} - set(df.columns))
+    except (OSError, ValueError) as exc:
+        return _error(f"--csv: cannot read {a.csv!r} ({getattr(exc, 'strerror', None) or exc})")
+    if missing:
+        return _error(f"--csv: {a.csv!r} lacks column(s) {', '.join(missing)} (a bench_targets.py CSV)")
     dlrm = df[(df["what"] == "run") & df["model"].str.startswith("dlrm") & df["cpu_s"].notna() & (df["gpus"] > 1)]
     if dlrm.empty:
         raise SystemExit(f"{a.csv}: no DLRM run rows")

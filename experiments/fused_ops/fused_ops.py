@@ -219,7 +219,34 @@ def bench(topology, nodes: int = 128, g: int = 8) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def check_args(args) -> None:
+    """Every argument checked before any run (a SpecError naming it): ``--occupancy-loss``, the topology file and
+    a writable ``--out``."""
+    from simfuse.arguments import check_out_writable
+    from simfuse.errors import SpecError
+    from simfuse.fused.knobs import parse_execution
+    from simfuse.spec import load_topology
+
+    if args.occupancy_loss is not None:
+        try:
+            parse_execution({"occupancy_loss": str(args.occupancy_loss)})
+        except SpecError as exc:
+            raise SpecError("<argument>", "--occupancy-loss", exc.message) from None
+    load_topology(args.topology)
+    check_out_writable(args.out)
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"fused_ops.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", default=str(REPO / "topologies" / "h200_nvl8_ib_ndr.yaml"))
     ap.add_argument("--out", default=str(REPO / "experiments" / "results" / "fused_ops"))
@@ -232,6 +259,7 @@ def main(argv=None) -> int:
                     help="the baseline's compute kernel: the operator's own kernel unfused (default) or a "
                          "vendor-library kernel (cuBLAS's measured model where the topology has one)")
     args = ap.parse_args(argv)
+    check_args(args)
 
     # one System: calibrated kernels *and* the calibrated fabric (the profile applied once, here)
     topology = System.load(args.topology)

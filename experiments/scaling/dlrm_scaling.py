@@ -26,7 +26,36 @@ from simfuse.results.plots import plot_breakdown, plot_speedup_vs_nodes  # noqa:
 from simfuse.sweeps import parse_nodes, run_sweep  # noqa: E402
 
 
+def check_args(args) -> tuple[list[int], dict]:
+    """Every argument checked before any point runs (a SpecError naming it): the node list, the workers, the
+    ``--set`` pairs, the model and topology files and a writable ``--out``; returns the nodes and the settings."""
+    from simfuse.arguments import check_out_writable, check_workers
+    from simfuse.fused.knobs import parse_execution, parse_set_pairs
+    from simfuse.spec import load_topology, load_workload
+
+    nodes = parse_nodes(args.nodes)
+    check_workers(args.workers)
+    settings = parse_set_pairs(args.set)
+    parse_execution(settings, source="--set")
+    for model in args.models.split(","):
+        load_workload(ROOT / "models" / f"{model}.yaml")
+    for topo in args.topologies.split(","):
+        load_topology(ROOT / "topologies" / f"{topo}.yaml")
+    check_out_writable(args.out)
+    return nodes, settings
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"dlrm_scaling.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="dlrm_dcnv2,dlrm_v1")
     p.add_argument("--topologies", default="h200_nvl8_ib_ndr,h100_nvl8_ib_ndr")
@@ -39,9 +68,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.tiny:
         args.models, args.topologies, args.nodes = "dlrm_synthetic", "h200_nvl8_ib_ndr", "1,2"
+    nodes, settings = check_args(args)
     out = Path(args.out)
-    nodes = parse_nodes(args.nodes)
-    settings = dict(kv.split("=", 1) for kv in args.set)
     frames = []
     for model in args.models.split(","):
         for topo in args.topologies.split(","):

@@ -39,7 +39,32 @@ MODEL_BY_NODES = {1: "dlrm_dcnv2_mlperf", 2: "dlrm_dcnv2_mlperf", 8: "dlrm_dcnv2
                   16: "dlrm_dcnv2_mlperf_16n"}
 
 
+def check_args(args):
+    """Every argument checked before any point runs (a SpecError naming it): the node list, the ``--set`` pairs,
+    the topology files and a writable ``--out`` (a CSV file); returns the nodes and the execution spec."""
+    from simfuse.arguments import check_out_writable
+    from simfuse.spec import load_topology
+    from simfuse.sweeps import parse_nodes
+
+    nodes = parse_nodes(args.nodes)
+    ex = parse_execution({"uncertainty": "none", **parse_set_pairs(args.set)}, source="--set")
+    for topo in args.topologies.split(","):
+        load_topology(ROOT / "topologies" / f"{topo}.yaml")
+    check_out_writable(args.out, is_dir=False)
+    return nodes, ex
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"dlrm_twrw_fused.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", default="1,2,8,16,128")
     p.add_argument("--topologies", default="h200_nvl8_ib_ndr,h100_nvl8_ib_ndr")
@@ -47,12 +72,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "experiments/results/dlrm_twrw_fused.csv"))
     p.add_argument("--machine", default=f"{platform.machine()}, Python {platform.python_version()}")
     args = p.parse_args(argv)
-    settings = {"uncertainty": "none", **parse_set_pairs(args.set)}
-    ex = parse_execution(settings, source="--set")
+    node_list, ex = check_args(args)
     rows = []
     for topo in args.topologies.split(","):
         system = System.load(ROOT / "topologies" / f"{topo}.yaml")
-        for nodes in (int(x) for x in args.nodes.split(",")):
+        for nodes in node_list:
             spec = load_workload(ROOT / "models" / f"{MODEL_BY_NODES.get(nodes, 'dlrm_dcnv2_mlperf_16n')}.yaml")
             spec = scaled_spec(spec, nodes, system.gpus_per_node, ex)
             t0 = time.perf_counter()

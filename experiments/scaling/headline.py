@@ -68,7 +68,9 @@ def rewrite(readme: Path, text: str, name: str = "headline", src: str | None = N
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     src = readme.read_text(encoding="utf-8") if src is None else src
     if start not in src or end not in src:
-        raise SystemExit(f"{readme}: no {start} ... {end} block")
+        from simfuse.errors import SpecError
+
+        raise SpecError(str(readme), name, f"no {start} ... {end} block")
     head, rest = src.split(start, 1)
     _, tail = rest.split(end, 1)
     return head + start + "\n" + text + end + tail
@@ -111,22 +113,50 @@ def results_blocks(root: Path) -> dict[str, str]:
     return out
 
 
+def check_args(args) -> None:
+    """Every argument checked before anything is read or written (a SpecError naming it): ``--dir`` holds
+    projection.csv, ``--readme`` and ``--results`` are existing files in writable directories."""
+    from simfuse.arguments import check_out_writable
+    from simfuse.errors import SpecError
+
+    if not (Path(args.dir) / "projection.csv").is_file():
+        raise SpecError("<argument>", "--dir", f"no projection.csv in {args.dir!r}")
+    for flag, path in (("--readme", args.readme), ("--results", args.results)):
+        if path is not None and not Path(path).is_file():
+            raise SpecError("<argument>", flag, f"no such file: {path!r}")
+        check_out_writable(path, flag, is_dir=False)
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"headline.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", default=str(ROOT / "experiments/results/dlrm_projection"))
     p.add_argument("--readme", default=None)
     p.add_argument("--results", default=None, help="docs/results.md: rewrite its generated blocks too")
     args = p.parse_args(argv)
+    check_args(args)
     text = block(Path(args.dir))
     from simfuse.results.io import atomic_write_text
 
+    writes = []  # every file's new text is made before any is written (a bad block leaves both untouched)
     if args.readme:
-        atomic_write_text(args.readme, rewrite(Path(args.readme), text))
+        writes.append((args.readme, rewrite(Path(args.readme), text)))
     if args.results:
         src = Path(args.results).read_text(encoding="utf-8")
         for name, body in results_blocks(ROOT).items():
             src = rewrite(Path(args.results), body, name, src)
-        atomic_write_text(args.results, src)
+        writes.append((args.results, src))
+    for path, new in writes:
+        atomic_write_text(path, new)
     print(text, end="")
     return 0
 

@@ -148,27 +148,42 @@ def plan_rows(matrix, strategy, nodes: int) -> list[tuple[str, str, str]]:
     return [(f"t{t}", k, r) for t, k, r in sorted(rows)]
 
 
+def check_args(a) -> None:
+    """The mirror root holds every repository the plans come from, and ``--out`` is writable (a SpecError naming
+    the flag), before any git runs."""
+    from simfuse.arguments import check_out_writable
+
+    for repo in sorted({c[1] for c in CONFIGS}):
+        git = Path(a.mirror) / repo.replace("/", "+") / "repo"
+        if not git.is_dir():
+            raise SpecError("<argument>", "--mirror", f"no mirrored repository {str(git)!r} (expected "
+                            "<root>/<owner>+<name>/repo)")
+    check_out_writable(a.out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mirror", required=True, help="root of the mirrored repositories (<root>/<owner>+<name>/repo)")
     ap.add_argument("--out", default=str(ROOT / "models" / "plans"))
     a = ap.parse_args(argv)
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     try:
+        check_args(a)
+        plans = []  # every plan is made before any file is written (a failing one leaves --out untouched)
         for name, repo, commit, folder, config, nodes in CONFIGS:
             git = Path(a.mirror) / repo.replace("/", "+") / "repo"
             matrix, strategy, args, _t, _h = nvidia_plan(git, commit, folder, config, nodes)
-            rows = plan_rows(matrix, strategy, nodes)
-            path = out / f"{name}.csv"
-            with path.open("w", encoding="utf-8") as f:
-                f.write("table,sharding,ranks\n")
-                f.writelines(f"{t},{k},{r}\n" for t, k, r in rows)
-            print(f"{name}: {args.sharding_plan}, mem_comm_bw_ratio {args.mem_comm_bw_ratio:g}, dp threshold "
-                  f"{args.dp_sharding_threshold:g} GiB -> {path}")
+            plans.append((name, plan_rows(matrix, strategy, nodes), args))
     except SpecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"hugectr_plans.py: error: {exc}", file=sys.stderr)
         return 2
+    from simfuse.results.io import atomic_write_text
+
+    for name, rows, args in plans:
+        path = out / f"{name}.csv"
+        atomic_write_text(path, "table,sharding,ranks\n" + "".join(f"{t},{k},{r}\n" for t, k, r in rows))
+        print(f"{name}: {args.sharding_plan}, mem_comm_bw_ratio {args.mem_comm_bw_ratio:g}, dp threshold "
+              f"{args.dp_sharding_threshold:g} GiB -> {path}")
     return 0
 
 

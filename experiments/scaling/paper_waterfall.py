@@ -122,7 +122,31 @@ def transport_rows(realistic, system, node_counts, workers) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def check_args(args) -> None:
+    """Every argument checked before any point runs (a SpecError naming it): the node count, the workers, both
+    topology files and a writable ``--out``."""
+    from simfuse.arguments import check_out_writable, check_workers
+    from simfuse.checks import check_nodes
+    from simfuse.spec import load_topology
+
+    check_nodes(args.nodes)
+    check_workers(args.workers)
+    load_topology(ROOT / "topologies" / f"{args.topology}.yaml")
+    load_topology(ROOT / "topologies" / f"{args.hugectr_topology}.yaml")
+    check_out_writable(args.out)
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"paper_waterfall.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=128)
     p.add_argument("--topology", default="h100_nvl8_ib_ndr")
@@ -131,6 +155,7 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--tiny", action="store_true", help="smoke configuration: 2 nodes, small batches")
     args = p.parse_args(argv)
+    check_args(args)
     out = Path(args.out)
     system = System.load(ROOT / "topologies" / f"{args.topology}.yaml")
     paper = load_workload(ROOT / "models/dlrm_dcnv2_paper_setting.yaml")

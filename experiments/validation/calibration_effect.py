@@ -105,13 +105,39 @@ def coverage(profile_path: Path) -> pd.DataFrame:
             .reset_index())
 
 
-def main() -> int:
+def check_args(args) -> None:
+    """Both sweep directories hold fused_ops.csv, the profile exists and ``--calibrated`` is writable (a SpecError
+    naming the flag, before anything is read or written)."""
+    from simfuse.arguments import check_out_writable
+    from simfuse.errors import SpecError
+
+    for flag, d in (("--roofline", args.roofline), ("--calibrated", args.calibrated)):
+        if not (Path(d) / "fused_ops.csv").is_file():
+            raise SpecError("<argument>", flag, f"no fused_ops.csv in {d!r} (the output directory of a "
+                            "fused_ops.py sweep)")
+    if not Path(args.profile).is_file():
+        raise SpecError("<argument>", "--profile", f"no such file: {args.profile!r}")
+    check_out_writable(args.calibrated, "--calibrated")
+
+
+def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"calibration_effect.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--roofline", required=True, help="output directory of the roofline sweep")
     ap.add_argument("--calibrated", default=str(HERE), help="output directory of the calibrated sweep (and of "
                     "the two CSVs this script writes)")
     ap.add_argument("--profile", default=str(REPO / "profiles" / "h200_calibration.yaml"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_args(args)
     out = Path(args.calibrated)
     cal = pd.read_csv(out / "fused_ops.csv")
     roof = pd.read_csv(Path(args.roofline) / "fused_ops.csv")

@@ -330,6 +330,21 @@ def run(out: Path, smoke: bool = False, derived: Path = DERIVED, with_ablation: 
     return table
 
 
+def check_args(a) -> None:
+    """The arguments checked before any git or simulation runs (a SpecError naming the flag): with ``--extract``
+    its mirror root and a writable ``--derived``; else a readable ``--derived`` and a writable ``--out``."""
+    from simfuse.arguments import check_out_writable
+
+    if a.extract:
+        if not Path(a.extract).is_dir():
+            raise SpecError("<argument>", "--extract", f"no such directory: {a.extract!r}")
+        check_out_writable(a.derived, "--derived", is_dir=False)
+        return
+    if not Path(a.derived).is_file():
+        raise SpecError("<argument>", "--derived", f"no such file: {a.derived!r}")
+    check_out_writable(a.out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="default experiments/results/dlrm_validation (with --smoke: "
@@ -345,12 +360,13 @@ def main(argv=None) -> int:
     if a.out is None:
         a.out = str(ROOT / ("runs/dlrm_validation_smoke" if a.smoke else "experiments/results/dlrm_validation"))
     try:
+        check_args(a)
         if a.extract:
             extract(Path(a.extract), Path(a.derived))
             return 0
         t = run(Path(a.out), a.smoke, Path(a.derived), with_ablation=a.ablation)
     except (SpecError, MLLogError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"dlrm_validation.py: error: {exc}", file=sys.stderr)
         return 2
     cols = ["round", "config", "gpus", "global_batch", "derived_step_s", "sim_planned_s", "ratio_planned",
             "sim_table_wise_s", "ratio_table_wise", "sim_hugectr_s", "ratio_hugectr"]

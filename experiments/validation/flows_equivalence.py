@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -138,17 +139,49 @@ def compare(old: dict, new: dict) -> tuple[float, list[str]]:
     return worst, problems
 
 
-def main(argv=None):
+class ArgumentError(ValueError):
+    """A bad argument, named (checked here without simfuse's helpers: the simfuse under test may be an old one)."""
+
+
+def check_args(args) -> list[str]:
+    """Every argument checked before any case runs; returns the case names."""
+    import tempfile
+
+    names = [c for c in args.cases.split(",") if c]
+    unknown = [c for c in names if c not in CASES]
+    if unknown or not names:
+        raise ArgumentError(f"--cases: unknown case {(unknown or [''])[0]!r}; known: {', '.join(CASES)}")
+    if not math.isfinite(args.rtol) or args.rtol < 0:
+        raise ArgumentError(f"--rtol: must be a finite number >= 0, got {args.rtol!r}")
+    if args.compare:
+        try:
+            json.loads(Path(args.compare).read_text())["values"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ArgumentError(f"--compare: cannot read a recording from {args.compare!r} "
+                                f"({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
+    out = Path(args.out)
+    if out.is_dir():
+        raise ArgumentError(f"--out: {args.out!r} is a directory; expected a JSON file")
+    try:
+        with tempfile.TemporaryFile(dir=out.parent):
+            pass
+    except OSError as exc:
+        raise ArgumentError(f"--out: cannot write under {str(out.parent)!r} ({exc.strerror or exc})") from None
+    return names
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--compare", default=None)
     ap.add_argument("--rtol", type=float, default=1e-12)
     args = ap.parse_args(argv)
-    names = [c for c in args.cases.split(",") if c]
-    unknown = [c for c in names if c not in CASES]
-    if unknown:
-        raise SystemExit(f"unknown case {unknown[0]!r}; known: {', '.join(CASES)}")
+    try:
+        names = check_args(args)
+    except ArgumentError as exc:
+        print(f"flows_equivalence.py: error: {exc}", file=sys.stderr)
+        return 2
     import simfuse
 
     print(f"simfuse from {Path(simfuse.__file__).parent}", flush=True)
@@ -165,8 +198,9 @@ def main(argv=None):
         print(f"largest relative difference: {worst:.3g} over {sum(len(v) for v in results.values())} values "
               f"({len(problems)} differ)")
         if worst > args.rtol or any("missing" in p or " new" in p for p in problems):
-            raise SystemExit(1)
+            return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -76,12 +76,33 @@ def run(out: Path, smoke: bool = False) -> pd.DataFrame:
                      "published_busbw_gbyte_per_s": pub, "ratio": round(r.busbw_gbps / pub, 3),
                      "source_url": url, "note": note})
     df = pd.DataFrame(rows)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
+    from simfuse.results.io import atomic_write_df
+
+    atomic_write_df(df, out)
     return df
 
 
+def check_out(out: str) -> None:
+    """``--out`` is a CSV file in a writable place (a SpecError naming ``--out`` before any simulation)."""
+    from simfuse.arguments import check_out_writable
+    from simfuse.errors import SpecError
+
+    if Path(out).is_dir():
+        raise SpecError("<argument>", "--out", f"{out!r} is a directory; expected a CSV file")
+    check_out_writable(out, is_dir=False)
+
+
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"nccl_validation.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="default experiments/results/nccl_validation.csv (with --smoke: "
                     "runs/nccl_validation_smoke.csv, so a smoke run leaves the committed results alone)")
@@ -89,6 +110,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.out is None:
         a.out = str(ROOT / ("runs/nccl_validation_smoke.csv" if a.smoke else "experiments/results/nccl_validation.csv"))
+    check_out(a.out)
     df = run(Path(a.out), a.smoke)
     print(df[["case", "algorithm", "protocol", "simulated_busbw_gbyte_per_s", "published_busbw_gbyte_per_s",
               "ratio"]].to_string(index=False))

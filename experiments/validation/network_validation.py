@@ -408,6 +408,16 @@ def evaluation_table(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def main(argv=None) -> int:
+    from simfuse.errors import SpecError
+
+    try:
+        return _main(argv)
+    except SpecError as exc:
+        print(f"network_validation.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default=str(ROOT / "data/network_corpus"))
     ap.add_argument("--topology", default=str(ROOT / "topologies/h100_nvl8_ib_ndr.yaml"))
@@ -419,6 +429,12 @@ def main(argv=None) -> int:
                     help="train on the points of plain algorithms (ring, direct all-to-all; default) or on all")
     args = ap.parse_args(argv)
     t0 = time.time()
+    from simfuse.arguments import check_out_writable, check_workers
+
+    check_workers(args.jobs, {"workers": "--jobs"})
+    out = Path(args.out or ROOT / ("runs/network_validation_smoke" if args.smoke else
+                                   "experiments/results/network_validation"))
+    check_out_writable(out)
     corpus = load_corpus(args.corpus)
     base = load_topology(args.topology)
     grid = SMOKE_GRID if args.smoke else GRID
@@ -449,8 +465,6 @@ def main(argv=None) -> int:
     table = pd.DataFrame(rows)
     all_fit, all_trained_on = fit_classes(sim, meas, [r.run_id for r in runs if trains(r)], class_of, source_of,
                                           algos, nominal)
-    out = Path(args.out or ROOT / ("runs/network_validation_smoke" if args.smoke else
-                                   "experiments/results/network_validation"))
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "leave_source_out.csv", index=False, float_format="%.6g")
     pd.DataFrame(fits).to_csv(out / "fits_per_fold.csv", index=False, float_format="%.6g")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,3 +37,15 @@ def test_tiny_sweep(tmp_path):
     assert trace["traceEvents"]
     summ = pd.read_csv(out / "summary.csv")
     assert {"op", "regime", "avg_time_reduction", "max_time_reduction", "paper_avg"} <= set(summ.columns)
+
+
+@pytest.mark.parametrize("args, needle", [(["--occupancy-loss", "-1"], "--occupancy-loss"),
+                                          (["--topology", "/nonexistent.yaml"], "nonexistent.yaml"),
+                                          (["--out", "/proc/simfuse_x"], "--out")])
+def test_fused_ops_bad_arguments_exit_2_without_traceback(root, tmp_path, args, needle):
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "experiments/fused_ops/fused_ops.py", "--tiny", "--out", str(out), *args],
+                       capture_output=True, text=True, cwd=root, timeout=120)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not out.exists()

@@ -1,9 +1,11 @@
 """The README's headline table and docs/results.md's tables are exactly what experiments/scaling/headline.py makes of the
 committed CSVs (a result quoted in a doc is a result in the repository)."""
 
+import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 
 def _headline(root):
@@ -38,3 +40,18 @@ def test_results_doc_blocks_are_the_committed_csvs(root):
     assert {"headline", "projection", "waterfall", "transport", "hugectr"} <= set(blocks)
     for name, body in blocks.items():
         assert _block(text, name) == body, name
+
+
+@pytest.mark.parametrize("args, needle", [(["--dir", "/nonexistent_dir"], "--dir"),
+                                          (["--readme", "/nonexistent.md"], "--readme"),
+                                          (["--results", "/nonexistent.md"], "--results"),
+                                          (["--readme", "PLAIN"], "headline:start")])
+def test_headline_bad_arguments_exit_2_without_traceback(root, tmp_path, args, needle):
+    plain = tmp_path / "plain.md"
+    plain.write_text("no generated block\n")
+    args = [str(plain) if a == "PLAIN" else a for a in args]
+    r = subprocess.run([sys.executable, "experiments/scaling/headline.py", *args], capture_output=True, text=True,
+                       cwd=root, timeout=120)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert plain.read_text() == "no generated block\n" and sorted(tmp_path.iterdir()) == [plain]

@@ -220,3 +220,15 @@ def test_docs_quote_the_committed_leave_source_out_result(root):
     m = re.search(r"\*\*Result: (\d+) points, median ([\d.]+)% \(met\), max ([\d.]+)%", nv)
     assert m and int(m[1]) == target["points"]
     assert float(m[2]) == pytest.approx(median, abs=0.05) and float(m[3]) == pytest.approx(worst, abs=0.05)
+
+
+@pytest.mark.parametrize("args, needle", [(["--jobs", "0"], "--jobs"), (["--corpus", "/nonexistent"], "nonexistent"),
+                                          (["--topology", "/nonexistent.yaml"], "nonexistent.yaml"),
+                                          (["--out", "/proc/simfuse_x"], "--out")])
+def test_network_validation_bad_arguments_exit_2_without_traceback(root, tmp_path, args, needle):
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "experiments/validation/network_validation.py", "--smoke", "--out", str(out),
+                        *args], capture_output=True, text=True, cwd=root, timeout=120)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not out.exists()

@@ -403,3 +403,48 @@ def test_bench_targets_tiny(root, tmp_path):
     assert ok["guard_estimate_s"].to_numpy() == pytest.approx(good["guard_estimate_s"].to_numpy())
     expect = (ok["wall_s"] <= ok["target_s"]) & ok["guard_ratio"].between(0.5, 2.0)
     assert list(ok["meets_target"]) == list(expect) and not again[again["error"].notna()]["meets_target"].any()
+
+
+def _refused(root, args: list[str], needle: str, out=None):
+    """The script exits 2 with one error line naming ``needle``, no traceback, and leaves ``out`` unwritten."""
+    r = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=root, timeout=120)
+    assert r.returncode == 2 and needle in r.stderr, (args, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert out is None or not out.exists(), args
+
+
+SC, VA, BE = "experiments/scaling/", "experiments/validation/", "experiments/bench/"
+BAD_ARGUMENTS = [
+    (SC + "dlrm_scaling.py", ["--models", "dlrm_synthetic", "--topologies", "h200_nvl8_ib_ndr", "--nodes", "0"],
+     "--nodes", "out"),
+    (SC + "dlrm_scaling.py", ["--tiny", "--workers", "0"], "--workers", "out"),
+    (SC + "dlrm_scaling.py", ["--tiny", "--set", "bogus"], "--set", "out"),
+    (SC + "dlrm_scaling.py", ["--models", "nope", "--nodes", "1"], "nope.yaml", "out"),
+    (SC + "dlrm_twrw_fused.py", ["--nodes", "x"], "--nodes", "out.csv"),
+    (SC + "dlrm_twrw_fused.py", ["--topologies", "nope"], "nope.yaml", "out.csv"),
+    (SC + "hugectr_plans.py", ["--mirror", "/nonexistent_mirror"], "--mirror", "out"),
+    (VA + "nccl_validation.py", ["--smoke", "--out", "/proc/simfuse_x"], "--out", None),
+    (VA + "dlrm_validation.py", ["--smoke", "--derived", "/nonexistent.csv"], "--derived", "out"),
+    (VA + "calibration_effect.py", ["--roofline", "/nonexistent_dir", "--calibrated", "/nonexistent_dir"],
+     "--roofline", None),
+    (VA + "flows_equivalence.py", ["--cases", "bogus"], "--cases", "out.json"),
+    (VA + "flows_equivalence.py", ["--cases", "dlrm_v1_full_2", "--rtol", "-1"], "--rtol", "out.json"),
+    (BE + "bench_dlrm.py", ["--nodes", "-4"], "--nodes", "out.csv"),
+    (BE + "bench_engine.py", ["--nodes", "1", "--ops", "all_reduce:nope"], "--ops", "out.csv"),
+    (BE + "bench_fill_threshold.py", ["--problems", "0"], "--problems", "out.csv"),
+    (BE + "bench_llm.py", ["--nodes", "1", "--models", "/nonexistent.yaml"], "nonexistent.yaml", "out.csv"),
+    (BE + "bench_planner.py", ["--points", "planner:0"], "--points", "out.csv"),
+    (BE + "bench_resolution.py", ["--nodes", "1", "--workers", "0"], "--workers", "out.csv"),
+    (BE + "bench_targets.py", ["--what", "run", "--nodes", "x"], "--nodes", "out.csv"),
+    (BE + "bench_uncertainty.py", ["--nodes", "1", "--draws", "0"], "--draws", "out.csv"),
+    (BE + "bench_uncertainty.py", ["--nodes", "1", "--out", "/proc/simfuse_x"], "--out", None),
+    (BE + "fit_guard_dlrm.py", ["--csv", "/nonexistent.csv"], "--csv", None),
+]
+
+
+@pytest.mark.parametrize("script, args, needle, out", BAD_ARGUMENTS,
+                         ids=[f"{s.rsplit('/', 1)[1]}:{n}" for s, _a, n, _o in BAD_ARGUMENTS])
+def test_scripts_bad_arguments_exit_2_without_traceback(root, tmp_path, script, args, needle, out):
+    path = tmp_path / out if out else None
+    extra = ["--out", str(path)] if path is not None and "--out" not in args else []
+    _refused(root, [script, *args, *extra], needle, path)

@@ -27,3 +27,15 @@ def test_waterfall_tiny(root, tmp_path):
     assert gpu["baseline_ms"] <= proxy["baseline_ms"] + 1e-9 and gpu["net_overhead_us"] < proxy["net_overhead_us"]
     h = pd.read_csv(tmp_path / "hugectr_fused.csv")
     assert len(h) >= 1 and (h["speedup"] > 0).all()
+
+
+@pytest.mark.parametrize("args, needle", [(["--nodes", "0"], "--nodes"), (["--workers", "0"], "--workers"),
+                                          (["--topology", "nope"], "nope.yaml"),
+                                          (["--hugectr-topology", "nope"], "nope.yaml")])
+def test_waterfall_bad_arguments_exit_2_without_traceback(root, tmp_path, args, needle):
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "experiments/scaling/paper_waterfall.py", *args, "--out", str(out)],
+                       capture_output=True, text=True, cwd=root, timeout=120)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not out.exists()

@@ -75,8 +75,19 @@ def check_run(spec, topology, nodes, gpus_per_node, execution, *, sim_mode: str 
     return g, est
 
 
-__all__ = ["API", "CLI", "check_collective", "check_out_writable", "check_run", "check_workers",
+__all__ = ["API", "CLI", "check_collective", "check_out_writable", "check_run", "check_setting", "check_workers",
            "collective_size"]
+
+
+def check_setting(key: str, value, flag: str) -> None:
+    """Validate one execution setting (``key``, as ``--set`` takes it) given by a script's own ``flag``: the
+    setting's rules, with the error naming ``flag``."""
+    from .fused.knobs import parse_execution
+
+    try:
+        parse_execution({key: str(value)})
+    except SpecError as exc:
+        raise SpecError("<argument>", flag, exc.message) from None
 
 
 def check_out_writable(path, field: str = "--out", *, is_dir: bool = True) -> None:

@@ -162,19 +162,14 @@ def _parse_points(text: str) -> list[tuple[str, int, str]]:
 
 def check_args(args) -> list[tuple[str, int, str]]:
     """Every argument checked before any point runs (a SpecError naming it); returns the points."""
-    from simfuse.arguments import check_out_writable
+    from simfuse.arguments import check_out_writable, check_setting
     from simfuse.checks import check_nodes
-    from simfuse.errors import SpecError
-    from simfuse.fused.knobs import parse_execution
     from simfuse.spec import load_topology, load_workload
 
     points = _parse_points(args.points)
     for _kind, nodes, _unc in points:
         check_nodes(nodes, "--points")
-    try:
-        parse_execution({"batch_per_gpu": str(args.batch_per_gpu)})
-    except SpecError as exc:
-        raise SpecError("<argument>", "--batch-per-gpu", exc.message) from None
+    check_setting("batch_per_gpu", args.batch_per_gpu, "--batch-per-gpu")
     load_workload(args.model)
     load_topology(args.topology)
     check_out_writable(args.out, is_dir=False)

@@ -222,16 +222,11 @@ def bench(topology, nodes: int = 128, g: int = 8) -> pd.DataFrame:
 def check_args(args) -> None:
     """Every argument checked before any run (a SpecError naming it): ``--occupancy-loss``, the topology file and
     a writable ``--out``."""
-    from simfuse.arguments import check_out_writable
-    from simfuse.errors import SpecError
-    from simfuse.fused.knobs import parse_execution
+    from simfuse.arguments import check_out_writable, check_setting
     from simfuse.spec import load_topology
 
     if args.occupancy_loss is not None:
-        try:
-            parse_execution({"occupancy_loss": str(args.occupancy_loss)})
-        except SpecError as exc:
-            raise SpecError("<argument>", "--occupancy-loss", exc.message) from None
+        check_setting("occupancy_loss", args.occupancy_loss, "--occupancy-loss")
     load_topology(args.topology)
     check_out_writable(args.out)
 

@@ -31,6 +31,14 @@ def _int(value):
     return value
 
 
+def _seed(value) -> int:
+    """``seed`` as the command line's ``--seed`` takes it: a non-negative whole number (numpy's generators take no
+    negative seed)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 0:
+        raise SpecError("<argument>", "seed", f"expected a non-negative integer, got {short_repr(value)}")
+    return int(value)
+
+
 def _flag(value, field: str) -> bool:
     if not isinstance(value, bool):
         raise SpecError("<argument>", field, f"must be True or False, got {short_repr(value)}")
@@ -146,16 +154,16 @@ def _node_list(nodes, parse_nodes, check_nodes) -> list[int]:
 
 def collective(topology, nodes: int, op: str, size_bytes: float, *, algorithm: str | None = None,
                protocol: str | None = None, gpus_per_node: int | None = None, mode: str = "auto",
-               force: bool = False) -> pd.DataFrame:
+               force: bool = False, seed: int = 0) -> pd.DataFrame:
     """One bulk collective (``simfuse collective``): time, algbw and busbw (nccl-tests definitions; the columns
     the command writes, ``algbw_gbyte_per_s`` and ``busbw_gbyte_per_s``), ``protocol`` as ``--protocol``.  Checked as
     the command line checks it (a finite whole size up to 1 PiB, nodes in range, the cost guard unless
-    ``force``); a :class:`~simfuse.errors.SpecError` names the argument."""
+    ``force``); a :class:`~simfuse.errors.SpecError` names the argument.  ``seed``: as ``--seed``."""
     from .arguments import API, check_collective, collective_size
     from .collectives import run_collective
     from .names import canonical_collective
 
-    nodes, gpus_per_node, force = _int(nodes), _int(gpus_per_node), _flag(force, "force")
+    nodes, gpus_per_node, force, seed = _int(nodes), _int(gpus_per_node), _flag(force, "force"), _seed(seed)
     topo = _system(topology).topology
     op = canonical_collective(op, "<argument>", "op") if isinstance(op, str) else op
     size = collective_size(size_bytes, API)
@@ -163,14 +171,15 @@ def collective(topology, nodes: int, op: str, size_bytes: float, *, algorithm: s
 
     g = check_collective(topo, nodes, op, [size], algorithm=algorithm, gpus_per_node=gpus_per_node, mode=mode,
                          protocol=protocol, force=force, names=API)
-    r = run_collective(topo, nodes, op, size, algorithm=algorithm, gpus_per_node=g, mode=mode, protocol=protocol)
+    r = run_collective(topo, nodes, op, size, algorithm=algorithm, gpus_per_node=g, mode=mode, protocol=protocol,
+                       seed=seed)
     return pd.DataFrame([r.as_dict()]).drop(columns=["wall_s"]).rename(columns=OUTPUT_RENAMES)
 
 
 def op(name: str, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mode: str = "auto",
-       launch: str = "eager", force: bool = False, **params_and_knobs) -> pd.DataFrame:
+       launch: str = "eager", force: bool = False, seed: int = 0, **params_and_knobs) -> pd.DataFrame:
     """One fused operator against its baseline (``simfuse op``): one row with both times and the speedup.
-    ``launch``: ``eager`` | ``graph`` (kernels replayed from a CUDA graph)."""
+    ``launch``: ``eager`` | ``graph`` (kernels replayed from a CUDA graph); ``seed``: as ``--seed``."""
     from .arguments import split_knobs
     from .checks import check_nodes, resolve_gpus_per_node
     from .fused.knobs import fused_knob_names
@@ -194,7 +203,7 @@ def op(name: str, topology, nodes: int = 1, *, gpus_per_node: int | None = None,
     op_ = make_op(name, params, nodes, g)
     check_cost(estimate_op(name, params, system.topology, nodes, g, mode, knobs.slice_wgs, knobs.tile_order),
                force, field="force", command="op")
-    res = run_op(op_, system, nodes, knobs=knobs, mode=mode, launch=launch)
+    res = run_op(op_, system, nodes, knobs=knobs, mode=mode, launch=launch, seed=_seed(seed))
     d = res.as_dict()
     d.pop("breakdown")
     params_out = d.pop("params")

@@ -87,6 +87,8 @@ def test_bad_arguments_are_spec_errors_naming_them(root, tmp_path):
         (lambda: simfuse.sweep(model, topo, [1], "/proc/simfuse_x"), "out"),
         (lambda: simfuse.sweep(model, simfuse.load_topology(topo), [1], tmp_path / "d"), "topology"),
         (lambda: simfuse.sweep(simfuse.load_workload(model), topo, [1], tmp_path / "e"), "model"),
+        (lambda: simfuse.collective(topo, 2, "all_reduce", 2**20, seed=-1), "seed"),
+        (lambda: simfuse.op("gemv_all_reduce", topo, nodes=1, seed=1.5), "seed"),
     ]
     for call, field in cases:
         with pytest.raises(SpecError, match=field):
@@ -100,3 +102,20 @@ def test_numpy_integers_are_node_counts(root):
     topo = root / "topologies" / "h200_nvl8_ib_ndr.yaml"
     a = simfuse.collective(topo, np.int64(2), "all_reduce", 2**20)
     assert a.equals(simfuse.collective(topo, 2, "all_reduce", 2**20))  # and deterministic
+
+
+def test_collective_and_op_take_the_command_lines_seed(root, capsys):
+    """``seed`` as ``--seed``: the API's row equals the command line's at the same seed."""
+    import json
+
+    from simfuse.cli import main
+
+    topo = root / "topologies" / "h200_nvl8_ib_ndr.yaml"
+    df = simfuse.op("gemv_all_reduce", topo, nodes=1, seed=7, n=1024, k=1024)
+    assert main(["op", "--op", "gemv_all_reduce", "--topology", str(topo), "--seed", "7", "--set", "n=1024",
+                 "--set", "k=1024", "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    for col in ("baseline_time_s", "fused_time_s", "speedup"):
+        assert float(df[col].iloc[0]) == pytest.approx(float(row[col]), rel=1e-12)
+    c = simfuse.collective(topo, 2, "all_reduce", 2**20, seed=3)
+    assert float(c["time_s"].iloc[0]) > 0

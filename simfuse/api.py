@@ -133,10 +133,7 @@ def sweep(model, topology, nodes, out, *, gpus_per_node: int | None = None, mode
 def _node_list(nodes, parse_nodes, check_nodes) -> list[int]:
     """``sweep``'s ``nodes``: ``"8..1024"``/``"1,2,4"`` or a list of whole numbers, duplicates dropped."""
     if isinstance(nodes, str):
-        try:
-            return parse_nodes(nodes)
-        except SpecError as exc:  # parse_nodes speaks the command line's --nodes
-            raise SpecError(exc.source, "nodes" if exc.field == "--nodes" else exc.field, exc.message) from None
+        return parse_nodes(nodes, "nodes")
     from collections.abc import Iterable, Mapping
 
     from .checks import MAX_SWEEP_POINTS

@@ -76,7 +76,19 @@ def check_run(spec, topology, nodes, gpus_per_node, execution, *, sim_mode: str 
 
 
 __all__ = ["API", "CLI", "check_collective", "check_out_writable", "check_run", "check_setting", "check_workers",
-           "collective_size"]
+           "collective_size", "script_main"]
+
+
+def script_main(run, argv, script: str) -> int:
+    """An experiment script's command line: ``run(argv)``, with a :class:`SpecError` printed as one line
+    ``<script>: error: <source>: <field>: <message>`` on stderr and exit code 2 (a user's mistake, no traceback)."""
+    import sys
+
+    try:
+        return run(argv)
+    except SpecError as exc:
+        print(f"{script}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def check_setting(key: str, value, flag: str) -> None:

@@ -47,15 +47,16 @@ MAX_POINT_BYTES = 1 * 2**20
 LOCK_NAME = ".sweep.lock"
 
 
-def parse_nodes(text: str) -> list[int]:
+def parse_nodes(text: str, field: str = "--nodes") -> list[int]:
     """``1,2,4`` or ``8..1024`` (powers of two from the first) into a sorted list of node counts.
 
     Every count must lie in 1..:data:`~simfuse.checks.MAX_NODES`, and a sweep has at most
-    :data:`~simfuse.checks.MAX_SWEEP_POINTS` points."""
+    :data:`~simfuse.checks.MAX_SWEEP_POINTS` points.  ``field``: the argument an error names (a script's own
+    ``--oat-nodes``, the API's ``nodes``)."""
     out: set[int] = set()
     text = str(text)
     if len(text) > 10_000:
-        raise SpecError("<argument>", "--nodes", "list too long")
+        raise SpecError("<argument>", field, "list too long")
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -64,7 +65,7 @@ def parse_nodes(text: str) -> list[int]:
             if ".." in part:
                 lo, hi = (int(x) for x in part.split(".."))
                 if not 1 <= lo <= hi <= MAX_NODES:
-                    raise SpecError("<argument>", "--nodes", f"range {short_repr(part)} must satisfy "
+                    raise SpecError("<argument>", field, f"range {short_repr(part)} must satisfy "
                                     f"1 <= start <= end <= {MAX_NODES}")
                 v = lo
                 while v <= hi:
@@ -73,14 +74,14 @@ def parse_nodes(text: str) -> list[int]:
             else:
                 v = int(part)
                 if not 1 <= v <= MAX_NODES:
-                    raise SpecError("<argument>", "--nodes", f"node count {v} not in 1..{MAX_NODES}")
+                    raise SpecError("<argument>", field, f"node count {v} not in 1..{MAX_NODES}")
                 out.add(v)
         except ValueError:
-            raise SpecError("<argument>", "--nodes", f"cannot parse {short_repr(part)} (use 1,2,4 or 8..1024)") from None
+            raise SpecError("<argument>", field, f"cannot parse {short_repr(part)} (use 1,2,4 or 8..1024)") from None
         if len(out) > MAX_SWEEP_POINTS:
-            raise SpecError("<argument>", "--nodes", f"more than {MAX_SWEEP_POINTS} node counts")
+            raise SpecError("<argument>", field, f"more than {MAX_SWEEP_POINTS} node counts")
     if not out:
-        raise SpecError("<argument>", "--nodes", "node counts must be positive integers")
+        raise SpecError("<argument>", field, "node counts must be positive integers")
     return sorted(out)
 
 

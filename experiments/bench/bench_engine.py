@@ -47,13 +47,9 @@ def check_args(args) -> tuple[list[int], int, list[tuple[str, str]]]:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"bench_engine.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "bench_engine.py")
 
 
 def _main(argv=None) -> int:

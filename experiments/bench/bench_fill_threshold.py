@@ -97,13 +97,9 @@ def check_args(args) -> list[int]:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"bench_fill_threshold.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "bench_fill_threshold.py")
 
 
 def _main(argv=None) -> int:

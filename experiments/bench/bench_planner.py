@@ -177,15 +177,14 @@ def check_args(args) -> list[tuple[str, int, str]]:
 
 
 def cli(argv=None) -> int:
-    """The command line: :func:`main`, with a SpecError as one line and exit code 2."""
-    from simfuse.errors import SpecError
+    """The command line: :func:`main` (which returns its table), with a SpecError as one line and exit code 2."""
+    from simfuse.arguments import script_main
 
-    try:
-        main(argv)
-    except SpecError as exc:
-        print(f"bench_planner.py: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    def run(a) -> int:
+        main(a)
+        return 0
+
+    return script_main(run, argv, "bench_planner.py")
 
 
 def main(argv=None):

@@ -189,10 +189,7 @@ def check_args(args) -> None:
     if args.nodes is not None:
         parse_nodes(args.nodes)
     if args.collective_nodes is not None:
-        try:
-            parse_nodes(args.collective_nodes)
-        except SpecError as exc:
-            raise SpecError("<argument>", "--collective-nodes", exc.message) from None
+        parse_nodes(args.collective_nodes, "--collective-nodes")
     for model in (args.models.split(",") if args.models else []):
         load_workload(model)
     for topo in (args.topologies.split(",") if args.topologies else []):
@@ -203,13 +200,9 @@ def check_args(args) -> None:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"bench_targets.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "bench_targets.py")
 
 
 def _main(argv=None) -> int:

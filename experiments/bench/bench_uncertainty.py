@@ -60,19 +60,15 @@ def one(model: Path, topo: Path, nodes: int, draws: int, sensitivity: str, worke
 
 def check_args(args) -> None:
     """Every argument checked before any point runs (a SpecError naming it)."""
-    from simfuse.arguments import check_out_writable, check_workers
+    from simfuse.arguments import check_out_writable, check_setting, check_workers
     from simfuse.checks import check_nodes
-    from simfuse.errors import SpecError
     from simfuse.spec import load_topology
 
     check_nodes(args.nodes)
     for key, flag, value in (("uncertainty_draws", "--draws", args.draws),
                              ("global_batch", "--global-batch", args.global_batch),
                              *(("sensitivity", "--sensitivity", s) for s in args.sensitivity.split(","))):
-        try:
-            parse_execution({key: str(value)})
-        except SpecError as exc:
-            raise SpecError("<argument>", flag, exc.message) from None
+        check_setting(key, value, flag)
     check_workers(args.workers)
     load_workload(args.model)
     for topo in args.topologies.split(","):
@@ -81,13 +77,9 @@ def check_args(args) -> None:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"bench_uncertainty.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "bench_uncertainty.py")
 
 
 def _main(argv=None) -> int:

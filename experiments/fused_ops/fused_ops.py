@@ -232,13 +232,9 @@ def check_args(args) -> None:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"fused_ops.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "fused_ops.py")
 
 
 def _main(argv=None) -> int:

@@ -118,20 +118,14 @@ def check_args(args) -> tuple[list[int], list[int], list[int] | None]:
     """Every argument checked before any point runs (a SpecError naming it): the node lists, the scalings, the
     model and topology files, the draws/batch settings, the workers and a writable ``--out``; returns the strong,
     the oat and the weak node lists (None: the strong ones)."""
-    from simfuse.arguments import check_out_writable, check_workers
+    from simfuse.arguments import check_out_writable, check_setting, check_workers
     from simfuse.errors import SpecError
     from simfuse.fused.knobs import parse_execution
     from simfuse.spec import load_topology, load_workload
 
-    def named(flag, field, check, *a):  # an error about ``field`` names the script's own flag
-        try:
-            return check(*a)
-        except SpecError as exc:
-            raise SpecError(exc.source, flag if exc.field == field else exc.field, exc.message) from None
-
     nodes = parse_nodes(args.nodes)
-    oat_nodes = named("--oat-nodes", "--nodes", parse_nodes, args.oat_nodes) if args.oat_nodes else []
-    weak_nodes = named("--weak-nodes", "--nodes", parse_nodes, args.weak_nodes) if args.weak_nodes else None
+    oat_nodes = parse_nodes(args.oat_nodes, "--oat-nodes") if args.oat_nodes else []
+    weak_nodes = parse_nodes(args.weak_nodes, "--weak-nodes") if args.weak_nodes else None
     for scaling in args.scaling.split(","):
         if scaling not in ("strong", "weak"):
             raise SpecError("<argument>", "--scaling", f"unknown scaling {scaling!r}; expected strong, weak or both")
@@ -140,7 +134,7 @@ def check_args(args) -> tuple[list[int], list[int], list[int] | None]:
         for key, flag in (("uncertainty_draws", "--draws"), ("global_batch", "--global-batch"),
                           ("batch_per_gpu", "--batch-per-gpu")):
             if key in settings:
-                named(flag, key, parse_execution, {key: settings[key]})
+                check_setting(key, settings[key], flag)
         parse_execution(settings)
     check_workers(args.workers)
     load_workload(args.model)
@@ -151,13 +145,9 @@ def check_args(args) -> tuple[list[int], list[int], list[int] | None]:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"dlrm_projection.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "dlrm_projection.py")
 
 
 def _main(argv=None) -> int:

@@ -46,13 +46,9 @@ def check_args(args) -> tuple[list[int], dict]:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"dlrm_scaling.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "dlrm_scaling.py")
 
 
 def _main(argv=None) -> int:

@@ -55,13 +55,9 @@ def check_args(args):
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"dlrm_twrw_fused.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "dlrm_twrw_fused.py")
 
 
 def _main(argv=None) -> int:

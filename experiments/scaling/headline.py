@@ -128,13 +128,9 @@ def check_args(args) -> None:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"headline.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "headline.py")
 
 
 def _main(argv=None) -> int:

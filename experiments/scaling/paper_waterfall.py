@@ -137,13 +137,9 @@ def check_args(args) -> None:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"paper_waterfall.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "paper_waterfall.py")
 
 
 def _main(argv=None) -> int:

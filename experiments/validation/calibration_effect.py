@@ -121,13 +121,9 @@ def check_args(args) -> None:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"calibration_effect.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "calibration_effect.py")
 
 
 def _main(argv=None) -> int:

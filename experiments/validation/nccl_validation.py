@@ -93,13 +93,9 @@ def check_out(out: str) -> None:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"nccl_validation.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "nccl_validation.py")
 
 
 def _main(argv=None) -> int:

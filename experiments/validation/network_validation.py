@@ -408,13 +408,9 @@ def evaluation_table(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def main(argv=None) -> int:
-    from simfuse.errors import SpecError
+    from simfuse.arguments import script_main
 
-    try:
-        return _main(argv)
-    except SpecError as exc:
-        print(f"network_validation.py: error: {exc}", file=sys.stderr)
-        return 2
+    return script_main(_main, argv, "network_validation.py")
 
 
 def _main(argv=None) -> int:

@@ -96,9 +96,10 @@ def run(model, topology, nodes: int = 1, *, gpus_per_node: int | None = None, mo
     spec = _workload(model)
     system = _system(topology)
     ex = parse_execution({**settings, "mode": mode, "sim_mode": sim_mode}, source="<api>")
-    g, _est = check_run(spec, system.topology, nodes, gpus_per_node, ex, sim_mode=sim_mode, force=force, names=API,
-                        workers=workers)
-    _res, rows = run_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers)
+    g, est = check_run(spec, system.topology, nodes, gpus_per_node, ex, sim_mode=sim_mode, force=force, names=API,
+                       workers=workers)
+    _res, rows = run_workload(spec, system, nodes, gpus_per_node=g, execution=ex, workers=workers,
+                              expected_s=est.seconds)
     return pd.DataFrame(rows)
 
 

@@ -77,7 +77,7 @@ def cmd_run(args) -> int:
             print(f"simfuse: note: {note}", file=sys.stderr)
         with command_progress(args, "simfuse run") as progress:
             res, rows = run_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=bool(args.trace),
-                                     workers=_workers(args.workers), progress=progress)
+                                     workers=_workers(args.workers), progress=progress, expected_s=est.seconds)
         workload = workload_for(spec)
         if args.export_chakra:  # the baseline graph as the run simulated it (its chosen DLRM plan)
             base = res.get("baseline")

@@ -72,6 +72,9 @@ class PostQueue:
     def __init__(self, rule: PostRule):
         self.rule = rule
         self.free_at = 0.0
+        #: time the queue spent posting (s): its utilisation over an operation says whether posting fewer,
+        #: larger messages could matter (:func:`simfuse.workloads.dlrm_candidates._tuning_matters`)
+        self.busy_s = 0.0
 
     def post(self, now: float, messages: np.ndarray) -> np.ndarray:
         """Queue batches of ``messages[i]`` messages, in order, at ``now``; returns when each batch's last message
@@ -81,6 +84,7 @@ class PostQueue:
             return np.zeros(0)
         ends = max(now, self.free_at) + np.cumsum(m) * self.rule.post_s
         self.free_at = float(ends[-1])
+        self.busy_s += float(m.sum()) * self.rule.post_s
         return ends
 
 

@@ -75,8 +75,13 @@ class DLRMExtras:
     knobs: object = None  # the FusedKnobs used
     global_batch: int = 0
     tuned: bool = False   # knobs chosen by tuning (simfuse.workloads.dlrm_workload.TUNE_GRID)
+    knob_points: int = 1  # the knob grid's points the chosen plan simulated (dlrm_candidates._tuning_matters)
     fused_waves: int = 0  # most waves of a simulated rank's fused embedding kernel (0: none)
     dense_fusion: str = ""  # the dense element-wise kernel inventory used (DLRMSpec.dense_fusion)
+    #: how busy the GPU-initiated post queues were, as a share of the iteration: the busiest simulated rank's
+    #: posting time for each fused operation, summed over the operations (0: no fused puts off the node).
+    #: What decides whether the rest of the knob grid is simulated (dlrm_candidates._tuning_matters)
+    put_post_share: float = 0.0
 
 
 def build_dlrm_graph(spec: DLRMSpec, system, nodes: int, *, gpus_per_node: int | None = None, mode: str = "fused",
@@ -199,6 +204,10 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
     forced = {"all_reduce": allreduce_algorithm} if allreduce_algorithm else None
     res = Executor(system, graph, seed=seed, record=record, record_usage=record_usage, tuner=tuner,
                    forced_algorithms=forced, progress=progress).run()
+    busiest: dict = {}  # fused operation (its post queue's scope) -> its busiest rank's posting time (s)
+    for (_rank, transport, scope), q in res.sim.post_queues.items():
+        if transport == "gpu":
+            busiest[scope] = max(busiest.get(scope, 0.0), q.busy_s)
     return IterationResult(mode=mode, iteration_time_s=res.time_s, compute_time_s=res.compute_time_s,
                            exposed_comm_time_s=res.exposed_comm_time_s,
                            sim_mode="full" if res.sim_mode == "full" else "classes",
@@ -206,4 +215,6 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
                            phases=list(res.critical.phases), sim=res.sim, net=res.net,
                            extras=DLRMExtras(plan=graph.meta.get("plan"), knobs=knobs or FusedKnobs(),
                                              global_batch=spec.global_batch, fused_waves=graph.meta["fused_waves"],
-                                             dense_fusion=spec.dense_fusion))
+                                             dense_fusion=spec.dense_fusion,
+                                             put_post_share=sum(busiest.values()) / res.time_s if res.time_s > 0
+                                             else 0.0))

@@ -16,22 +16,39 @@ TUNE_GRID = ({"slice_wgs": 1}, {"slice_wgs": 8})
 #: candidates whose iteration times differ by less than this (relative) tie; the first (plan, knob) order wins.
 #: The flow solver's two paths agree within 1e-9 (simfuse/network/flows.py), so a smaller difference is round-off.
 TIE_REL = 1e-9
+#: the rest of the knob grid is simulated only where the first point's GPU-initiated post queues were busy for at
+#: least this share of the iteration (``DLRMExtras.put_post_share``).  Measured (experiments/bench/knob_screen.py,
+#: experiments/results/knob_screen.csv: three MLPerf DLRM-DCNv2 files, 1-1,024 H100 nodes, put_post_us
+#: 0.005-0.1): below a share of 0.1 the second point gained at most 0.05%; from 0.156 up it gained 2-260% (posting
+#: is then the fused step's bottleneck); between, at most 0.2%.  A screen, not a bound: a model whose fused kernel
+#: is a small part of its step would saturate its queue at a smaller share
+KNOB_SCREEN_POST_SHARE = 0.1
 #: a planned DLRM point's fused simulation takes at least this many times its baseline's wall time (its kernels
 #: push to every peer wave by wave): MLPerf DLRM-DCNv2, 2-core VM, 2026-12-07: 6x at 128 nodes (1.3 / 0.21 s),
 #: 17x at 4 nodes (4.6 / 0.26 s); what decides whether its candidates go to the workers before one ran
 FUSED_PER_BASELINE = 5.0
 
 
-def _tuning_matters(res) -> bool:
-    """Whether the rest of :data:`TUNE_GRID` is worth simulating after its first point gave ``res``.  Not when the
-    fused embedding kernel has more waves than :data:`~simfuse.fused.base.MAX_PUSH_WAVES`: it then pushes once
-    per macro-wave of at least two waves (>= 2 x 1,056 workgroups on an H200), and a slice of at most
-    ``max(slice_wgs)`` = 8 workgroups changes only what a macro-wave boundary holds back (< 8 workgroups per run
-    crossing it), far below the coarsening's own resolution -- while each grid point is a full simulation (the
-    cost that kept 1,024 nodes from finishing)."""
+def _grid_applies(res) -> bool:
+    """Whether the knob grid can move a fused result of this shape at all.  Not when the fused embedding kernel
+    has more waves than :data:`~simfuse.fused.base.MAX_PUSH_WAVES`: it then pushes once per macro-wave of at least
+    two waves (>= 2 x 1,056 workgroups on an H200), and a slice of at most ``max(slice_wgs)`` = 8 workgroups
+    changes only what a macro-wave boundary holds back (< 8 workgroups per run crossing it), far below the
+    coarsening's own resolution -- while each grid point is a full simulation (the cost that kept 1,024 nodes
+    from finishing)."""
     from ..fused.base import MAX_PUSH_WAVES
 
     return res.extras.fused_waves <= MAX_PUSH_WAVES
+
+
+def _tuning_matters(res) -> bool:
+    """Whether the rest of :data:`TUNE_GRID` is worth simulating after its first point gave ``res``: the grid
+    applies (:func:`_grid_applies`) and the first point kept the GPU-initiated post queues busy for at least
+    :data:`KNOB_SCREEN_POST_SHARE` of the iteration.  Larger slices change one thing: fewer puts, so less posting
+    (a wave's slices to one destination leave as one flow whatever their size, and every wave of 8 or more
+    workgroups pays the put issue overhead either way); where posting is a small share of the step, fewer posts
+    cannot buy much, and later first bytes cost (measured: experiments/bench/knob_screen.py)."""
+    return _grid_applies(res) and res.extras.put_post_share >= KNOB_SCREEN_POST_SHARE
 
 
 def _retune_knobs(knobs, ex) -> list:
@@ -77,6 +94,7 @@ def _simulate_chosen(spec, system, nodes, g, m, ex, sim_mode, seed, record, tune
     best = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
                          record=record, record_usage=record, knobs=c.knobs, tuner=tuner, plan=c.plan,
                          progress=progress)
+    points = 1
     if c.tuned and _tuning_matters(best):
         # knobs the point estimate tuned are tuned again on this run's inputs, as a deployment tunes them on
         # its own hardware: a draw that makes every put dear (gpu_initiated.put_post_us at its range's top)
@@ -85,9 +103,10 @@ def _simulate_chosen(spec, system, nodes, g, m, ex, sim_mode, seed, record, tune
             r = simulate_dlrm(spec, system, nodes, gpus_per_node=g, mode=m, sim_mode=sim_mode, seed=seed,
                               record=record, record_usage=record, knobs=kn, tuner=tuner, plan=c.plan,
                               progress=progress)
+            points += 1
             if r.iteration_time_s < best.iteration_time_s * (1 - TIE_REL):
                 best = r
-    best.extras.tuned = c.tuned
+    best.extras.tuned, best.extras.knob_points = c.tuned, points
     return best
 
 
@@ -159,13 +178,16 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
     first_s = 0.0  # wall time of this run's first simulation: whether the rest is worth shipping to workers
     n_first = sum(len(c[0]) for c in cands.values())
     if pool is not None and not record and pool.workers > 1 and n_first > 1:
-        # the first candidate here (its time says whether workers pay), then every mode's other first-grid
-        # candidates together, then the knob points of the plans whose first result says tuning matters: exactly
-        # what the selection below asks for when the plans agree (the usual case); it computes any it misses
-        m0 = modes[0]
-        done[(m0, 0, 0)] = r0 = one(m0, 0, 0)
-        first_s = r0.wall_s
-        first = [(m, i, 0) for m in modes for i in range(len(cands[m][0])) if (m, i, 0) not in done]
+        # the first candidate here (its time says whether workers pay; a run the guard expects to be long skips
+        # this), then every mode's other first-grid candidates together, then the knob points of the plans whose
+        # first result says tuning matters: exactly what the selection below asks for when the plans agree (the
+        # usual case); it computes any it misses
+        first = [(m, i, 0) for m in modes for i in range(len(cands[m][0]))]
+        if not pool.long_run():
+            m0 = modes[0]
+            done[(m0, 0, 0)] = r0 = one(m0, 0, 0)
+            first_s = r0.wall_s
+            first = first[1:]
         for stage in (first, None):
             keys = stage if stage is not None else [
                 (m, i, j) for m in modes for i in range(len(cands[m][0])) for j in range(1, len(cands[m][1]))
@@ -173,7 +195,7 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
             if not keys:
                 break
             # a stage not worth the workers runs here, in the order the selection below would run it
-            if not pool.parallel(len(keys), _expected_s(done, keys)):
+            if done and not pool.parallel(len(keys), _expected_s(done, keys)):
                 done.update((k, one(*k)) for k in keys)
                 continue
             tasks = [(spec, system, nodes, g, m, sim_mode, seed, cands[m][2][j], tuner, cands[m][0][i])
@@ -182,24 +204,28 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
             done.update(zip(keys, pool.map(_dlrm_one, tasks, progress=progress), strict=True))
     for m in modes:
         plans, grid, _knobs = cands[m]
-        best = None
-        n_grid = len(grid)
+        best, points = None, {}  # points: grid points simulated per plan index
         for i in range(len(plans)):
+            first = None
             for j in range(len(grid)):
-                if j and not _tuning_matters(best):
-                    n_grid = min(n_grid, j)
+                if j and not _tuning_matters(first):
                     break
                 r = done.get((m, i, j))
                 if r is None:
                     r = one(m, i, j)
+                first = first or r
+                points[i] = j + 1
                 if plans[i] is None:  # plan once per mode, reuse for every grid point
                     plans[i] = r.extras.plan
                 # a later candidate wins only by more than round-off: candidates that tie (the knob grid often
                 # does, to 1e-16) keep the first, so the choice (and every run an interval makes with it) does not
                 # hang on the last bit of a rate solve
                 if best is None or r.iteration_time_s < best.iteration_time_s * (1 - TIE_REL):
-                    best = r
+                    best, best_i = r, i
                 first_s = first_s or r.wall_s
-        best.extras.tuned = n_grid > 1
+        # tuned: the knobs are the grid's to choose (an interval's draw tunes them again where its own inputs make
+        # the grid matter); knob_points: how many of the grid's points the chosen plan simulated
+        best.extras.tuned = len(grid) > 1 and _grid_applies(best)
+        best.extras.knob_points = points[best_i]
         out[m] = best
     return out

@@ -12,6 +12,12 @@ from ..spec.workload import DLRMSettings
 from .base import Workload, register_workload
 from .dlrm_candidates import TUNE_GRID
 
+#: the cost guard's stand-in for the knob grid's screen: the grid's further points are priced where a put's post
+#: cost is at least this (s).  Measured (experiments/results/knob_screen.csv, MLPerf DLRM-DCNv2 files on H100):
+#: at the shipped 5 ns the first point's post share stayed below the screen at 1-256 nodes (0.0003-0.10); from
+#: 10 ns it reached it at 2-16 nodes (0.10-0.16); the HugeCTR file at 512-1,024 nodes crosses it at 5 ns already
+KNOB_GUARD_POST_S = 0.01e-6
+
 #: up to this many ranks the guard counts a table-wise (not planned) placement's rank classes from the placement
 #: itself (:func:`~simfuse.workloads.dlrm.simulated_rank_count`: 0.05 s at 8,192 ranks, 0.5 s at 131,072)
 PLACED_CLASS_MAX_RANKS = 8192
@@ -96,20 +102,24 @@ class DLRMWorkload(Workload):
         planned = spec.placement == "planned" and not (ex is not None and self._settings(ex).plan_file)
         out = {}
         for m in modes:
-            grid = self.knob_grid(m, ex, waves)
+            grid = self.knob_grid(m, ex, waves, topology)
             # an interval's run tunes the knobs again on its own inputs (dlrm_candidates.simulate_modes)
             out[m] = ((2 if planned else 1) + pricing.interval_runs(spec, topology, ex)) * grid
         return out
 
-    def knob_grid(self, mode: str, execution, waves: int | None = None) -> int:
+    def knob_grid(self, mode: str, execution, waves: int | None = None, topology=None) -> int:
         """Simulations per plan for ``mode``: the fused knob grid's points when it is tuned and tuning matters
-        (``waves``: the fused kernel's estimated waves, see :meth:`simulations_by_mode`), else 1."""
+        (``waves``: the fused kernel's estimated waves, see :meth:`simulations_by_mode`), else 1.  Whether the
+        run's screen lets the grid run depends on how busy its first point keeps the post queues
+        (:func:`~simfuse.workloads.dlrm_candidates._tuning_matters`), which only a simulation tells: here the
+        topology's put post cost stands for it (:data:`KNOB_GUARD_POST_S`)."""
         from ..fused.base import MAX_PUSH_WAVES
 
         ex, spec = execution, self.spec
         planned = spec.placement == "planned" and not (ex is not None and self._settings(ex).plan_file)
         tuned = mode == "fused" and planned and (ex is None or ex.tune_knobs == "auto")
-        return len(TUNE_GRID) if tuned and (waves is None or waves <= MAX_PUSH_WAVES) else 1
+        dear = topology is None or topology.gpu_initiated.put_post_s >= KNOB_GUARD_POST_S
+        return len(TUNE_GRID) if tuned and dear and (waves is None or waves <= MAX_PUSH_WAVES) else 1
 
     @staticmethod
     def simulated_ranks(mode: str, sim_mode: str, uneven: bool, nodes: int, ranks: int, tables: int = 4) -> int:
@@ -186,7 +196,7 @@ class DLRMWorkload(Workload):
             else:  # rank classes
                 one_s = sim_m * (pricing.DLRM_SECONDS_PER_CLASS
                                  + pricing.DLRM_SECONDS_PER_CLASS_FLOW * push_eff * peers * exact)
-            par_m = parallel * self.knob_grid(mode, execution, waves)  # the interval's runs, shared by workers
+            par_m = parallel * self.knob_grid(mode, execution, waves, topology)  # the interval's runs, shared by workers
             flow_s += par_m * one_s / max(1, min(workers, par_m or 1))
             cands.append((n_sims - par_m, one_s))
             simulated, flows, events = max(simulated, sim_m), max(flows, int(flows_m)), max(events, int(events_m))
@@ -215,7 +225,7 @@ class DLRMWorkload(Workload):
                 "plan_candidate": plan.candidate if plan is not None else "",
                 "plan_estimated_s": plan.estimated_critical_s if plan is not None else float("nan"),
                 "slice_wgs": kn.slice_wgs, "tile_order": kn.tile_order, "persistent_grid": kn.persistent_grid,
-                "knobs_tuned": bool(x.tuned)}
+                "knobs_tuned": bool(x.tuned), "knob_points": int(x.knob_points)}
 
     def plan_of(self, result):
         return result.extras.plan
@@ -224,12 +234,15 @@ class DLRMWorkload(Workload):
 def _candidates_wall_s(cands: list, workers: int) -> float:
     """Wall time of a run's candidate simulations (``[(count, seconds each)]`` per mode, in run order), as
     :func:`~simfuse.workloads.dlrm_candidates.simulate_modes` schedules them: the first alone, the rest shared by
-    the workers when a simulation is worth shipping (:data:`~simfuse.workloads.parallel.MIN_PARALLEL_SIM_S`)."""
-    from .parallel import MIN_PARALLEL_SIM_S
+    the workers when a simulation is worth shipping (:data:`~simfuse.workloads.parallel.MIN_PARALLEL_SIM_S`),
+    every one of them shared where that makes a long run (:data:`~simfuse.workloads.parallel.MIN_PARALLEL_RUN_S`:
+    the run's estimate, of which these simulations are the bulk, sends them to the workers at once)."""
+    from .parallel import MIN_PARALLEL_RUN_S, MIN_PARALLEL_SIM_S
 
     n = sum(c for c, _s in cands)
     total = sum(c * s for c, s in cands)
     if workers <= 1 or n <= 1 or max(s for _c, s in cands) < MIN_PARALLEL_SIM_S:
         return total
     first = next(s for c, s in cands if c > 0)
-    return first + (total - first) / min(workers, n - 1)
+    staged = first + (total - first) / min(workers, n - 1)
+    return total / min(workers, n) if staged >= MIN_PARALLEL_RUN_S else staged

@@ -28,6 +28,10 @@ from ..errors import SimfuseError
 #: starting workers and shipping the model, the system and the plans to them costs more than it saves (forking
 #: and one round trip take ~20-50 ms on the 2-core VM; a 1,024-node DLRM simulation takes 0.3-1.3 s)
 MIN_PARALLEL_SIM_S = 0.2
+#: a run the cost guard estimates at this many seconds or more sends its first simulations to the workers at once,
+#: without running one here first to see whether workers pay: a 64-node MLPerf DLRM run on the 2-core VM spent
+#: 2.3 of its 8.9 s on that first (baseline) simulation alone (2026-12-07)
+MIN_PARALLEL_RUN_S = 2.0
 #: while waiting on worker processes, the progress line is refreshed this often (s)
 WAIT_TICK_S = 1.0
 
@@ -62,8 +66,10 @@ class Pool:
     """Up to ``workers`` processes, started on first use (``workers <= 1``: everything runs in this process).
     Use as a context manager; :meth:`map` returns results in task order."""
 
-    def __init__(self, workers: int = 1):
+    def __init__(self, workers: int = 1, expected_run_s: float | None = None):
         self.workers = max(1, int(workers))
+        #: the cost guard's estimate of the whole run's wall time (s), where the caller has one
+        self.expected_run_s = expected_run_s
         self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> Pool:
@@ -76,6 +82,10 @@ class Pool:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def long_run(self) -> bool:
+        """Whether the run is known (estimated) to be long enough for workers from its first simulation on."""
+        return self.workers > 1 and self.expected_run_s is not None and self.expected_run_s >= MIN_PARALLEL_RUN_S
 
     def parallel(self, n_tasks: int, first_sim_s: float) -> bool:
         """Whether ``n_tasks`` simulations, each about as long as one of ``first_sim_s`` seconds, go to workers."""

@@ -36,7 +36,8 @@ def check_point(spec, system, nodes: int, gpus_per_node: int, execution: Executi
 
 def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus_per_node=None,
                       sim_mode: str | None = None, record: bool = False, seed: int | None = None,
-                      execution: ExecutionSpec | None = None, workers: int = 1, progress=None) -> dict:
+                      execution: ExecutionSpec | None = None, workers: int = 1, progress=None,
+                      expected_s: float | None = None) -> dict:
     """``{"baseline": IterationResult, "fused": IterationResult}`` (the modes asked for).
 
     ``system``: a :class:`~simfuse.system.System` (a topology spec is resolved here once).  ``execution`` carries
@@ -54,14 +55,16 @@ def simulate_workload(spec, system, nodes: int, *, mode: str | None = None, gpus
 
     ``workers``: processes for the simulations that do not depend on each other (the fused candidates of a DLRM
     point estimate, the runs of an interval; :mod:`~simfuse.workloads.parallel`); the results are the same for
-    any number.  ``progress``: a :class:`~simfuse.progress.Progress` told each simulation (default: nobody)."""
+    any number.  ``progress``: a :class:`~simfuse.progress.Progress` told each simulation (default: nobody).
+    ``expected_s``: the cost guard's estimate of the run's wall time, where the caller has it (a long run sends
+    its first simulations to the workers at once: :data:`~simfuse.workloads.parallel.MIN_PARALLEL_RUN_S`)."""
     from ..progress import Progress
     from .parallel import Pool
 
     progress = progress or Progress()
     system = as_system(system)
     ex = execution or ExecutionSpec()
-    with Pool(workers) as pool:
+    with Pool(workers, expected_s) as pool:
         res = _simulate_once(spec, system, nodes, mode=mode, gpus_per_node=gpus_per_node, sim_mode=sim_mode,
                              record=record, seed=seed, execution=ex, pool=pool, progress=progress)
         if not workload_for(spec).intervals:
@@ -390,16 +393,16 @@ def run_point(model, topology, nodes: int, gpus_per_node: int | None = None,
 
 def run_workload(spec, system, nodes: int, *, gpus_per_node: int | None = None,
                  execution: ExecutionSpec | None = None, workers: int = 1, record: bool = False,
-                 progress=None) -> tuple[dict, list[dict]]:
+                 progress=None, expected_s: float | None = None) -> tuple[dict, list[dict]]:
     """The one run pipeline behind ``simfuse run``, :func:`simfuse.api.run` and every sweep point
     (:func:`run_point`): ``(results, rows)``, the results of :func:`simulate_workload` and their
     :func:`summary_rows`.  The callers check their arguments first (:func:`simfuse.arguments.check_run`, a
-    sweep every point before the first)."""
+    sweep every point before the first); ``expected_s``: the guard's estimate of the run (:func:`simulate_workload`)."""
     system = as_system(system)
     ex = execution or ExecutionSpec()
     g = gpus_per_node or system.gpus_per_node
     res = simulate_workload(spec, system, nodes, gpus_per_node=g, execution=ex, record=record, workers=workers,
-                            progress=progress)
+                            progress=progress, expected_s=expected_s)
     return res, summary_rows(spec.name, system.name, nodes, nodes * g, res, ex, workload_for(spec))
 
 

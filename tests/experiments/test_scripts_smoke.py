@@ -366,6 +366,22 @@ def test_bench_resolution_tiny(root, tmp_path):
                                                       abs=1e-15)
 
 
+def test_knob_screen_tiny(root, tmp_path):
+    """Both knob points of every point, the gain between them and the screen's verdict on the first's share."""
+    from simfuse.workloads.dlrm_candidates import KNOB_SCREEN_POST_SHARE
+
+    out = tmp_path / "knob_screen.csv"
+    _run(root, "experiments/bench/knob_screen.py", "--models", "dlrm_dcnv2_mlperf", "--nodes", "2",
+         "--post-us", "topology,0.1", "--workers", "1", "--out", str(out))
+    df = pd.read_csv(out)
+    assert list(df["put_post_us"]) == [0.005, 0.1]  # the topology's own value, then the one asked for
+    assert df["gain_rel"].to_numpy() == pytest.approx(
+        (df["slice1_iteration_s"] / df["slice8_iteration_s"] - 1).to_numpy(), abs=1e-15)
+    assert list(df["screen_skips"]) == list(df["put_post_share"] < KNOB_SCREEN_POST_SHARE)
+    # posting 20x dearer: the queues are busier, and batching puts pays
+    assert df["put_post_share"].iloc[1] > df["put_post_share"].iloc[0] and df["gain_rel"].iloc[1] > 0
+
+
 def test_fit_guard_dlrm_tiny(root, tmp_path):
     """The guard's DLRM fit on three rows of its own CSV: a fully simulated point and two rank-class points; it
     recovers a per-event constant that prices the full point within 2x of its wall time (one point, one
@@ -435,6 +451,8 @@ BAD_ARGUMENTS = [
     (BE + "bench_llm.py", ["--nodes", "1", "--models", "/nonexistent.yaml"], "nonexistent.yaml", "out.csv"),
     (BE + "bench_planner.py", ["--points", "planner:0"], "--points", "out.csv"),
     (BE + "bench_resolution.py", ["--nodes", "1", "--workers", "0"], "--workers", "out.csv"),
+    (BE + "knob_screen.py", ["--nodes", "1", "--post-us", "-1"], "--post-us", "out.csv"),
+    (BE + "knob_screen.py", ["--nodes", "1", "--models", "llm_tp_dp"], "--models", "out.csv"),
     (BE + "bench_targets.py", ["--what", "run", "--nodes", "x"], "--nodes", "out.csv"),
     (BE + "bench_uncertainty.py", ["--nodes", "1", "--draws", "0"], "--draws", "out.csv"),
     (BE + "bench_uncertainty.py", ["--nodes", "1", "--out", "/proc/simfuse_x"], "--out", None),

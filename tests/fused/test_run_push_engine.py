@@ -88,12 +88,15 @@ def test_macro_waves_keep_kernel_end_and_bytes():
 def test_coarsened_waves_skip_the_tuning_grid():
     from simfuse.fused.base import MAX_PUSH_WAVES
     from simfuse.workloads.dlrm import DLRMExtras
-    from simfuse.workloads.dlrm_candidates import _tuning_matters
+    from simfuse.workloads.dlrm_candidates import KNOB_SCREEN_POST_SHARE, _grid_applies, _tuning_matters
     from simfuse.workloads.result import IterationResult
 
     r = IterationResult("fused", 0, 0, 0, "classes", 1, 0, 0.0)
-    assert _tuning_matters(dataclasses.replace(r, extras=DLRMExtras(fused_waves=MAX_PUSH_WAVES)))
-    assert not _tuning_matters(dataclasses.replace(r, extras=DLRMExtras(fused_waves=MAX_PUSH_WAVES + 1)))
+    busy = KNOB_SCREEN_POST_SHARE  # posting busy enough for the grid to matter
+    assert _tuning_matters(dataclasses.replace(r, extras=DLRMExtras(fused_waves=MAX_PUSH_WAVES, put_post_share=busy)))
+    assert not _tuning_matters(dataclasses.replace(r, extras=DLRMExtras(fused_waves=MAX_PUSH_WAVES + 1,
+                                                                        put_post_share=busy)))
+    assert not _grid_applies(dataclasses.replace(r, extras=DLRMExtras(fused_waves=MAX_PUSH_WAVES + 1)))
 
 
 @pytest.mark.parametrize("slice_wgs", [1, 3, 10**9])

@@ -42,6 +42,12 @@ def eager(monkeypatch):
     monkeypatch.setattr(parallel, "MIN_PARALLEL_SIM_S", 0.0)
 
 
+@pytest.fixture
+def whole_grid(monkeypatch):
+    """Every knob point simulated (the screen open): the orchestration of the whole grid under test."""
+    monkeypatch.setattr(cands, "KNOB_SCREEN_POST_SHARE", 0.0)
+
+
 def _count_sims(monkeypatch):
     calls = []
     orig = cands.simulate_dlrm
@@ -55,7 +61,7 @@ def _count_sims(monkeypatch):
 
 
 @pytest.mark.parametrize("uncertainty", ["bound", "mc"])
-def test_workers_change_no_result(h200, eager, uncertainty):
+def test_workers_change_no_result(h200, eager, whole_grid, uncertainty):
     ex = ExecutionSpec(uncertainty=uncertainty, uncertainty_draws=3)
     one = simulate_workload(_dlrm(), h200, 2, execution=ex, workers=1)
     two = simulate_workload(_dlrm(), h200, 2, execution=ex, workers=2)
@@ -66,7 +72,7 @@ def test_workers_change_no_result(h200, eager, uncertainty):
     assert one["fused"].extras.tuned and two["fused"].extras.tuned  # the knob grid ran (planned placement, tune_knobs auto)
 
 
-def test_candidates_ran_in_workers(h200, eager, monkeypatch):
+def test_candidates_ran_in_workers(h200, eager, whole_grid, monkeypatch):
     """Each mode has two candidate plans here (its own and the other mode's), and the fused mode two knob
     settings: with workers the parent runs the first candidate (its time says whether workers pay) and the
     workers every other one; serially the parent runs the 2 baseline and the 4 fused candidates."""
@@ -77,6 +83,18 @@ def test_candidates_ran_in_workers(h200, eager, monkeypatch):
     one = simulate_workload(_dlrm(), h200, 2, execution=ExecutionSpec(uncertainty="none"), workers=1)
     assert calls == ["baseline"] * 2 + ["fused"] * 4
     assert {m: r.iteration_time_s for m, r in res.items()} == {m: r.iteration_time_s for m, r in one.items()}
+
+
+def test_a_long_run_sends_its_first_candidate_to_the_workers(h200, eager, whole_grid, monkeypatch):
+    """A run the guard expects to be long (its estimate, ``expected_s``) does not run a first candidate here to
+    see whether workers pay: every simulation goes to the workers; the results are the serial ones."""
+    calls = _count_sims(monkeypatch)
+    ex = ExecutionSpec(uncertainty="none")
+    long = simulate_workload(_dlrm(), h200, 2, execution=ex, workers=2, expected_s=parallel.MIN_PARALLEL_RUN_S)
+    assert calls == []
+    short = simulate_workload(_dlrm(), h200, 2, execution=ex, workers=2, expected_s=0.1)
+    assert calls == ["baseline"]
+    assert _rows(long, ex, 2, 8) == _rows(short, ex, 2, 8)
 
 
 @pytest.mark.parametrize("matters", [(True, False), (False, True), (False, False)])

@@ -5,7 +5,8 @@ The estimate (order of magnitude, documented so that users can reason about it):
 * ``R = nodes x gpus_per_node`` ranks; ``R_sim`` simulated ranks: 1 in the symmetric / class modes (a few classes
   for uneven DLRM placements, counted as 2), ``R`` in full mode.
 * ``W``: workgroups of the heaviest fused kernel per rank (embedding bags: ``tables_per_rank x global_batch /
-  bags_per_wg``, twice for DLRM's forward and backward; GEMM/GEMV tiles for the other operators); ``waves =
+  bags_per_wg``, for DLRM with the bags of a workgroup a divisor of a GPU's batch as the kernel cuts them, twice
+  for DLRM's forward and backward; GEMM/GEMV tiles for the other operators); ``waves =
   ceil(W / slots)`` with ``slots = compute_units x max_workgroups_per_cu``.  A DLRM workload (its batch after
   ``--global-batch`` / ``--batch-per-gpu``) counts one record per *wave*: its kernels run without per-workgroup
   arrays; its flows are at most ``MAX_PUSH_WAVES`` push points x 64 destination groups per kernel.
@@ -18,9 +19,10 @@ The estimate (order of magnitude, documented so that users can reason about it):
 
 * DLRM runs also pay their flow solves (:data:`DLRM_SECONDS_PER_EVENT` per estimated event in full simulation,
   :data:`DLRM_SECONDS_PER_CLASS` and :data:`DLRM_SECONDS_PER_CLASS_FLOW` with rank classes; measured) in every
-  simulation of the run (``DLRMWorkload.simulations_by_mode``: the modes asked for, two candidate plans each with a
-  planned placement, the fused knob grid, the interval's runs), each mode with its own simulated ranks
-  (``DLRMWorkload.simulated_ranks``, :mod:`simfuse.workloads.dlrm_workload`), and their work per rank outside the simulations
+  simulation of the run (``DLRMWorkload.estimate``: the modes asked for, two candidate plans each with a planned
+  placement, the fused knob grid where its screen would let it run, the interval's runs), each mode and plan with
+  its own simulated ranks (read off the placement where cheap, else ``DLRMWorkload.simulated_ranks``,
+  :mod:`simfuse.workloads.dlrm_workload`), and their work per rank outside the simulations
   (:data:`DLRM_SECONDS_PER_RANK_TABLE`, more with a planned placement); a run's candidate simulations after its
   first, and its interval's runs, are shared by its workers.  A run estimated above :data:`NOTE_SECONDS` gets a one-line note (``run``) with what is cheaper.
 
@@ -52,14 +54,12 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: simulation's flows grow as its push points ``** DLRM_PUSH_EXPONENT`` (its flows are grouped per peer class, so
 #: 128 push points cost 1.1-1.6x what 53 do, not 2.4x; a baseline's bulk exchange starts its flows once).  The
 #: estimate is of wall time: a run's candidate simulations after its first are shared by its workers, as
-#: simfuse.workloads.dlrm_candidates schedules them.  A least-squares fit (log ratio;
-#: experiments/bench/fit_guard_dlrm.py, the push exponent held at 0.5) to the wall time of `simfuse run` (two workers)
-#: on every shipped DLRM file at 1-16,384 nodes (idle 2-core VM, 2026-12-07 14:35-14:45 UTC, 9f3e86a:
-#: experiments/results/bench_guard_fit.csv; experiments/results/bench_targets.csv checks it on a later run):
-#: rms log ratio 0.43 over the 39 fully simulated points.  What it does not see: the planner's heaviest
-#: rank (the fused kernel's real waves decide whether the knob grid runs) and how many flows a plan's shards
-#: start.
-DLRM_SECONDS_PER_EVENT = 4.17e-5
+#: simfuse.workloads.dlrm_candidates schedules them.  Fit (experiments/bench/fit_guard_dlrm.py --push-exponent 0.5:
+#: squared log ratio plus a penalty beyond 1.9x) to the wall time of `simfuse run` (two workers) on every shipped
+#: DLRM file at 1-16,384 nodes (2-core VM, 2026-12-07, bench_targets run at commit 175522b, the guard of the
+#: candidate plans and knob-grid stand-in of simfuse.workloads.dlrm_workload): 36 of 36 fully simulated points
+#: within 2x, 0.51-1.98 (below 64 ranks the guard reads no plan: the busiest rank's tables are guessed).
+DLRM_SECONDS_PER_EVENT = 4.57e-5
 DLRM_EVENT_PAIR_EXPONENT = 0.0
 DLRM_PUSH_EXPONENT = 0.5
 #: A run with ``rate_resolution_ns=0`` (the exact fluid model: rates re-shared at every flow start and finish)
@@ -68,18 +68,21 @@ DLRM_PUSH_EXPONENT = 0.5
 #: (experiments/results/bench_resolution.csv, one worker, 2026-12-07).
 DLRM_EXACT_RATE_FACTOR = 2.1
 #: Rank classes (uneven placements beyond 64 ranks; up to 64 nodes counted from the placement itself, one orbit
-#: class a node for a planned MLPerf placement, and a table-wise placement's up to 8,192 ranks):
-#: :data:`DLRM_SECONDS_PER_CLASS` per simulated class and simulation, plus :data:`DLRM_SECONDS_PER_CLASS_FLOW`
-#: per class, peer (at most 64 peer groups) and push points ``** DLRM_PUSH_EXPONENT`` (as in full simulation);
-#: a run's work outside its simulations (placement, the planner's candidates, per-rank arrays) is
-#: :data:`DLRM_SECONDS_PER_RANK_TABLE` per rank and table (:data:`DLRM_PLANNED_SECONDS_PER_RANK_TABLE` more with a
-#: planned placement), and :data:`DLRM_SECONDS_FIXED` once.  The class and rank-table constants: the same fit on
-#: the same CSV's runs that simulate classes (105 of 111 within 2x, 0.42-2.75; the per-class term fits to 0); the planned and fixed terms: a
-#: least-squares fit (relative error, non-negative) to the CPU time of `simfuse run` on the ten shipped DLRM
-#: files at 1, 2, 16, 128 and 16,384 nodes (2026-12-07 01:45 UTC).
-DLRM_SECONDS_PER_CLASS = 0.0
-DLRM_SECONDS_PER_CLASS_FLOW = 4.73e-5
-DLRM_SECONDS_PER_RANK_TABLE = 0.708e-6
+#: class a node for a planned MLPerf placement, and a table-wise placement's at any size), per simulation:
+#: :data:`DLRM_SECONDS_PER_CLASS` per simulated class (its program), plus, per class holding tables (the others
+#: only receive), :data:`DLRM_SECONDS_PER_CLASS_FLOW` per peer group (at most 64) and push point
+#: ``** DLRM_PUSH_EXPONENT`` (a baseline's bulk exchange: one), times ``(those classes x peers / 4032) **
+#: DLRM_CLASS_PAIR_EXPONENT`` (an event re-solves the flows in flight, which grow with them: a 64-class baseline
+#: simulation of an MLPerf plan took 0.7-2.3 s, a 13-class one 0.13 s); a run's work outside its simulations
+#: (placement, the planner's candidates, per-rank arrays) is :data:`DLRM_SECONDS_PER_RANK_TABLE` per rank and table
+#: (:data:`DLRM_PLANNED_SECONDS_PER_RANK_TABLE` more with a planned placement), and :data:`DLRM_SECONDS_FIXED`
+#: once.  The class and rank-table constants: the same fit on the same CSV's runs that simulate classes (114 of 114
+#: within 2x, 0.52-1.90); the planned and fixed terms: a least-squares fit (relative error, non-negative) to the
+#: CPU time of `simfuse run` on the ten shipped DLRM files at 1, 2, 16, 128 and 16,384 nodes (2026-12-07 01:45 UTC).
+DLRM_SECONDS_PER_CLASS = 1.58e-3
+DLRM_SECONDS_PER_CLASS_FLOW = 9.44e-5
+DLRM_CLASS_PAIR_EXPONENT = 0.3
+DLRM_SECONDS_PER_RANK_TABLE = 0.562e-6
 DLRM_PLANNED_SECONDS_PER_RANK_TABLE = 1.0e-6
 DLRM_SECONDS_FIXED = 0.09
 #: A run estimated above this many seconds is refused (without ``force``) whatever its records and events.

@@ -344,10 +344,10 @@ def test_the_guard_suggests_only_flags_the_command_has(argv, bad, capsys):
 
 def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
     """A fully simulated DLRM run costs its flow solves (DLRM_SECONDS_PER_EVENT per estimated event at 64 pushing
-    GPUs, measured) times its simulations (6 with a planned placement: two plans per mode, the fused knob grid; 2
-    otherwise): the guard said '~0 s' for a planned 8-node run that took minutes.  Above NOTE_SECONDS the run gets
-    a note (here at 2x the model's batch, with its interval's runs).  With workers, the candidates after the first are
-    shared by them (the interval's runs too)."""
+    GPUs, measured) times its simulations (two plans per mode with a planned placement, each fused one times the
+    knob grid where its screen would let the grid run; one a mode otherwise): the guard said '~0 s' for a planned
+    8-node run that took minutes.  Above NOTE_SECONDS the run gets a note (here at 4x the model's batch, with its
+    interval's runs).  With workers, the candidates are shared by them (the first alone unless the run is long)."""
     import dataclasses
 
     from simfuse.guard import (
@@ -359,6 +359,7 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
         estimate_workload,
     )
     from simfuse.spec import load_topology, load_workload
+    from simfuse.workloads.parallel import MIN_PARALLEL_RUN_S
 
     topo = load_topology(H200)
     spec = load_workload(ROOT / "models" / "dlrm_dcnv2_tablewise.yaml")
@@ -370,30 +371,41 @@ def test_guard_prices_dlrm_flow_solves_and_candidate_runs(root):
     # --sim-mode classes (the cheaper run the note suggests) simulates rank classes, and is priced so
     classes = estimate_workload(spec, topo, 8, 8, sim_mode="classes", execution=none)
     assert classes.simulated_ranks < 64 and classes.seconds < planned.seconds and "(classes)" in classes.what
-    # one mode: its two plans (baseline) or two plans x two knob points (fused); a baseline simulation runs fewer
-    # ranks (orbit classes of equal placement columns: two a node) than a fused one (every rank)
-    one = {mode: estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "none", "mode": mode}))
-           for mode in ("baseline", "fused")}
+    # one mode: its two plans; a baseline simulation runs fewer ranks (orbit classes of equal placement columns:
+    # two a node) than a fused one (every rank)
+    def one_mode(topology, mode, **ex):
+        return estimate_workload(spec, topology, 8, 8, execution=parse_execution({"uncertainty": "none", "mode": mode,
+                                                                                  **ex}))
+
+    one = {mode: one_mode(topo, mode) for mode in ("baseline", "fused")}
     assert one["baseline"].simulated_ranks == 16 and one["fused"].simulated_ranks == 64
     # beside the simulations, each run pays its work per rank and table once (more with a planned placement)
     tables = len(spec.tables)
     run_p = DLRM_SECONDS_FIXED + 64 * tables * (DLRM_SECONDS_PER_RANK_TABLE + DLRM_PLANNED_SECONDS_PER_RANK_TABLE)
     sims = {m: e.extra_seconds - run_p for m, e in one.items()}
     assert planned.extra_seconds - run_p == pytest.approx(sims["baseline"] + sims["fused"])
-    per_sim = {"baseline": sims["baseline"] / 2, "fused": sims["fused"] / 4}
+    # the knob grid: at the file's 5 ns posts the screen would stop each fused plan after its first point; where
+    # every put is dear (1 us) both points are priced, each a simulation as long
+    dear = topo.replace(gpu_initiated=dataclasses.replace(topo.gpu_initiated, put_post_s=1e-6))
+    assert one_mode(dear, "fused").extra_seconds - run_p == pytest.approx(2 * sims["fused"])
+    assert one_mode(dear, "fused", tune_knobs="off").extra_seconds - run_p == pytest.approx(sims["fused"])
+    per_sim = {"baseline": sims["baseline"] / 2, "fused": sims["fused"] / 2}
     tw_run = DLRM_SECONDS_FIXED + 64 * tables * DLRM_SECONDS_PER_RANK_TABLE
-    # table-wise: one simulation per mode, and fewer pushing ranks (one per table) than the planned fused one
-    assert 0 < tw.extra_seconds - tw_run < sum(per_sim.values())
+    assert tw.extra_seconds - tw_run > 0  # table-wise: one simulation per mode
     bound = estimate_workload(spec, topo, 8, 8, execution=parse_execution({"uncertainty": "bound"}))
-    # three interval runs a mode, each fused one tuning the knobs again (two knob points)
-    assert bound.extra_seconds == pytest.approx(planned.extra_seconds + 3 * (per_sim["baseline"] + 2 * per_sim["fused"]))
-    assert bound.seconds > NOTE_SECONDS and "cheaper: --sim-mode classes" in cost_note(bound)
+    # three interval runs a mode (the knob grid screened as in the point estimate)
+    assert bound.extra_seconds == pytest.approx(planned.extra_seconds + 3 * (per_sim["baseline"] + per_sim["fused"]))
+    big = dataclasses.replace(spec, global_batch=2 * spec.global_batch)
+    heavy = estimate_workload(big, topo, 8, 8, execution=parse_execution({"uncertainty": "bound"}))
+    assert heavy.seconds > NOTE_SECONDS and "cheaper: --sim-mode classes" in cost_note(heavy)
     assert cost_note(estimate_workload(spec, topo, 16, 8)) is None  # 128 ranks: rank classes, seconds
-    # two workers: the first candidate (the baseline's first plan) alone, the other five shared by the two
+    # two workers: a long run shares every candidate; a short one runs its first alone and shares the rest
     two = estimate_workload(spec, topo, 8, 8, execution=none, workers=2)
+    total = sims["baseline"] + sims["fused"]
     first = per_sim["baseline"]
-    rest = sims["baseline"] + sims["fused"] - first
-    assert two.extra_seconds - run_p == pytest.approx(first + rest / 2)
+    staged = first + (total - first) / 2
+    want = total / 2 if staged >= MIN_PARALLEL_RUN_S else staged
+    assert two.extra_seconds - run_p == pytest.approx(want)
 
 
 def test_chakra_run_refuses_workload_settings_and_a_fused_only_export(tmp_path, capsys):

@@ -19,9 +19,10 @@ TIE_REL = 1e-9
 #: the rest of the knob grid is simulated only where the first point's GPU-initiated post queues were busy for at
 #: least this share of the iteration (``DLRMExtras.put_post_share``).  Measured (experiments/bench/knob_screen.py,
 #: experiments/results/knob_screen.csv: three MLPerf DLRM-DCNv2 files, 1-1,024 H100 nodes, put_post_us
-#: 0.005-0.1): below a share of 0.1 the second point gained at most 0.05%; from 0.156 up it gained 2-260% (posting
-#: is then the fused step's bottleneck); between, at most 0.2%.  A screen, not a bound: a model whose fused kernel
-#: is a small part of its step would saturate its queue at a smaller share
+#: 0.005-0.1, 165 points): below a share of 0.1 (94 points) the second point was at most 0.05% faster; every gain
+#: above 1% (58 points, up to 2.6x: posting is then the fused step's bottleneck) came at a share of 0.156 or more.
+#: A screen, not a bound: a model whose fused kernel is a small part of its step would saturate its queues at a
+#: smaller share
 KNOB_SCREEN_POST_SHARE = 0.1
 #: a planned DLRM point's fused simulation takes at least this many times its baseline's wall time (its kernels
 #: push to every peer wave by wave): MLPerf DLRM-DCNv2, 2-core VM, 2026-12-07: 6x at 128 nodes (1.3 / 0.21 s),

@@ -8,19 +8,13 @@ import pytest
 
 from simfuse.collectives.posting import PostQueue, PostRule
 from simfuse.fused.knobs import ExecutionSpec, FusedKnobs
-from simfuse.spec import workload_from_dict
 from simfuse.system import System
 from simfuse.workloads import dlrm_candidates as cands
 from simfuse.workloads.dlrm import simulate_dlrm
 from simfuse.workloads.run import _simulate_once, simulate_workload
+from tests.workloads.small_models import planned_dlrm
 
-
-def _dlrm(batch=4096):
-    tables = [(200_000, 20), (40_000, 4), (1_000_000, 8), (5_000, 1), (300_000, 2), (60_000, 3)]
-    return workload_from_dict({"name": "t", "kind": "dlrm", "global_batch": batch, "dense_features": 13,
-                               "bottom_mlp": [128, 64], "top_mlp": [128, 1], "interaction": {"kind": "dot"},
-                               "embedding": {"dim": 64, "placement": "planned",
-                                             "tables": [{"rows": r, "pooling": p} for r, p in tables]}}, "<test>")
+_dlrm = planned_dlrm
 
 
 def _system(root, put_post_us: float) -> System:

@@ -8,12 +8,13 @@ import pytest
 
 from simfuse.errors import SimfuseError, SpecError
 from simfuse.fused.knobs import ExecutionSpec
-from simfuse.spec import load_workload, workload_from_dict
+from simfuse.spec import load_workload
 from simfuse.system import System
 from simfuse.workloads import dlrm_candidates as cands
 from simfuse.workloads import parallel, run
 from simfuse.workloads.parallel import Pool
 from simfuse.workloads.run import simulate_workload, summary_rows
+from tests.workloads.small_models import planned_dlrm
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +22,7 @@ def h200(root):
     return System.load(root / "topologies" / "h200_nvl8_ib_ndr.yaml")
 
 
-def _dlrm(batch=4096):
-    tables = [(200_000, 20), (40_000, 4), (1_000_000, 8), (5_000, 1), (300_000, 2), (60_000, 3)]
-    return workload_from_dict({"name": "t", "kind": "dlrm", "global_batch": batch, "dense_features": 13,
-                               "bottom_mlp": [128, 64], "top_mlp": [128, 1], "interaction": {"kind": "dot"},
-                               "embedding": {"dim": 64, "placement": "planned",
-                                             "tables": [{"rows": r, "pooling": p} for r, p in tables]}}, "<test>")
+_dlrm = planned_dlrm
 
 
 def _rows(res, ex, nodes, g):

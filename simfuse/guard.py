@@ -58,7 +58,7 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: squared log ratio plus a penalty beyond 1.9x) to the wall time of `simfuse run` (two workers) on every shipped
 #: DLRM file at 1-16,384 nodes (2-core VM, 2026-12-07, bench_targets run at commit 175522b:
 #: experiments/results/bench_guard_fit.csv; the guard of the candidate plans and knob-grid stand-in of
-#: simfuse.workloads.dlrm_workload): 36 of 36 fully simulated points within 2x, 0.51-1.98 (below 64 ranks the
+#: simfuse.workloads.dlrm_workload): 36 of 36 fully simulated points within 2x, 0.51-1.98 (up to 64 ranks the
 #: guard reads no plan: the busiest rank's tables are guessed).  Checked on a later run
 #: (experiments/results/bench_targets.csv, f889637): 194 of 201 run points within 2x, 0.45-2.29.
 DLRM_SECONDS_PER_EVENT = 4.57e-5

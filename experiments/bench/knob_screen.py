@@ -58,11 +58,10 @@ def _point(model: str, topology: str, nodes: int, post_us: float | None) -> dict
     from simfuse.workloads.run import scaled_spec
 
     system = System.load(topology)
-    if post_us is not None:
-        topo = system.topology
-        topo = dataclasses.replace(topo, gpu_initiated=dataclasses.replace(topo.gpu_initiated,
-                                                                           put_post_s=post_us * 1e-6))
-        system = System.from_topology(topo)
+    if post_us is not None:  # the file's topology with that post cost (its calibration profile kept)
+        topo = system.nominal
+        system = system.with_nominal(topo.replace(gpu_initiated=dataclasses.replace(topo.gpu_initiated,
+                                                                                    put_post_s=post_us * 1e-6)))
     g = system.gpus_per_node
     spec = load_workload(model)
     settings = ()
@@ -104,6 +103,7 @@ def check_args(a) -> tuple[list[str], list[int], list]:
     from simfuse.arguments import check_out_writable, check_workers
     from simfuse.errors import SpecError
     from simfuse.spec import DLRMSpec, load_topology, load_workload
+    from simfuse.spec.topology import MAX_LATENCY_US
     from simfuse.sweeps import parse_nodes
 
     nodes = parse_nodes(a.nodes)
@@ -122,8 +122,9 @@ def check_args(a) -> tuple[list[str], list[int], list]:
             v = float(text)
         except ValueError:
             raise SpecError("--post-us", "post_us", f"{text!r} is not a number (us) or 'topology'") from None
-        if not (math.isfinite(v) and v >= 0):
-            raise SpecError("--post-us", "post_us", f"{text!r} must be a finite number >= 0 (us)")
+        if not (math.isfinite(v) and 0 <= v <= MAX_LATENCY_US):
+            raise SpecError("--post-us", "post_us", f"{text!r} must be a number in 0..{MAX_LATENCY_US:g} (us), as "
+                            "the topology's gpu_initiated.put_post_us")
         posts.append(v)
     check_out_writable(a.out, is_dir=False)
     return models, nodes, posts

@@ -128,9 +128,13 @@ def bulk_rule(collectives) -> PostRule:
     return PostRule(collectives.net_overhead_s, NCCL_P2P_NET_CHUNK_BYTES, "proxy")
 
 
+#: the transport of GPU-initiated puts (:func:`put_rule`): the key of their post queues
+PUT_TRANSPORT = "gpu"
+
+
 def put_rule(gpu_initiated) -> PostRule:
     """GPU-initiated puts: ``gpu_initiated.put_post_us`` per put (one put, one message)."""
-    return PostRule(gpu_initiated.put_post_s, 0.0, "gpu")
+    return PostRule(gpu_initiated.put_post_s, 0.0, PUT_TRANSPORT)
 
 
 def post_gates(queue: PostQueue, now: float, src: int, n_ranks: int, groups, messages_of) -> list[float | None]:

@@ -204,9 +204,11 @@ def simulate_dlrm(spec: DLRMSpec, topology, nodes: int, *, gpus_per_node: int | 
     forced = {"all_reduce": allreduce_algorithm} if allreduce_algorithm else None
     res = Executor(system, graph, seed=seed, record=record, record_usage=record_usage, tuner=tuner,
                    forced_algorithms=forced, progress=progress).run()
+    from ..collectives.posting import PUT_TRANSPORT
+
     busiest: dict = {}  # fused operation (its post queue's scope) -> its busiest rank's posting time (s)
     for (_rank, transport, scope), q in res.sim.post_queues.items():
-        if transport == "gpu":
+        if transport == PUT_TRANSPORT:
             busiest[scope] = max(busiest.get(scope, 0.0), q.busy_s)
     return IterationResult(mode=mode, iteration_time_s=res.time_s, compute_time_s=res.compute_time_s,
                            exposed_comm_time_s=res.exposed_comm_time_s,

@@ -176,7 +176,6 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
     progress.begin("simulation", sum(len(c[0]) * len(c[1]) for c in cands.values()), up_to=True)
 
     done: dict = {}  # (mode, plan index, grid index) -> result, computed ahead in workers
-    first_s = 0.0  # wall time of this run's first simulation: whether the rest is worth shipping to workers
     n_first = sum(len(c[0]) for c in cands.values())
     if pool is not None and not record and pool.workers > 1 and n_first > 1:
         # the first candidate here (its time says whether workers pay; a run the guard expects to be long skips
@@ -186,8 +185,7 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
         first = [(m, i, 0) for m in modes for i in range(len(cands[m][0]))]
         if not pool.long_run():
             m0 = modes[0]
-            done[(m0, 0, 0)] = r0 = one(m0, 0, 0)
-            first_s = r0.wall_s
+            done[(m0, 0, 0)] = one(m0, 0, 0)
             first = first[1:]
         for stage in (first, None):
             keys = stage if stage is not None else [
@@ -223,7 +221,6 @@ def simulate_modes(spec, system, nodes, g, modes, ex, sim_mode, seed, record, tu
                 # hang on the last bit of a rate solve
                 if best is None or r.iteration_time_s < best.iteration_time_s * (1 - TIE_REL):
                     best, best_i = r, i
-                first_s = first_s or r.wall_s
         # tuned: the knobs are the grid's to choose (an interval's draw tunes them again where its own inputs make
         # the grid matter); knob_points: how many of the grid's points the chosen plan simulated
         best.extras.tuned = len(grid) > 1 and _grid_applies(best)

@@ -269,6 +269,12 @@ def _after(*ids) -> tuple:
     return tuple(i for i in ids if i >= 0)
 
 
+def column_equivalent_tables(dims: list[int]) -> int:
+    """Shards of ``dims`` columns as tables of their greatest common column count, the width one fused embedding
+    kernel pools them at (:meth:`RankProgram._a2a_op`); 0 for no shards."""
+    return sum(dims) // math.gcd(*dims) if dims else 0
+
+
 class RankProgram:
     """One rank's program of a DLRM iteration: :meth:`build` emits its nodes into ``graph.program(rank)``."""
 
@@ -360,9 +366,9 @@ class RankProgram:
         if not units:
             return None
         D = c.spec.dim
-        cols = sum(u.dim or D for u in units)
-        dim_eq = math.gcd(*[u.dim or D for u in units])
-        op = EmbeddingAllToAll({"tables_per_gpu": cols // dim_eq, "rows": max(u.rows for u in units),
+        dims = [u.dim or D for u in units]
+        cols, dim_eq = sum(dims), math.gcd(*dims)
+        op = EmbeddingAllToAll({"tables_per_gpu": column_equivalent_tables(dims), "rows": max(u.rows for u in units),
                                 "dim": dim_eq, "pooling": sum(u.pooling * (u.dim or D) for u in units) / cols,
                                 "global_batch": c.spec.global_batch, "dtype": c.spec.embedding_dtype,
                                 "comm_dtype": c.spec.comm_dtype, "bags_per_wg": c.spec.bags_per_wg}, c.layout,

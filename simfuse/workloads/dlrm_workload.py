@@ -101,8 +101,7 @@ class DLRMWorkload(Workload):
                               execution.seed, record, tuner, chosen, pool, progress)
 
     # ----------------------------------------------------------------------------------------- cost and rows
-    def knob_grid(self, mode: str, execution, waves: int | None = None, topology=None,
-                  share: float | None = None) -> int:
+    def knob_grid(self, mode: str, execution, waves: int | None = None, share: float | None = None) -> int:
         """Simulations per plan for ``mode``: the fused knob grid's points when it is tuned and tuning matters,
         else 1.  As :func:`~simfuse.workloads.dlrm_candidates._tuning_matters` decides it: not beyond
         :data:`~simfuse.fused.base.MAX_PUSH_WAVES` waves of the fused kernel (``waves``, estimated), and not where
@@ -175,6 +174,7 @@ class DLRMWorkload(Workload):
         workgroup's output to its destination rank (the table-row-wise kernel stores into the node; its reducers
         put)."""
         from .dlrm_kernels import _A2A_KINDS, _HIER_KINDS
+        from .dlrm_program import column_equivalent_tables
         from .planner import RankUnits
 
         D = self.spec.dim
@@ -191,10 +191,9 @@ class DLRMWorkload(Workload):
             return (int((ua + units(_HIER_KINDS)).max()), int(ua.max())) if per_rank.n else (0, 0)
         pushed = posted = 0
         for us in per_rank:
-            a = [u.dim or D for u in us if u.kind in _A2A_KINDS]
-            h = [u.dim or D for u in us if u.kind in _HIER_KINDS]
-            ua = sum(a) // math.gcd(*a) if a else 0
-            pushed, posted = max(pushed, ua + (sum(h) // math.gcd(*h) if h else 0)), max(posted, ua)
+            ua = column_equivalent_tables([u.dim or D for u in us if u.kind in _A2A_KINDS])
+            uh = column_equivalent_tables([u.dim or D for u in us if u.kind in _HIER_KINDS])
+            pushed, posted = max(pushed, ua + uh), max(posted, ua)
         return pushed, posted
 
     def estimate(self, pricing, topology, nodes: int, gpus_per_node: int, sim_mode: str, execution,
@@ -272,7 +271,7 @@ class DLRMWorkload(Workload):
         for mode in modes:
             for i, (sim_m, (pushed, posted)) in enumerate(shapes[mode]):
                 waves = math.ceil(pushed * blocks / max(1, slots))
-                grid = self.knob_grid(mode, execution, waves, topology,
+                grid = self.knob_grid(mode, execution, waves,
                                       self.post_share(topology, nodes, ranks, B, posted * blocks))
                 # the simulated ranks that push embeddings: every one with a planned or row-wise placement, at
                 # most one per table with a table-wise one (the others hold no table)

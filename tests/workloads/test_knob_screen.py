@@ -18,9 +18,9 @@ _dlrm = planned_dlrm
 
 
 def _system(root, put_post_us: float) -> System:
-    topo = System.load(root / "topologies" / "h100_nvl8_ib_ndr.yaml").topology
-    gi = dataclasses.replace(topo.gpu_initiated, put_post_s=put_post_us * 1e-6)
-    return System.from_topology(dataclasses.replace(topo, gpu_initiated=gi))
+    system = System.load(root / "topologies" / "h100_nvl8_ib_ndr.yaml")
+    gi = dataclasses.replace(system.nominal.gpu_initiated, put_post_s=put_post_us * 1e-6)
+    return system.with_nominal(system.nominal.replace(gpu_initiated=gi))
 
 
 def test_post_queue_counts_its_busy_time():

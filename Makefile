@@ -33,7 +33,7 @@ $(FULL): pyproject.toml $(CORE)
 
 venv: $(FULL)
 
-# The DLRM projection: MLPerf DLRM-DCNv2 with planned sharding on H100 and H200 nodes, 16 to 1,024 nodes, strong
+# The DLRM projection: MLPerf DLRM-DCNv2 with planned sharding on H100 and H200 nodes, 8 to 1,024 nodes, strong
 # scaling, bands from 8 draws of the files' input ranges (experiments/scaling/dlrm_projection.py --demo).  The README's
 # headline is the same script without --demo (weak scaling too, 16 draws, tornados at 128 and 1,024 nodes).
 demo: $(CORE)

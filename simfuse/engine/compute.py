@@ -58,6 +58,14 @@ def _wave_times(cost: CostModel, work: KernelWork, slots: int) -> tuple[float, f
     return full_t, (cost.workgroup_time_s(work, rem) if rem else 0.0)
 
 
+def kernel_time_s(cost: CostModel, work: KernelWork) -> float:
+    """``work``'s duration alone on a GPU (s, launch excluded): its full waves and its partial last wave, as
+    :func:`run_kernel_waves` runs them without occupancy loss."""
+    slots = effective_slots(cost, work)
+    full_t, rem_t = _wave_times(cost, work, slots)
+    return (int(work.num_workgroups) // slots) * full_t + rem_t
+
+
 def _timing(sim: Simulation, cost: CostModel, work: KernelWork, occupancy_loss: float,
             persistent_grid: int | None) -> tuple[int, float, float]:
     """``(slots, full-wave workgroup time, last-wave workgroup time)`` of ``work``, kept per simulation: cost

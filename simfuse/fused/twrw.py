@@ -249,7 +249,7 @@ class TwrwEmbeddingPush(MemberOp):
     collective = "all_to_all"
 
     def __init__(self, work: KernelWork | None, layout: Layout, tables, rank: int, global_batch: int, bags: int,
-                 dim: int, elem_bytes: int, source: str = "<table_row_wise>"):
+                 dim, elem_bytes: int, source: str = "<table_row_wise>"):
         self.layout, self.source, self.params = layout, source, {}
         n, g = layout.n, layout.gpus_per_node
         self.tables = np.asarray(tables, dtype=np.int64)
@@ -260,7 +260,15 @@ class TwrwEmbeddingPush(MemberOp):
             raise SpecError(source, "tables", "table-row-wise shards must fill every GPU of their node alike")
         self.rank = int(rank)
         self.t = int(self.tables[self.rank])
-        self.B, self.D, self.eb = int(global_batch), int(dim), int(elem_bytes)
+        # the column-equivalent width: one for every rank, or per rank (the gcd of the widths each rank holds;
+        # alike on the GPUs of a node, as the tables)
+        dims = np.broadcast_to(np.asarray(dim, dtype=np.int64), (n,))
+        if np.any(dims < 1):
+            raise SpecError(source, "dim", "needs a width >= 1 for every rank")
+        if np.any(dims.reshape(layout.nodes, g) != dims.reshape(layout.nodes, g)[:, :1]):
+            raise SpecError(source, "dim", "table-row-wise shards must have one width on every GPU of their node")
+        self.dims = dims
+        self.B, self.D, self.eb = int(global_batch), int(dims[self.rank]), int(elem_bytes)
         if self.B % n:
             raise SpecError(source, "global_batch", f"{self.B} is not divisible by the {n} ranks")
         self.b = self.B // n
@@ -288,6 +296,10 @@ class TwrwEmbeddingPush(MemberOp):
     def collective_size_bytes(self) -> float:
         return float(self.t * self.B * self.D * self.eb)
 
+    def _wg_bytes(self, rank: int) -> float:
+        """Bytes of one of ``rank``'s workgroups (its node's width)."""
+        return float(self.bags * int(self.dims[rank]) * self.eb)
+
     def _wgs(self, rank: int):
         """Per workgroup of ``rank``: reducer rank, position in the reducer's range (``q``)."""
         g, N, t = self.layout.gpus_per_node, self.layout.nodes, int(self.tables[rank])
@@ -304,7 +316,7 @@ class TwrwEmbeddingPush(MemberOp):
 
     def wg_destinations(self, rank: int):
         reducer, _q = self._wgs(rank)
-        return reducer, np.full(len(reducer), self.wg_bytes)
+        return reducer, np.full(len(reducer), self._wg_bytes(rank))
 
     def order(self, rank: int, fabric, tile_order: str, slice_wgs: int = 1) -> np.ndarray:
         reducer, q = self._wgs(rank)
@@ -330,7 +342,7 @@ class TwrwEmbeddingPush(MemberOp):
         g = self.layout.gpus_per_node
         t = int(self.tables[rank])
         dst = np.arange((rank // g) * g, (rank // g + 1) * g, dtype=np.int64)
-        return dst, np.full(g, twrw_stage1_bytes(self.layout.nodes, self.b, self.D, self.eb, t))
+        return dst, np.full(g, twrw_stage1_bytes(self.layout.nodes, self.b, int(self.dims[rank]), self.eb, t))
 
     def destination_summary(self, rank: int):
         """Closed form: ``Q`` workgroups (``nodes x kb x tables[rank]``) to each node-local reducer, none without
@@ -340,7 +352,7 @@ class TwrwEmbeddingPush(MemberOp):
         if Q == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
         return (np.arange((rank // g) * g, (rank // g + 1) * g, dtype=np.int64), np.full(g, Q, dtype=np.int64),
-                np.full(g, self.wg_bytes))
+                np.full(g, self._wg_bytes(rank)))
 
     def member_process(self, ctx, inst, entity: int, rank: int, knobs):
         """simpy process of one rank: pooling kernel with stage-1 pushes; its reducer's stage 2 runs on after the

@@ -31,13 +31,13 @@ from .ids import spec_ids_bytes
 @dataclasses.dataclass
 class Traffic:
     """What the placement sends, per rank: bytes of its All-to-All shards to every rank (table/row/column-wise:
-    ``b`` x its columns each), its hierarchical shards in column-equivalent tables of ``dim_h`` columns
+    ``b`` x its columns each), its hierarchical shards in column-equivalent tables of ``dim_h[r]`` columns
     (table-row-wise and grid: stage 1 to each local peer, stage 2 on its rail to every node), the input
     distribution's ids, and the replicated tables."""
 
     ub_all: np.ndarray    # All-to-All shard bytes each rank sends every rank
     twrw: np.ndarray      # column-equivalent hierarchical tables per rank
-    dim_h: int            # their width (the gcd of the hierarchical shards' widths)
+    dim_h: np.ndarray     # their width per rank (the gcd of the rank's hierarchical shards' widths; D without any)
     key_sizes: np.ndarray  # the input distribution's bytes to every shard holder
     dp_tables: list       # the replicated (data-parallel) tables
 
@@ -55,12 +55,13 @@ def placement_traffic(spec, per_rank, vec: bool, b: int, n: int) -> Traffic:
     D, ceb = spec.dim, DTYPE_BYTES[spec.comm_dtype]
     if vec:
         uni_cols, hcols = per_rank.columns(_A2A_KINDS, D), per_rank.columns(_HIER_KINDS, D)
-        h_dims = per_rank.dims(_HIER_KINDS, D)
+        dim_h = per_rank.gcd_dims(_HIER_KINDS, D)
         dp_tables = per_rank.tables_of("data_parallel")
     else:
         uni_cols = np.array([sum(u.dim or D for u in us if u.kind in _A2A_KINDS) for us in per_rank], dtype=float)
         hcols = np.array([sum(u.dim or D for u in us if u.kind in _HIER_KINDS) for us in per_rank], dtype=float)
-        h_dims = sorted({u.dim or D for us in per_rank for u in us if u.kind in _HIER_KINDS})
+        dim_h = np.array([math.gcd(*(int(u.dim or D) for u in us if u.kind in _HIER_KINDS)) for us in per_rank],
+                         dtype=np.int64)
         dp_tables = sorted({u.table for us in per_rank for u in us if u.kind == "data_parallel"})
     if spec.input_dist != "none":
         def unit_ids(u):
@@ -72,9 +73,11 @@ def placement_traffic(spec, per_rank, vec: bool, b: int, n: int) -> Traffic:
             key_sizes = np.array([sum(unit_ids(u) for u in us) for us in per_rank], dtype=float)
     else:
         key_sizes = np.zeros(n)
-    # the hierarchical kernels in column-equivalent tables of ``dim_h`` columns (the gcd of the shards' widths, as
-    # the All-to-All shards' EmbeddingAllToAll): a shard of ``w`` columns is ``w / dim_h`` tables of ``dim_h``
-    dim_h = math.gcd(*h_dims) if h_dims else D
+    # each rank's hierarchical kernel in column-equivalent tables of ``dim_h[r]`` columns, the gcd of the widths
+    # that rank holds (as the All-to-All shards' EmbeddingAllToAll): a shard of ``w`` columns is ``w / dim_h[r]``
+    # tables of ``dim_h[r]``.  Hierarchical shards fill every GPU of their node alike, so the width is the same on
+    # every GPU of a node; a node without such shards gets ``D`` (no tables)
+    dim_h = np.where(dim_h > 0, dim_h, D).astype(np.int64)
     return Traffic(uni_cols * b * ceb, hcols / dim_h, dim_h, key_sizes, dp_tables)
 
 
@@ -296,10 +299,10 @@ class RankProgram:
         b, n, ceb = c.b, c.n, DTYPE_BYTES[c.spec.comm_dtype]
         local_of, node_of = np.arange(n) % c.g, np.arange(n) // c.g
         rail, peers = local_of == local_of[r], node_of == node_of[r]
-        self.rail_in = twrw_rail_bytes(b, t.dim_h, ceb, t.twrw[r])  # what this rank's tables send each rail peer
+        self.rail_in = twrw_rail_bytes(b, t.dim_h[r], ceb, t.twrw[r])  # what this rank's tables send each rail peer
         self.fwd_sizes = np.full(n, t.ub_all[r]) + np.where(rail, self.rail_in, 0.0)
         self.bwd_sizes = t.ub_all + np.where(rail, twrw_rail_bytes(b, t.dim_h, ceb, t.twrw), 0.0)
-        self.st1_fwd = np.where(peers, twrw_stage1_bytes(c.nodes, b, t.dim_h, ceb, t.twrw[r]), 0.0)
+        self.st1_fwd = np.where(peers, twrw_stage1_bytes(c.nodes, b, t.dim_h[r], ceb, t.twrw[r]), 0.0)
         self.st1_bwd = np.where(peers, twrw_stage1_bytes(c.nodes, b, t.dim_h, ceb, t.twrw), 0.0)
 
     def comp(self, work, phase, deps=()) -> int:
@@ -383,7 +386,8 @@ class RankProgram:
         on the rail; else pool, reduce inside the node (stage 1; stage 2 joins the All-to-All).  Returns (its
         last node, what an overlapped bottom MLP waits for)."""
         c, t, spec = self.ctx, self.ctx.traffic, self.ctx.spec
-        D_h, eb, ceb, B = t.dim_h, DTYPE_BYTES[spec.embedding_dtype], DTYPE_BYTES[spec.comm_dtype], spec.global_batch
+        D_h, eb, ceb, B = int(t.dim_h[self.r]), DTYPE_BYTES[spec.embedding_dtype], DTYPE_BYTES[spec.comm_dtype], \
+            spec.global_batch
         # column-equivalent tables and their summed lookups (a shard of w columns: w / dim_h tables)
         tr_tables = sum((u.dim or spec.dim) // D_h for u in self.tr_units)
         tr_lookups = sum(u.pooling * ((u.dim or spec.dim) // D_h) for u in self.tr_units)
@@ -391,7 +395,7 @@ class RankProgram:
             bags = TwrwEmbeddingPush.bags_for(c.b, 4)  # _pool_work's 4 bags per workgroup, whole ones per rank
             work = _pool_work("embedding_twrw", B, tr_lookups, D_h, eb, tables=tr_tables, bags_per_wg=bags,
                               out_eb=ceb) if self.tr_units else None
-            op = TwrwEmbeddingPush(work, c.layout, t.twrw, self.r, B, bags, D_h, ceb, spec.source)
+            op = TwrwEmbeddingPush(work, c.layout, t.twrw, self.r, B, bags, t.dim_h, ceb, spec.source)
             return self.rg.add(FusedNode(name="embedding_twrw_fused", op=op, group="world", knobs=c.knobs,
                                          deps=_after(last, *kdep), wait_phase="a2a_twrw_fwd_exposed")), ()
         if not t.has_twrw:

@@ -125,7 +125,7 @@ INDEX_BYTES = 8
 #: narrowest column shard: 32 columns x 4 B = one 128-byte cache line per row (narrower rows waste gathers, see
 #: docs/sources.md S9: 128-256-byte rows are already the hard case for random gathers)
 MIN_COLUMN_DIM = 32
-CANDIDATES = ("greedy", "greedy_no_grid", "table_wise", "row_wise")
+CANDIDATES = ("greedy", "greedy_no_grid", "greedy_no_twrw", "table_wise", "row_wise")
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ def parse_ranks(text, n_ranks: int, source: str, fld: str) -> tuple[int, ...]:
 
 # ---------------------------------------------------------------------------------------------------- estimator
 class _Ctx:
-    def __init__(self, spec, n: int, g: int, rates: Rates, budget_bytes: float, mode: str):
+    def __init__(self, spec, n: int, g: int, rates: Rates, budget_bytes: float, mode: str, cost=None):
         self.spec, self.n, self.g, self.N = spec, n, g, n // g
         self.B, self.D = spec.global_batch, spec.dim
         self.b = self.B // n
@@ -247,6 +247,9 @@ class _Ctx:
         # the input distribution (embedding.input_dist): inline ids are part of a rank's communication (the
         # lookups wait for them); prefetched ids are an ingress bound beside the iteration (module docstring)
         self.ids = spec.input_dist
+        # the System's kernel cost model (None for a bare topology: the roofline prices the pooling)
+        self.cost = cost
+        self._pool_memo: dict = {}
 
     def ids_bytes(self, t: int, lookups: float) -> float:
         """Bytes one rank sends one holder of table ``t``'s shard serving ``lookups`` ids per bag
@@ -266,11 +269,36 @@ class _Ctx:
         formulas; ``embedding.sparse_backward: sorted``: the sort and encode over the shard's own key space, at
         HBM rate)."""
         eb, ceb = self.eb, self.ceb  # pooled rows written and their gradients read in the payload's dtype
-        pool = bags * lookups * (dim * eb + INDEX_BYTES) + bags * dim * ceb
+        pool = self.pool_fwd_bytes(bags, lookups, dim)
         if self.sparse_backward == "bytes":
             return pool + bags * lookups * dim * eb * (2.0 + 2.0 * self.opt) + bags * dim * ceb
         return (pool + sparse_update_bytes(eb, ceb, self.opt, bags, rows, lookups, dim)
                 + index_bytes(bags, rows, lookups))
+
+    def pool_update_s(self, bags: int, lookups: float, dim: int, rows: float) -> float:
+        """Seconds of a shard's forward pooling and sparse backward: :meth:`pool_update_bytes` at the achievable
+        HBM rate, with the forward pooling priced as the simulator prices its kernel where the System has a
+        cost model (a calibrated model knows what the roofline does not: a narrow shard's layout and its
+        per-program cost)."""
+        hbm = self.rates.hbm_bytes_per_s
+        total = self.pool_update_bytes(bags, lookups, dim, rows) / hbm
+        if self.cost is None:
+            return total
+        key = (bags, lookups, dim, rows)
+        kt = self._pool_memo.get(key)
+        if kt is None:
+            from ..engine.compute import kernel_time_s
+            from ..fused.base import largest_divisor_at_most
+            from .dlrm_kernels import _pool_work
+
+            work = _pool_work("embedding_bag", bags, lookups, dim, self.eb, bags_per_wg=largest_divisor_at_most(
+                self.b, 4), rows=int(rows) if rows else None, out_eb=self.ceb)
+            kt = self._pool_memo[key] = kernel_time_s(self.cost, work)
+        return total - self.pool_fwd_bytes(bags, lookups, dim) / hbm + kt
+
+    def pool_fwd_bytes(self, bags: int, lookups: float, dim: int) -> float:
+        """HBM bytes of a shard's forward pooling (rows and int64 ids read, pooled rows written)."""
+        return bags * lookups * (dim * self.eb + INDEX_BYTES) + bags * dim * self.ceb
 
     def link_s(self, si, se, ri, re):
         r = self.rates
@@ -352,7 +380,7 @@ def enumerate_options(ctx: _Ctx, t: int, allowed: tuple[str, ...]) -> list[_Opti
 
     def uniform_a2a(kind, shards, rows, dim, pooling):
         x = 2.0 * b * dim * ceb  # per destination, fwd + bwd
-        return _Option(kind, shards, rows, dim, pooling, ctx.pool_update_bytes(B, pooling, dim, rows) / hbm,
+        return _Option(kind, shards, rows, dim, pooling, ctx.pool_update_s(B, pooling, dim, rows),
                        (g - 1) * x, (n - g) * x, 0.0, shards * x * frac_intra, shards * x * frac_inter,
                        storage=ctx.storage(rows, dim))
 
@@ -398,7 +426,7 @@ def _hier_option(ctx: _Ctx, t: int, kind: str, k: int) -> _Option:
     rows, p, dim = math.ceil(tab.rows / g), tab.pooling / g, ctx.D // k
     s1 = 2.0 * twrw_stage1_bytes(N, b, dim, ceb) * (g - 1)  # reduce-scatter inside the node, fwd + bwd
     s2 = 2.0 * twrw_rail_bytes(b, dim, ceb)                  # per remote node on the rail, fwd + bwd
-    return _Option(kind, k * g, rows, dim, p, ctx.pool_update_bytes(ctx.B, p, dim, rows) / ctx.rates.hbm_bytes_per_s,
+    return _Option(kind, k * g, rows, dim, p, ctx.pool_update_s(ctx.B, p, dim, rows),
                    s1,
                    (N - 1) * s2, s1, 0.0, k * s2 * (N - 1) / N, storage=ctx.storage(rows, dim))
 
@@ -672,7 +700,7 @@ def _context(spec, system_or_topology, n: int, g: int, mode: str) -> _Ctx:
         raise SpecError("<argument>", "mode", f"unknown mode {mode!r}; expected fused or baseline")
     topo = getattr(system_or_topology, "topology", system_or_topology)
     budget = topo.device.memory_bytes * spec.embedding_memory_fraction
-    return _Ctx(spec, n, g, Rates.from_topology(topo, g), budget, mode)
+    return _Ctx(spec, n, g, Rates.from_topology(topo, g), budget, mode, getattr(system_or_topology, "cost", None))
 
 
 def check_batch_split(spec, nodes: int, gpus_per_node: int) -> None:
@@ -710,11 +738,14 @@ def plan_tables(spec, system, nodes: int, gpus_per_node: int, mode: str) -> Plan
     ctx = _context(spec, system, n, gpus_per_node, mode)
     full = SHARDINGS if mode == "baseline" else FUSED_SHARDINGS
     allowed = {"greedy": full, "greedy_no_grid": tuple(k for k in full if k != "grid"),
+               "greedy_no_twrw": tuple(k for k in full if k != "table_row_wise"),
                "table_wise": ("table_wise", "row_wise"), "row_wise": ("row_wise",) if n > 1 else ("table_wise",)}
-    best, estimates = None, {}
+    best = greedy = None
+    estimates = {}
     for name in CANDIDATES:
-        if name == "greedy_no_grid" and not any(tp.sharding == "grid" for tp in best.tables):
-            estimates[name] = best.estimated_critical_s  # the greedy plan itself (see the module docstring)
+        skip = {"greedy_no_grid": "grid", "greedy_no_twrw": "table_row_wise"}.get(name)
+        if skip and not any(tp.sharding == skip for tp in greedy.tables):
+            estimates[name] = greedy.estimated_critical_s  # the greedy plan itself (see the module docstring)
             continue
         try:
             p = _partition(ctx, allowed[name], name)
@@ -723,6 +754,8 @@ def plan_tables(spec, system, nodes: int, gpus_per_node: int, mode: str) -> Plan
                 raise
             continue
         estimates[name] = p.estimated_critical_s
+        if name == "greedy":
+            greedy = p
         if best is None or p.estimated_critical_s < best.estimated_critical_s:
             best = p
     best.candidates = estimates
@@ -761,12 +794,10 @@ def _custom_option_comm(ctx: _Ctx, u: Unit) -> _Option:
     if u.kind == "table_row_wise":  # on several whole nodes: each node as the one-node option, at its shard's load
         s1, s2, N = 2.0 * ctx.N * ctx.b * dim * ctx.ceb * (g - 1), x, ctx.N
         return _Option(u.kind, u.shards, u.rows, dim, u.pooling,
-                       ctx.pool_update_bytes(ctx.B, u.pooling, dim, u.rows)
-                       / ctx.rates.hbm_bytes_per_s, s1, (N - 1) * s2, s1, 0.0, s2 * (N - 1) / N * u.shards / g,
+                       ctx.pool_update_s(ctx.B, u.pooling, dim, u.rows), s1, (N - 1) * s2, s1, 0.0, s2 * (N - 1) / N * u.shards / g,
                        storage=ctx.storage(u.rows, dim))
     return _Option(u.kind, u.shards, u.rows, dim, u.pooling,
-                   ctx.pool_update_bytes(ctx.B, u.pooling, dim, u.rows)
-                   / ctx.rates.hbm_bytes_per_s, (g - 1) * x, (n - g) * x, 0.0, u.shards * x * (g - 1) / n,
+                   ctx.pool_update_s(ctx.B, u.pooling, dim, u.rows), (g - 1) * x, (n - g) * x, 0.0, u.shards * x * (g - 1) / n,
                    u.shards * x * (n - g) / n, storage=ctx.storage(u.rows, dim))
 
 

@@ -72,6 +72,15 @@ class RankUnits(Sequence):
         """Sorted distinct column counts (``u.dim or dim``) of the units of ``kinds`` some rank holds."""
         return sorted({u.dim or dim for u, h in self.entries if u.kind in kinds and len(h)})
 
+    def gcd_dims(self, kinds, dim: int) -> np.ndarray:
+        """Per rank the greatest common column count (``u.dim or dim``) of its units of ``kinds``; 0 where it
+        holds none."""
+        acc = np.zeros(self.n, dtype=np.int64)
+        for u, h in self.entries:
+            if u.kind in kinds and len(h):
+                np.gcd.at(acc, h, int(u.dim or dim))
+        return acc
+
     def lookups(self, kinds) -> np.ndarray:
         """Lookups per bag each rank serves in units of ``kinds`` (``u.pooling`` summed)."""
         return self._per_rank_sum(lambda u: u.pooling if u.kind in kinds else 0)

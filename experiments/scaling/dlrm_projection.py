@@ -42,6 +42,7 @@ from simfuse.workloads.run import run_point  # noqa: E402
 STRONG_GLOBAL_BATCH = 131072
 WEAK_BATCH_PER_GPU = 1056  # MLPerf DLRM-DCNv2 DGX H100 submissions at 16 nodes (docs/sources.md S53)
 GPU = {"h100_nvl8_ib_ndr": "H100", "h200_nvl8_ib_ndr": "H200"}
+HEARTBEAT_S = 30.0  # with series side by side, a progress line this often while none finishes
 
 
 def scaling_settings(scaling: str, gb: int, bpg: int) -> dict:
@@ -53,6 +54,49 @@ def _series(model: Path, topo: Path, scaling: str, nodes: list[int], args, out: 
                 **scaling_settings(scaling, args.global_batch, args.batch_per_gpu)}
     return run_sweep(str(model), str(topo), nodes, out / f"{topo.stem}__{scaling}", workers=args.workers,
                      progress=not args.quiet, plots=False, settings=settings)
+
+
+def _series_alone(model: Path, topo: Path, scaling: str, nodes: list[int], args, out: Path) -> pd.DataFrame:
+    """One series in a worker process: its points one after the other, no progress line."""
+    return _series(model, topo, scaling, nodes, argparse.Namespace(**{**vars(args), "workers": 1, "quiet": True}),
+                   out)
+
+
+def _all_series(model: Path, jobs: list, args, out: Path, t0: float) -> list[pd.DataFrame]:
+    """Every series' table, in ``jobs`` order.  With several workers and several series, the series run side by
+    side, one per worker process (each its points in turn): a series' slowest point (8 nodes: 64 ranks
+    simulated one by one) then overlaps the other series' points, where running the series one after the other,
+    their points spread over the workers, left a worker idle behind each slowest point."""
+    def done(scaling, topo_name, t_series):
+        now = time.perf_counter()
+        print(f"{GPU.get(topo_name, topo_name)} {scaling}: done in {now - t_series:.0f} s "
+              f"({now - t0:.0f} s in all)", flush=True)
+
+    if args.workers < 2 or len(jobs) < 2:
+        frames = []
+        for scaling, topo_name, series_nodes in jobs:
+            t_series = time.perf_counter()
+            frames.append(_series(model, ROOT / "topologies" / f"{topo_name}.yaml", scaling, series_nodes, args, out))
+            done(scaling, topo_name, t_series)
+        return frames
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    with ProcessPoolExecutor(max_workers=min(args.workers, len(jobs))) as pool:
+        futs = {pool.submit(_series_alone, model, ROOT / "topologies" / f"{topo_name}.yaml", scaling, series_nodes,
+                            args, out): i for i, (scaling, topo_name, series_nodes) in enumerate(jobs)}
+        frames: list = [None] * len(jobs)
+        pending = set(futs)
+        while pending:
+            finished, pending = wait(pending, timeout=HEARTBEAT_S, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                i = futs[fut]
+                frames[i] = fut.result()
+                done(jobs[i][0], jobs[i][1], t0)
+            if pending and not finished and not args.quiet:  # a line every HEARTBEAT_S while nothing finishes
+                left = ", ".join(f"{GPU.get(jobs[futs[f]][1], jobs[futs[f]][1])} {jobs[futs[f]][0]}"
+                                 for f in sorted(pending, key=futs.get))
+                print(f"running: {left} ({time.perf_counter() - t0:.0f} s in all)", flush=True)
+    return frames
 
 
 def _oat(model: Path, topo: Path, scaling: str, n: int, args) -> list[dict]:
@@ -177,21 +221,19 @@ def _main(argv=None) -> int:
     nodes, oat_nodes, weak_nodes = check_args(args)
     out = Path(args.out)
     model = Path(args.model)
-    rows, sens = [], []
+    jobs = [(scaling, topo_name, nodes if scaling == "strong" or weak_nodes is None else weak_nodes)
+            for scaling in args.scaling.split(",") for topo_name in args.topologies.split(",")]
     t0 = time.perf_counter()
-    for scaling in args.scaling.split(","):
-        for topo_name in args.topologies.split(","):
-            t_series = time.perf_counter()
-            topo = ROOT / "topologies" / f"{topo_name}.yaml"
-            series_nodes = nodes if scaling == "strong" or weak_nodes is None else weak_nodes
-            df = _series(model, topo, scaling, series_nodes, args, out)
-            rows += projection_rows(df, topo_name, scaling)
-            for n in oat_nodes:
-                if scaling == "strong" and n in nodes:
-                    sens += _oat(model, topo, scaling, n, args)
-            now = time.perf_counter()
-            print(f"{GPU.get(topo_name, topo_name)} {scaling}: done in {now - t_series:.0f} s "
-                  f"({now - t0:.0f} s in all)", flush=True)
+    frames = _all_series(model, jobs, args, out, t0)
+    rows, sens = [], []
+    for (scaling, topo_name, _n), df in zip(jobs, frames, strict=True):
+        rows += projection_rows(df, topo_name, scaling)
+    for scaling, topo_name, _n in jobs:
+        for n in oat_nodes:
+            if scaling == "strong" and n in nodes:
+                sens += _oat(model, ROOT / "topologies" / f"{topo_name}.yaml", scaling, n, args)
+    if sens:
+        print(f"one-at-a-time runs done ({time.perf_counter() - t0:.0f} s in all)", flush=True)
     table = pd.DataFrame(rows)
     atomic_write_df(table, out / "projection.csv")
     plot_projection(table, out / "projection.png")

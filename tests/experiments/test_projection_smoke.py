@@ -25,6 +25,20 @@ def test_projection_tiny(root, tmp_path):
     assert (tmp_path / "headline.md").read_text() == headline_table(t)
 
 
+def test_projection_series_side_by_side_equal_one_after_the_other(root, tmp_path):
+    """With two workers the tiny configuration's two series run side by side, one per worker process; the table
+    is the one a single worker writes."""
+    outs = []
+    for w in ("1", "2"):
+        out = tmp_path / f"w{w}"
+        r = subprocess.run([sys.executable, "experiments/scaling/dlrm_projection.py", "--tiny", "--oat-nodes=",
+                            "--workers", w, "--out", str(out)], capture_output=True, text=True, cwd=root, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "H100 strong: done" in r.stdout and "H100 weak: done" in r.stdout
+        outs.append(pd.read_csv(out / "projection.csv"))
+    pd.testing.assert_frame_equal(outs[0], outs[1])
+
+
 def test_bench_uncertainty_tiny(root, tmp_path):
     out = tmp_path / "bench.csv"
     r = subprocess.run([sys.executable, "experiments/bench/bench_uncertainty.py", "--model", "models/dlrm_synthetic.yaml",

@@ -93,9 +93,11 @@ def _all_series(model: Path, jobs: list, args, out: Path, t0: float) -> list[pd.
                 frames[i] = fut.result()
                 done(jobs[i][0], jobs[i][1], t0)
             if pending and not finished and not args.quiet:  # a line every HEARTBEAT_S while nothing finishes
-                left = ", ".join(f"{GPU.get(jobs[futs[f]][1], jobs[futs[f]][1])} {jobs[futs[f]][0]}"
-                                 for f in sorted(pending, key=futs.get))
-                print(f"running: {left} ({time.perf_counter() - t0:.0f} s in all)", flush=True)
+                running = [f for f in sorted(pending, key=futs.get) if f.running()]
+                names = ", ".join(f"{GPU.get(jobs[futs[f]][1], jobs[futs[f]][1])} {jobs[futs[f]][0]}" for f in running)
+                queued = len(pending) - len(running)
+                print(f"running: {names}" + (f"; {queued} series queued" if queued else "")
+                      + f" ({time.perf_counter() - t0:.0f} s in all)", flush=True)
     return frames
 
 

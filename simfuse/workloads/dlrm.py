@@ -27,13 +27,15 @@ kernel pushes each wave's share of the embedding gradients as it completes.
 
 Hierarchical shards (``table_row_wise`` and ``grid``: row shards over the ``g`` GPUs of a node, all ``D`` columns
 or ``D / k`` of them) share one path: a rank's volumes scale with the columns it holds in such shards (stage 1
-``N b w e`` to each local peer, stage 2 ``b w e`` on the rail, ``w`` those columns).  Their kernels count a shard
-of ``w`` columns as ``w / dim_h`` tables of ``dim_h`` columns, ``dim_h`` the gcd of the widths in the plan (the
-convention of the All-to-All shards' kernel): exact when every such shard has one width (table-row-wise only, or
-grid at one ``k``); with mixed widths a wide shard is priced as ``w / dim_h`` narrower tables: its index
-reads count once per column-equivalent table, and a calibrated kernel model also sees more, narrower rows
-(the per-row terms and the slots of a narrower compiled layout; roughly +10% pooling time for a 128-column fp32
-shard priced at ``dim_h`` 64, by the review of 2026-12-03 -- not measured).
+``N b w e`` to each local peer, stage 2 ``b w e`` on the rail, ``w`` those columns).  A rank's kernel counts a
+shard of ``w`` columns as ``w / dim_h`` tables of ``dim_h`` columns, ``dim_h`` the gcd of the widths *that rank*
+holds in such shards (the convention of the All-to-All shards' kernel, which pools one width: the bundled Triton
+kernel takes one ``dim`` per launch); hierarchical shards fill every GPU of their node alike, so the width is the
+same on the GPUs of a node.  Exact where a rank's shards have one width; where one rank mixes widths, its wide
+shards are priced as ``w / dim_h`` narrower tables: their index reads count once per column-equivalent table and a
+calibrated kernel model sees ``w / dim_h`` times the programs, each on a narrower layout (on the H200 profile a
+128-column fp32 shard priced as four of 32 pools 2.5x slower: the planner prices each shard at its own width, so
+it does not see this).
 
 Simulation modes: ``classes``: one representative per class of alike ranks is simulated: one class for even
 placements (exact); for uneven ones the *orbit classes* (:func:`~simfuse.graph.symmetry.orbit_classes`: ranks

@@ -59,7 +59,9 @@ does not fit every GPU's memory is sharded as any other table.
 under, or the option and its holders, whether the table is hot (at least twice the mean lookups per bag), whether
 it fits one GPU, its estimate against the next-best option's, and its holders' ids ingress time.
 
-**Estimator** (per shard, seconds): compute = HBM bytes of pooling (rows + int64 indices + outputs) and of the
+**Estimator** (per shard, seconds): compute = the forward pooling priced as the simulator prices its kernel
+(the System's cost model: a calibrated profile knows what the roofline does not, a narrow shard's layout and its
+per-program cost; with a bare topology, HBM bytes of rows + int64 indices + outputs), and HBM bytes of the
 sparse backward (the builder's formulas, ``simfuse.workloads.sparse_backward``: the sort and run-length encode of
 the shard's ids, each distinct row and its optimizer state read and written, each lookup's gradient gathered) at
 the device's
@@ -85,14 +87,18 @@ cost and the average rank cost once every remaining table is placed at its cheap
 bound: without it the myopic choice spreads every table row-wise, whose partial sums multiply the traffic by the
 number of shards); ties go to the lowest increase of the summed cost, then to the order of :data:`SHARDINGS`.
 
-**Proposer**: four candidates (``greedy`` over every option the mode supports, ``greedy_no_grid`` (the same without
-``grid``), ``table_wise`` (table-wise, row-wise where a table does not fit), ``row_wise`` (every table row-wise));
+**Proposer**: five candidates (``greedy`` over every option the mode supports, ``greedy_no_grid`` (the same without
+``grid``), ``greedy_no_twrw`` (the same without ``table_row_wise``), ``table_wise`` (table-wise, row-wise where a table does not fit), ``row_wise`` (every table row-wise));
 the one with the lowest estimated critical-rank cost is chosen (ties: that order).  ``greedy_no_grid`` is there
 because the greedy is myopic: a grid shard always lowers the critical rank of the moment (it halves or quarters a
 node's load), so the greedy takes it for the first tables even where, once every table is placed, whole
 table-row-wise nodes would balance as well without grid's extra index reads (equal tables on as many nodes); with
 it, offering grid never makes the estimated plan worse.  When the greedy plan has no grid table, ``greedy_no_grid``
-is that plan (every step's choice was open to it) and is not partitioned again.  Every option is open to both modes: in fused mode ``table_row_wise`` and ``grid`` run as the
+is that plan (every step's choice was open to it) and is not partitioned again.  ``greedy_no_twrw`` is there for
+the same reason: a table-row-wise node takes a hot table's whole pooling off the other ranks at once, so the
+greedy takes it first where column and grid shards of every table would end balanced lower (the MLPerf model on
+8 H200 nodes: 1.85 ms estimated with table-row-wise tables, 1.41 ms without); it too is the greedy plan itself
+when that has no table-row-wise table.  Every option is open to both modes: in fused mode ``table_row_wise`` and ``grid`` run as the
 hierarchical push (``TwrwEmbeddingPush``: partial sums pushed to node-local reducers over NVLink as workgroups
 finish, reduced slices put on the rail as they complete), so their communication overlaps their pooling as the
 other fused shards' does.

@@ -4,13 +4,13 @@ element-wise kernels, the sparse update's kernels and the all-reduce buckets."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from ..fused.knobs import DTYPE_BYTES
 from ..spec import DLRMSpec
 from .dense import elementwise_work
 from .planner import HIER_SHARDINGS
+from .pooling import pool_work as _pool_work  # noqa: F401  (the pooling kernel, shared with the planner)
 from .sparse_backward import (  # noqa: F401  (re-exported: the sparse backward's formulas)
     RADIX_DIGIT_BITS,
     SORT_PAIR_BYTES,
@@ -27,24 +27,6 @@ _A2A_KINDS = ("table_wise", "row_wise", "column_wise")
 _HIER_KINDS = HIER_SHARDINGS
 #: sharding types whose shards need the ids of other ranks' bags (all but data-parallel)
 _SHARDED_KINDS = _A2A_KINDS + _HIER_KINDS
-
-
-def _pool_work(label: str, bags: int, lookups: float, dim: int, eb: int, tables: int = 1, bags_per_wg: int = 4,
-               rows: int | None = None, out_eb: int | None = None):
-    """An embedding-bag pooling kernel: ``bags`` bags of ``lookups`` rows (summed over ``tables``), int64 ids;
-    ``rows``: rows per table when known (the calibrated model's L2-hit term; None: a table far beyond the L2);
-    ``out_eb``: bytes per element of the pooled rows written (the All-to-All payload's dtype, HugeCTR's fp16
-    outputs of fp32 tables; None: the table's ``eb``)."""
-    from ..costs import KernelWork
-
-    wgs = max(1, tables * math.ceil(bags / bags_per_wg))
-    total = bags * lookups * (dim * eb + 8) + tables * bags * dim * (eb if out_eb is None else out_eb)
-    # one workgroup pools ``bags_per_wg`` bags of one table: the FLOP (and rows gathered) are split over all of them
-    return KernelWork("embedding_bag", wgs, bags * lookups * dim / wgs, total / wgs,
-                      "fp32" if eb == 4 else "fp16", "compute", (("bags", bags), ("dim", dim),
-                                                                ("pooling", lookups / tables), ("tables", tables))
-                      + ((("rows", rows),) if rows else ()))
-
 
 
 def _dense_layers(spec: DLRMSpec, b: int):

@@ -106,3 +106,43 @@ def rank_classes(per_rank: list[list[Unit]], gpus_per_node: int | None = None) -
             out.append(key)
         cls[r] = key_to_class[key]
     return cls, out
+
+
+def format_ranks(ranks, n_ranks: int) -> str:
+    """``0-7;16`` (ranges of consecutive ranks); ``all`` when every rank in order."""
+    rs = np.asarray(list(ranks), dtype=np.int64)
+    if n_ranks > 1 and len(rs) == n_ranks and bool((rs == np.arange(n_ranks)).all()):
+        return "all"
+    if not len(rs):
+        return ""
+    breaks = np.flatnonzero(np.diff(rs) != 1)  # a run of consecutive ranks ends at each break
+    starts, ends = np.r_[0, breaks + 1].tolist(), np.r_[breaks, len(rs) - 1].tolist()
+    vals = rs.tolist()
+    return ";".join(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}" for i, j in zip(starts, ends, strict=True))
+
+
+def parse_ranks(text, n_ranks: int, source: str, fld: str) -> tuple[int, ...]:
+    """The ranks of :func:`format_ranks`'s text (``0-7;16``, ``all``); a SpecError naming ``source`` and ``fld``."""
+    text = str(text).strip()
+    if text == "all":
+        return tuple(range(n_ranks))
+    out: list[int] = []
+    for part in text.split(";"):
+        part = part.strip()
+        bounds = part.split("-") if "-" in part else [part]
+        # ASCII digits of sane length only (int() takes '²'-free unicode digits and raises beyond 4,300 digits)
+        if len(bounds) > 2 or not all(b.strip().isascii() and b.strip().isdigit() and len(b.strip()) <= 18
+                                      for b in bounds):
+            raise SpecError(source, fld, f"cannot parse ranks {part[:40]!r} (use 0-7;16 or all)")
+        lo, hi = int(bounds[0]), int(bounds[-1])
+        if hi < lo:
+            raise SpecError(source, fld, f"cannot parse ranks {part[:40]!r} (use 0-7;16 or all)")
+        # checked before the range is expanded (0-1000000000 must not build a billion ranks)
+        if hi >= n_ranks:
+            raise SpecError(source, fld, f"rank {max(lo, n_ranks)} is out of range 0..{n_ranks - 1}")
+        out.extend(range(lo, hi + 1))
+        if len(out) > n_ranks:
+            raise SpecError(source, fld, "a rank is listed twice")
+    if len(set(out)) != len(out):
+        raise SpecError(source, fld, "a rank is listed twice")
+    return tuple(out)

@@ -113,10 +113,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SpecError
+from ..fused.base import largest_divisor_at_most
 from ..fused.knobs import DTYPE_BYTES
 from ..fused.twrw import twrw_rail_bytes, twrw_stage1_bytes
 from .ids import spec_ids_bytes
-from .placement import Unit
+from .placement import Unit, format_ranks, parse_ranks  # noqa: F401  (re-exported: the rank text format)
+from .pooling import pool_kernel_s
 from .rank_units import RankUnits  # noqa: F401  (re-exported: the planner's per-rank units)
 from .sparse_backward import index_bytes, sparse_update_bytes
 
@@ -199,45 +201,6 @@ class Plan:
         return _memory_per_rank(self.per_rank, spec)
 
 
-def format_ranks(ranks, n_ranks: int) -> str:
-    """``0-7;16`` (ranges of consecutive ranks); ``all`` when every rank in order."""
-    rs = np.asarray(list(ranks), dtype=np.int64)
-    if n_ranks > 1 and len(rs) == n_ranks and bool((rs == np.arange(n_ranks)).all()):
-        return "all"
-    if not len(rs):
-        return ""
-    breaks = np.flatnonzero(np.diff(rs) != 1)  # a run of consecutive ranks ends at each break
-    starts, ends = np.r_[0, breaks + 1].tolist(), np.r_[breaks, len(rs) - 1].tolist()
-    vals = rs.tolist()
-    return ";".join(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}" for i, j in zip(starts, ends, strict=True))
-
-
-def parse_ranks(text, n_ranks: int, source: str, fld: str) -> tuple[int, ...]:
-    text = str(text).strip()
-    if text == "all":
-        return tuple(range(n_ranks))
-    out: list[int] = []
-    for part in text.split(";"):
-        part = part.strip()
-        bounds = part.split("-") if "-" in part else [part]
-        # ASCII digits of sane length only (int() takes '²'-free unicode digits and raises beyond 4,300 digits)
-        if len(bounds) > 2 or not all(b.strip().isascii() and b.strip().isdigit() and len(b.strip()) <= 18
-                                      for b in bounds):
-            raise SpecError(source, fld, f"cannot parse ranks {part[:40]!r} (use 0-7;16 or all)")
-        lo, hi = int(bounds[0]), int(bounds[-1])
-        if hi < lo:
-            raise SpecError(source, fld, f"cannot parse ranks {part[:40]!r} (use 0-7;16 or all)")
-        # checked before the range is expanded (0-1000000000 must not build a billion ranks)
-        if hi >= n_ranks:
-            raise SpecError(source, fld, f"rank {max(lo, n_ranks)} is out of range 0..{n_ranks - 1}")
-        out.extend(range(lo, hi + 1))
-        if len(out) > n_ranks:
-            raise SpecError(source, fld, "a rank is listed twice")
-    if len(set(out)) != len(out):
-        raise SpecError(source, fld, "a rank is listed twice")
-    return tuple(out)
-
-
 # ---------------------------------------------------------------------------------------------------- estimator
 class _Ctx:
     def __init__(self, spec, n: int, g: int, rates: Rates, budget_bytes: float, mode: str, cost=None):
@@ -293,13 +256,8 @@ class _Ctx:
         key = (bags, lookups, dim, rows)
         kt = self._pool_memo.get(key)
         if kt is None:
-            from ..engine.compute import kernel_time_s
-            from ..fused.base import largest_divisor_at_most
-            from .dlrm_kernels import _pool_work
-
-            work = _pool_work("embedding_bag", bags, lookups, dim, self.eb, bags_per_wg=largest_divisor_at_most(
-                self.b, 4), rows=int(rows) if rows else None, out_eb=self.ceb)
-            kt = self._pool_memo[key] = kernel_time_s(self.cost, work)
+            kt = self._pool_memo[key] = pool_kernel_s(self.cost, bags, lookups, dim, self.eb, self.ceb,
+                                                      largest_divisor_at_most(self.b, 4), int(rows) or None)
         return total - self.pool_fwd_bytes(bags, lookups, dim) / hbm + kt
 
     def pool_fwd_bytes(self, bags: int, lookups: float, dim: int) -> float:

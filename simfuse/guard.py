@@ -56,15 +56,11 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: estimate is of wall time: a run's candidate simulations after its first are shared by its workers, as
 #: simfuse.workloads.dlrm_candidates schedules them.  Fit (experiments/bench/fit_guard_dlrm.py --push-exponent 0.5:
 #: squared log ratio plus a penalty beyond 1.9x) to the wall time of `simfuse run` (two workers) on every shipped
-#: DLRM file at 1-16,384 nodes (2-core VM, 2026-12-07, bench_targets run at commit 175522b:
-#: experiments/results/bench_guard_fit.csv; the guard of the candidate plans and knob-grid stand-in of
-#: simfuse.workloads.dlrm_workload): 36 of 36 fully simulated points within 2x, 0.51-1.98 (up to 64 ranks the
-#: guard reads no plan: the busiest rank's tables are guessed).  Checked on later runs: f889637, 194 of 201 run
-#: points within 2x, 0.45-2.29; 83f7c09 (the planner pricing pooling with the kernel model;
-#: experiments/results/bench_targets.csv), 193 of 201, 0.43-2.07 (the misses: the HugeCTR files, whose fused
-#: knob grid's screen runs its second point where the MLPerf files' does not, which the guard's stand-in for the
-#: post share cannot tell apart).
-DLRM_SECONDS_PER_EVENT = 4.57e-5
+#: DLRM file at 1-16,384 nodes (2-core VM, 2026-12-07, bench_targets run at commit 83f7c09, 19:31-19:39 UTC:
+#: experiments/results/bench_guard_fit.csv; the guard reading the placement of every planned run up to 8,192 ranks,
+#: each candidate plan's classes, busiest units and knob-grid screen): 36 of 36 fully simulated points within 2x,
+#: 0.50-1.89.  Checked on a later run: experiments/results/bench_targets.csv.
+DLRM_SECONDS_PER_EVENT = 2.95e-5
 DLRM_EVENT_PAIR_EXPONENT = 0.0
 DLRM_PUSH_EXPONENT = 0.5
 #: A run with ``rate_resolution_ns=0`` (the exact fluid model: rates re-shared at every flow start and finish)
@@ -72,8 +68,9 @@ DLRM_PUSH_EXPONENT = 0.5
 #: median wall-time ratio of the MLPerf-family files at 4, 8 and 64 nodes, 1.2-3.6x
 #: (experiments/results/bench_resolution.csv, one worker, 2026-12-07).
 DLRM_EXACT_RATE_FACTOR = 2.1
-#: Rank classes (uneven placements beyond 64 ranks; up to 64 nodes counted from the placement itself, one orbit
-#: class a node for a planned MLPerf placement, and a table-wise placement's at any size), per simulation:
+#: Rank classes (uneven placements beyond 64 ranks; up to 8,192 ranks and 64 nodes counted from the placement
+#: itself, one orbit class a node for a planned MLPerf placement, and a table-wise placement's at any size), per
+#: simulation:
 #: :data:`DLRM_SECONDS_PER_CLASS` per simulated class (its program), plus, per class holding tables (the others
 #: only receive), :data:`DLRM_SECONDS_PER_CLASS_FLOW` per peer group (at most 64) and push point
 #: ``** DLRM_PUSH_EXPONENT`` (a baseline's bulk exchange: one), times ``(those classes x peers / 4032) **
@@ -81,11 +78,11 @@ DLRM_EXACT_RATE_FACTOR = 2.1
 #: simulation of an MLPerf plan took 0.7-2.3 s, a 13-class one 0.13 s); a run's work outside its simulations
 #: (placement, the planner's candidates, per-rank arrays) is :data:`DLRM_SECONDS_PER_RANK_TABLE` per rank and table
 #: (:data:`DLRM_PLANNED_SECONDS_PER_RANK_TABLE` more with a planned placement), and :data:`DLRM_SECONDS_FIXED`
-#: once.  The class and rank-table constants: the same fit on the same CSV's runs that simulate classes (114 of 114
-#: within 2x, 0.52-1.90); the planned and fixed terms: a least-squares fit (relative error, non-negative) to the
+#: once.  The class and rank-table constants: the same fit on the same CSV's runs that simulate classes (113 of 114
+#: within 2x, 0.48-1.82); the planned and fixed terms: a least-squares fit (relative error, non-negative) to the
 #: CPU time of `simfuse run` on the ten shipped DLRM files at 1, 2, 16, 128 and 16,384 nodes (2026-12-07 01:45 UTC).
-DLRM_SECONDS_PER_CLASS = 1.58e-3
-DLRM_SECONDS_PER_CLASS_FLOW = 9.44e-5
+DLRM_SECONDS_PER_CLASS = 1.06e-3
+DLRM_SECONDS_PER_CLASS_FLOW = 1.19e-4
 DLRM_CLASS_PAIR_EXPONENT = 0.3
 DLRM_SECONDS_PER_RANK_TABLE = 0.562e-6
 DLRM_PLANNED_SECONDS_PER_RANK_TABLE = 1.0e-6

@@ -229,14 +229,15 @@ class DLRMWorkload(Workload):
         plan_modes = list(dict.fromkeys([*modes, *(("fused", "baseline") if two else ())]))
         placed = {}  # mode -> (plan, per-rank units): the placement itself, where the guard reads it
         if uneven and sim_mode != "full" and (
-                (FULL_SIM_MAX_RANKS < ranks and (nodes <= ORBIT_MAX_CLASSES or
-                                                (not planned and ranks <= PLACED_CLASS_MAX_RANKS)))
-                or (not planned and ranks <= FULL_SIM_MAX_RANKS)):
-            # orbit classes may hold up to one class a node here (a planned MLPerf placement at 32 and 64 nodes
-            # has 32 and 64, the estimate below 13): ask the placement, as the graph builder will (each plan the
-            # run tries; a planner call, 0.05 s at 64 nodes); a table-wise placement's classes too (DLRM v1 has 6,
-            # the estimate 13; 0.05 s at 8,192 ranks, 0.5 s at 131,072: not beyond; 1-8 nodes of the synthetic
-            # file have one orbit class a node, not every rank)
+                (FULL_SIM_MAX_RANKS < ranks and (nodes <= ORBIT_MAX_CLASSES or ranks <= PLACED_CLASS_MAX_RANKS))
+                or ranks <= FULL_SIM_MAX_RANKS):
+            # ask the placement, as the graph builder will (each plan the run tries; two planner calls, 0.1-0.3 s
+            # at 8,192 ranks: not beyond): its classes (orbit classes may hold up to one a node, a planned MLPerf
+            # placement at 32 and 64 nodes has 32 and 64, the guess 13; DLRM v1's table-wise one has 6), its busiest
+            # rank's units and what it posts (a plan of hierarchical shards posts little, its reducers batch the
+            # puts: the knob grid's screen skips its second point; a replicated-tables plan of column shards posts
+            # every workgroup: the screen runs it), up to 64 ranks too (the busiest rank's units, 1-7, where the
+            # guess was 1-2)
             system = System.from_topology(topology)
             for m in plan_modes:
                 plan = load_plan(plan_file, spec, system, nodes, g, m) if plan_file else None

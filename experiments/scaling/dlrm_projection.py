@@ -56,10 +56,14 @@ def _series(model: Path, topo: Path, scaling: str, nodes: list[int], args, out: 
                      progress=not args.quiet, plots=False, settings=settings)
 
 
-def _series_alone(model: Path, topo: Path, scaling: str, nodes: list[int], args, out: Path) -> pd.DataFrame:
-    """One series in a worker process: its points one after the other, no progress line."""
-    return _series(model, topo, scaling, nodes, argparse.Namespace(**{**vars(args), "workers": 1, "quiet": True}),
-                   out)
+def _series_alone(model: Path, topo: Path, scaling: str, nodes: list[int], args, out: Path,
+                  workers: int) -> tuple[pd.DataFrame, float]:
+    """One series in a worker process, its points spread over ``workers`` processes of its own, no progress line;
+    returns its table and its wall time (s)."""
+    t = time.perf_counter()
+    df = _series(model, topo, scaling, nodes, argparse.Namespace(**{**vars(args), "workers": workers, "quiet": True}),
+                 out)
+    return df, time.perf_counter() - t
 
 
 def _all_series(model: Path, jobs: list, args, out: Path, t0: float) -> list[pd.DataFrame]:
@@ -67,37 +71,43 @@ def _all_series(model: Path, jobs: list, args, out: Path, t0: float) -> list[pd.
     side, one per worker process (each its points in turn): a series' slowest point (8 nodes: 64 ranks
     simulated one by one) then overlaps the other series' points, where running the series one after the other,
     their points spread over the workers, left a worker idle behind each slowest point."""
-    def done(scaling, topo_name, t_series):
-        now = time.perf_counter()
-        print(f"{GPU.get(topo_name, topo_name)} {scaling}: done in {now - t_series:.0f} s "
-              f"({now - t0:.0f} s in all)", flush=True)
+    def done(scaling, topo_name, seconds):
+        print(f"{GPU.get(topo_name, topo_name)} {scaling}: done in {seconds:.0f} s "
+              f"({time.perf_counter() - t0:.0f} s in all)", flush=True)
 
     if args.workers < 2 or len(jobs) < 2:
         frames = []
         for scaling, topo_name, series_nodes in jobs:
             t_series = time.perf_counter()
             frames.append(_series(model, ROOT / "topologies" / f"{topo_name}.yaml", scaling, series_nodes, args, out))
-            done(scaling, topo_name, t_series)
+            done(scaling, topo_name, time.perf_counter() - t_series)
         return frames
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    with ProcessPoolExecutor(max_workers=min(args.workers, len(jobs))) as pool:
+    procs = min(args.workers, len(jobs))
+    inner = max(1, args.workers // procs)  # more workers than series: each series spreads its points over the rest
+    pool = ProcessPoolExecutor(max_workers=procs)
+    try:
         futs = {pool.submit(_series_alone, model, ROOT / "topologies" / f"{topo_name}.yaml", scaling, series_nodes,
-                            args, out): i for i, (scaling, topo_name, series_nodes) in enumerate(jobs)}
+                            args, out, inner): i for i, (scaling, topo_name, series_nodes) in enumerate(jobs)}
         frames: list = [None] * len(jobs)
         pending = set(futs)
         while pending:
             finished, pending = wait(pending, timeout=HEARTBEAT_S, return_when=FIRST_COMPLETED)
             for fut in finished:
                 i = futs[fut]
-                frames[i] = fut.result()
-                done(jobs[i][0], jobs[i][1], t0)
+                frames[i], seconds = fut.result()  # a series' error is raised here, the others cancelled below
+                done(jobs[i][0], jobs[i][1], seconds)
             if pending and not finished and not args.quiet:  # a line every HEARTBEAT_S while nothing finishes
                 running = [f for f in sorted(pending, key=futs.get) if f.running()]
                 names = ", ".join(f"{GPU.get(jobs[futs[f]][1], jobs[futs[f]][1])} {jobs[futs[f]][0]}" for f in running)
                 queued = len(pending) - len(running)
                 print(f"running: {names}" + (f"; {queued} series queued" if queued else "")
                       + f" ({time.perf_counter() - t0:.0f} s in all)", flush=True)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # fail at once, not after the queued series
+        raise
+    pool.shutdown()
     return frames
 
 

@@ -262,7 +262,10 @@ class TwrwEmbeddingPush(MemberOp):
         self.t = int(self.tables[self.rank])
         # the column-equivalent width: one for every rank, or per rank (the gcd of the widths each rank holds;
         # alike on the GPUs of a node, as the tables)
-        dims = np.broadcast_to(np.asarray(dim, dtype=np.int64), (n,))
+        dims = np.asarray(dim, dtype=np.int64)
+        if dims.shape not in ((), (n,)):
+            raise SpecError(source, "dim", f"needs one width or one for each of the {n} ranks")
+        dims = np.broadcast_to(dims, (n,))
         if np.any(dims < 1):
             raise SpecError(source, "dim", "needs a width >= 1 for every rank")
         if np.any(dims.reshape(layout.nodes, g) != dims.reshape(layout.nodes, g)[:, :1]):

@@ -34,7 +34,7 @@ kernel takes one ``dim`` per launch); hierarchical shards fill every GPU of thei
 same on the GPUs of a node.  Exact where a rank's shards have one width; where one rank mixes widths, its wide
 shards are priced as ``w / dim_h`` narrower tables: their index reads count once per column-equivalent table and a
 calibrated kernel model sees ``w / dim_h`` times the programs, each on a narrower layout (on the H200 profile a
-128-column fp32 shard priced as four of 32 pools 2.5x slower: the planner prices each shard at its own width, so
+128-column fp32 shard priced as four of 32 pools 2.5-3x slower: the planner prices each shard at its own width, so
 it does not see this).
 
 Simulation modes: ``classes``: one representative per class of alike ranks is simulated: one class for even

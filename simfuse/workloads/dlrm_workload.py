@@ -29,9 +29,10 @@ from .dlrm_candidates import TUNE_GRID
 KNOB_GUARD_STEP_FLOOR_S = 1.0e-3
 KNOB_GUARD_STEP_S_PER_SAMPLE = 0.37e-6
 
-#: up to this many ranks the guard counts a table-wise (not planned) placement's rank classes from the placement
-#: itself (:func:`~simfuse.workloads.dlrm.simulated_rank_count`: 0.05 s at 8,192 ranks, 0.5 s at 131,072); beyond,
-#: from the part of it that holds tables (:meth:`DLRMWorkload._placed_load_classes`)
+#: up to this many ranks (and on up to ORBIT_MAX_CLASSES nodes) the guard reads a placement itself, planned or not
+#: (its classes, busiest units and posts: a table-wise placement 0.05 s at 8,192 ranks and 0.5 s at 131,072, a
+#: planned one 0.1-0.3 s at 8,192); beyond, a table-wise placement from the part of it that holds tables
+#: (:meth:`DLRMWorkload._placed_load_classes`), a planned one from a guess
 PLACED_CLASS_MAX_RANKS = 8192
 
 
@@ -180,12 +181,7 @@ class DLRMWorkload(Workload):
         D = self.spec.dim
         if isinstance(per_rank, RankUnits):
             def units(kinds):  # per rank: columns over the greatest common column count of its units
-                cols, common = np.zeros(per_rank.n), np.zeros(per_rank.n, dtype=np.int64)
-                for u, h in per_rank.entries:
-                    if u.kind in kinds and len(h):
-                        cols[h] += u.dim or D
-                        np.gcd.at(common, h, u.dim or D)
-                return cols // np.maximum(common, 1)
+                return per_rank.columns(kinds, D) // np.maximum(per_rank.gcd_dims(kinds, D), 1)
 
             ua = units(_A2A_KINDS)
             return (int((ua + units(_HIER_KINDS)).max()), int(ua.max())) if per_rank.n else (0, 0)
@@ -205,7 +201,7 @@ class DLRMWorkload(Workload):
         from ..fused.base import MAX_PUSH_WAVES, largest_divisor_at_most
         from ..fused.knobs import modes_of
         from ..system import System
-        from .dlrm import FULL_SIM_MAX_RANKS, ORBIT_MAX_CLASSES, _classes, _placement
+        from .dlrm import ORBIT_MAX_CLASSES, _classes, _placement
         from .dlrm_candidates import _plan_key
         from .plan_file import load_plan
         from .planner import RankUnits
@@ -228,9 +224,7 @@ class DLRMWorkload(Workload):
         two = planned and not plan_file
         plan_modes = list(dict.fromkeys([*modes, *(("fused", "baseline") if two else ())]))
         placed = {}  # mode -> (plan, per-rank units): the placement itself, where the guard reads it
-        if uneven and sim_mode != "full" and (
-                (FULL_SIM_MAX_RANKS < ranks and (nodes <= ORBIT_MAX_CLASSES or ranks <= PLACED_CLASS_MAX_RANKS))
-                or ranks <= FULL_SIM_MAX_RANKS):
+        if uneven and sim_mode != "full" and (nodes <= ORBIT_MAX_CLASSES or ranks <= PLACED_CLASS_MAX_RANKS):
             # ask the placement, as the graph builder will (each plan the run tries; two planner calls, 0.1-0.3 s
             # at 8,192 ranks: not beyond): its classes (orbit classes may hold up to one a node, a planned MLPerf
             # placement at 32 and 64 nodes has 32 and 64, the guess 13; DLRM v1's table-wise one has 6), its busiest

@@ -244,20 +244,22 @@ class _Ctx:
         return (pool + sparse_update_bytes(eb, ceb, self.opt, bags, rows, lookups, dim)
                 + index_bytes(bags, rows, lookups))
 
-    def pool_update_s(self, bags: int, lookups: float, dim: int, rows: float) -> float:
+    def pool_update_s(self, bags: int, lookups: float, dim: int, rows: float, hier: bool = False) -> float:
         """Seconds of a shard's forward pooling and sparse backward: :meth:`pool_update_bytes` at the achievable
-        HBM rate, with the forward pooling priced as the simulator prices its kernel where the System has a
-        cost model (a calibrated model knows what the roofline does not: a narrow shard's layout and its
-        per-program cost)."""
+        HBM rate, with the forward pooling priced by the System's cost model where there is one (a calibrated
+        model knows what the roofline does not: a narrow shard's layout and its per-program cost), as the DLRM
+        program sizes that kernel: an All-to-All shard's at the model's ``bags_per_wg`` (a divisor of the GPU's
+        batch) and its rows (the L2 term); a hierarchical shard's (``hier``) at 4 bags a workgroup and no rows."""
         hbm = self.rates.hbm_bytes_per_s
         total = self.pool_update_bytes(bags, lookups, dim, rows) / hbm
         if self.cost is None:
             return total
-        key = (bags, lookups, dim, rows)
+        key = (bags, lookups, dim, rows, hier)
         kt = self._pool_memo.get(key)
         if kt is None:
-            kt = self._pool_memo[key] = pool_kernel_s(self.cost, bags, lookups, dim, self.eb, self.ceb,
-                                                      largest_divisor_at_most(self.b, 4), int(rows) or None)
+            per_wg, known = (4, None) if hier else (largest_divisor_at_most(self.b, self.spec.bags_per_wg),
+                                                    max(1, int(rows)))
+            kt = self._pool_memo[key] = pool_kernel_s(self.cost, bags, lookups, dim, self.eb, self.ceb, per_wg, known)
         return total - self.pool_fwd_bytes(bags, lookups, dim) / hbm + kt
 
     def pool_fwd_bytes(self, bags: int, lookups: float, dim: int) -> float:
@@ -390,7 +392,7 @@ def _hier_option(ctx: _Ctx, t: int, kind: str, k: int) -> _Option:
     rows, p, dim = math.ceil(tab.rows / g), tab.pooling / g, ctx.D // k
     s1 = 2.0 * twrw_stage1_bytes(N, b, dim, ceb) * (g - 1)  # reduce-scatter inside the node, fwd + bwd
     s2 = 2.0 * twrw_rail_bytes(b, dim, ceb)                  # per remote node on the rail, fwd + bwd
-    return _Option(kind, k * g, rows, dim, p, ctx.pool_update_s(ctx.B, p, dim, rows),
+    return _Option(kind, k * g, rows, dim, p, ctx.pool_update_s(ctx.B, p, dim, rows, hier=True),
                    s1,
                    (N - 1) * s2, s1, 0.0, k * s2 * (N - 1) / N, storage=ctx.storage(rows, dim))
 
@@ -758,7 +760,7 @@ def _custom_option_comm(ctx: _Ctx, u: Unit) -> _Option:
     if u.kind == "table_row_wise":  # on several whole nodes: each node as the one-node option, at its shard's load
         s1, s2, N = 2.0 * ctx.N * ctx.b * dim * ctx.ceb * (g - 1), x, ctx.N
         return _Option(u.kind, u.shards, u.rows, dim, u.pooling,
-                       ctx.pool_update_s(ctx.B, u.pooling, dim, u.rows), s1, (N - 1) * s2, s1, 0.0, s2 * (N - 1) / N * u.shards / g,
+                       ctx.pool_update_s(ctx.B, u.pooling, dim, u.rows, hier=True), s1, (N - 1) * s2, s1, 0.0, s2 * (N - 1) / N * u.shards / g,
                        storage=ctx.storage(u.rows, dim))
     return _Option(u.kind, u.shards, u.rows, dim, u.pooling,
                    ctx.pool_update_s(ctx.B, u.pooling, dim, u.rows), (g - 1) * x, (n - g) * x, 0.0, u.shards * x * (g - 1) / n,

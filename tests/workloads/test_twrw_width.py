@@ -102,6 +102,7 @@ def test_fused_push_refuses_a_width_that_differs_inside_a_node():
     with pytest.raises(SpecError) as exc:
         TwrwEmbeddingPush(None, lay, [1, 1, 0, 0], 0, 64, 4, [32, 64, 64, 64], 4)
     assert exc.value.field == "dim" and "one width" in exc.value.message
-    with pytest.raises(SpecError) as exc:
-        TwrwEmbeddingPush(None, lay, [1, 1, 0, 0], 0, 64, 4, 0, 4)
-    assert exc.value.field == "dim"
+    for bad in (0, [32, 32, 32]):
+        with pytest.raises(SpecError) as exc:
+            TwrwEmbeddingPush(None, lay, [1, 1, 0, 0], 0, 64, 4, bad, 4)
+        assert exc.value.field == "dim"

@@ -99,7 +99,8 @@ def _all_series(model: Path, jobs: list, args, out: Path, t0: float) -> list[pd.
                 frames[i], seconds = fut.result()  # a series' error is raised here, the others cancelled below
                 done(jobs[i][0], jobs[i][1], seconds)
             if pending and not finished and not args.quiet:  # a line every HEARTBEAT_S while nothing finishes
-                running = [f for f in sorted(pending, key=futs.get) if f.running()]
+                # the executor marks one queued call more than it has workers as running: name the first procs
+                running = [f for f in sorted(pending, key=futs.get) if f.running()][:procs]
                 names = ", ".join(f"{GPU.get(jobs[futs[f]][1], jobs[futs[f]][1])} {jobs[futs[f]][0]}" for f in running)
                 queued = len(pending) - len(running)
                 print(f"running: {names}" + (f"; {queued} series queued" if queued else "")

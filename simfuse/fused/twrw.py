@@ -284,7 +284,7 @@ class TwrwEmbeddingPush(MemberOp):
                                             f"({self.t} tables x {self.B // self.bags} blocks of {self.bags} bags)")
         self.kb = self.b // self.bags                       # blocks per owner
         self.Q = layout.nodes * self.kb * self.t            # workgroups per reducer range
-        self.wg_bytes = float(self.bags * self.D * self.eb)
+        self.wg_bytes = self._wg_bytes(self.rank)
 
     @staticmethod
     def bags_for(b: int, bags_per_wg: int) -> int:

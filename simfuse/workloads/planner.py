@@ -134,6 +134,8 @@ INDEX_BYTES = 8
 #: docs/sources.md S9: 128-256-byte rows are already the hard case for random gathers)
 MIN_COLUMN_DIM = 32
 CANDIDATES = ("greedy", "greedy_no_grid", "greedy_no_twrw", "table_wise", "row_wise")
+#: the greedy candidates without one sharding type: each is the greedy plan itself where that has none of it
+WITHOUT = {"greedy_no_grid": "grid", "greedy_no_twrw": "table_row_wise"}
 
 
 @dataclass(frozen=True)
@@ -703,13 +705,13 @@ def plan_tables(spec, system, nodes: int, gpus_per_node: int, mode: str) -> Plan
     check_batch_split(spec, nodes, gpus_per_node)
     ctx = _context(spec, system, n, gpus_per_node, mode)
     full = SHARDINGS if mode == "baseline" else FUSED_SHARDINGS
-    allowed = {"greedy": full, "greedy_no_grid": tuple(k for k in full if k != "grid"),
-               "greedy_no_twrw": tuple(k for k in full if k != "table_row_wise"),
-               "table_wise": ("table_wise", "row_wise"), "row_wise": ("row_wise",) if n > 1 else ("table_wise",)}
+    allowed = {"greedy": full, "table_wise": ("table_wise", "row_wise"),
+               "row_wise": ("row_wise",) if n > 1 else ("table_wise",),
+               **{name: tuple(k for k in full if k != kind) for name, kind in WITHOUT.items()}}
     best = greedy = None
     estimates = {}
     for name in CANDIDATES:
-        skip = {"greedy_no_grid": "grid", "greedy_no_twrw": "table_row_wise"}.get(name)
+        skip = WITHOUT.get(name)
         if skip and not any(tp.sharding == skip for tp in greedy.tables):
             estimates[name] = greedy.estimated_critical_s  # the greedy plan itself (see the module docstring)
             continue

@@ -379,7 +379,8 @@ def _run_cost(topology, op: str, nodes: int, g: int, size: float, mode: str, alg
         if algorithm is None:
             cands = candidate_algorithms(op, world(ranks), g, symmetric_only=True, topology=topology,
                                          size_bytes=float(size))
-            floor += COLLECTIVE_SECONDS_PER_CANDIDATE * (len(cands) if len(cands) > 1 else 0)
+            if len(cands) > 1 and tuner.nccl_choice(op, world(ranks), float(size), cands) is None:
+                floor += COLLECTIVE_SECONDS_PER_CANDIDATE * len(cands)  # the tuner simulates each
         algorithm = tuner.choose(op, world(ranks), float(size), symmetric_only=True, algorithm=algorithm,
                                  protocol=protocol)
         protocol = None

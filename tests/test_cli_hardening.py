@@ -469,19 +469,32 @@ def test_guard_prices_a_ring_on_a_3tier_fabric_by_its_quotient(root):
     assert estimate_collective_run(rail, "reduce_scatter", 512, 8, [64 << 20], "auto").simulated_ranks == 1
 
 
-def test_tuner_refuses_a_3tier_fabric_without_a_symmetric_form_with_what_to_do(root, capsys):
-    """48 nodes on the shipped 3-tier file fill 1.5 pods: the fabric has no symmetric form, on which the tuner
-    ranks its candidates beyond 64 GPUs (ranking them by full simulation took ~10 minutes).  The command exits 2
-    naming --algorithm / --protocol and whole pods, writes nothing; with both named it simulates every rank."""
-    topo = str(root / "topologies" / "h200_3tier_pods.yaml")
-    args = ["collective", "--op", "all_reduce", "--topology", topo, "--nodes", "48", "--size", "1MiB", "--quiet"]
+def test_tuner_refuses_a_3tier_fabric_without_a_symmetric_form_with_what_to_do(root, capsys, tmp_path):
+    """48 nodes on the shipped 3-tier file fill 1.5 pods: the fabric has no symmetric form, on which the simulating
+    tuner (``collectives.tuner: simulate``) ranks its candidates beyond 64 GPUs (ranking them by full simulation
+    took ~10 minutes).  The command exits 2 naming --algorithm / --protocol and whole pods, writes nothing; with
+    both named it simulates every rank.  NCCL's tuner (the default) ranks by NCCL's model and simulates only its
+    choice."""
+    import yaml
+
+    shipped = str(root / "topologies" / "h200_3tier_pods.yaml")
+    args = ["collective", "--op", "all_reduce", "--topology", shipped, "--nodes", "48", "--size", "1MiB", "--quiet"]
+    assert main(args) == 0
+    raw = yaml.safe_load(open(shipped))
+    raw["collectives"]["tuner"] = "simulate"
+    raw["calibration"] = str((root / "topologies" / raw["calibration"]).resolve())
+    topo = tmp_path / "sim_tuner.yaml"
+    topo.write_text(yaml.safe_dump(raw))
+    capsys.readouterr()
+    args = ["collective", "--op", "all_reduce", "--topology", str(topo), "--nodes", "48", "--size", "1MiB",
+            "--quiet"]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "--algorithm" in err and "--protocol" in err and "whole leaves and pods" in err
     assert main([*args, "--algorithm", "tree", "--protocol", "LL128"]) == 0
     assert "full" in capsys.readouterr().out
     # a workload there: the fabric's own refusal says which node counts have the symmetric form
-    assert main(["run", "--model", str(root / "models" / "llm_tp_dp.yaml"), "--topology", topo, "--nodes", "33",
+    assert main(["run", "--model", str(root / "models" / "llm_tp_dp.yaml"), "--topology", shipped, "--nodes", "33",
                  "--set", "uncertainty=none", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "multiple of 4 nodes" in err and "multiple of 32" in err

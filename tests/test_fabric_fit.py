@@ -5,6 +5,7 @@ with a one-line reason; the CLI writes a loadable topology."""
 from pathlib import Path
 
 import pytest
+import yaml
 
 from simfuse.calibrate.fabric_fit import LARGE_BYTES, MAX_REL_RESIDUAL_LARGE, fit_fabric
 from simfuse.calibrate.nccl_tests import NcclRow, NcclTestLog, read_nccl_tests
@@ -177,7 +178,13 @@ def test_written_topology_reproduces_the_reported_fit_with_its_own_tuner(tmp_pat
     from simfuse.calibrate.fabric_fit import calibrated_topology_yaml
 
     log_path = ROOT / "tests" / "data" / "calibrate" / "nccl_2nodes.log"
-    topo_path = ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"
+    # this log's 45 GB/s bus bandwidth is not what 8 x 400 Gb/s NICs give: NCCL's choice on such NICs (the default
+    # tuner) does not fit it (test_default_tuner_refuses_a_log_its_nics_cannot_explain); with the simulating tuner
+    # the choices follow the fitted rate
+    raw = yaml.safe_load((ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml").read_text())
+    raw["collectives"]["tuner"] = "simulate"
+    topo_path = tmp_path / "h100_simulate_tuner.yaml"
+    topo_path.write_text(yaml.safe_dump(raw))
     log = read_nccl_tests(log_path)
     res = fit_fabric(log, load_topology(topo_path), force=True)
     out = tmp_path / "fitted.yaml"
@@ -187,3 +194,14 @@ def test_written_topology_reproduces_the_reported_fit_with_its_own_tuner(tmp_pat
         t = run_collective(fitted, res.nodes, res.collective, s, gpus_per_node=res.gpus_per_node).time_s
         assert t == pytest.approx(sim, rel=1e-5)  # the file rounds its values to 6 decimals
     assert res.max_residual(LARGE_BYTES) <= MAX_REL_RESIDUAL_LARGE
+
+
+def test_default_tuner_refuses_a_log_its_nics_cannot_explain(tmp_path, capsys):
+    """NCCL's tuner picks by NCCL's model on the NICs' port speed: on 8 x 400 Gb/s it runs NVLSTree and trees, whose
+    simulated times cannot follow a 2-node log at 45 GB/s bus bandwidth with any sane efficiency, so the fit is
+    refused (exit 2, the residuals named, nothing written) rather than written with a 0.14 efficiency."""
+    out = tmp_path / "fitted.yaml"
+    rc = main(["fit-fabric", str(ROOT / "tests" / "data" / "calibrate" / "nccl_2nodes.log"), "--topology",
+               str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "miss the log" in err and not out.exists()

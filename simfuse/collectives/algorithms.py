@@ -378,7 +378,10 @@ class _HierarchicalInNetwork(Algorithm):
         if not d_l:
             return []
         intra_lat = [(peers[:1], np.zeros(1))] if len(peers) else []
-        return intra_lat + [(np.concatenate(d_l), np.concatenate(s_l))] + lat_only + intra_lat
+        # NCCL's model charges an NVLS algorithm one NVLink hop (``intraLat``: the NVLS reduce-scatter and
+        # all-gather are one pipelined pass through the switch), a chain-based one a hop each way
+        tail = [] if self.nvls_intra else intra_lat
+        return intra_lat + [(np.concatenate(d_l), np.concatenate(s_l))] + lat_only + tail
 
 
 class AllReduceTree(_HierarchicalInNetwork):

@@ -40,10 +40,14 @@ leaves a node through one NIC (src/graph/search.cc: "Trees are symmetric", one N
 rate per NIC; simfuse charges it by scaling the tree's off-node bytes so that its network part runs at
 ``min(0.92 x NIC rate, cap)`` per NIC (LL128 and LL with their own factors and caps).
 
-Left out of NCCL's model (documented, not silently): the ring's "plateau" latency factor (x1.4 on Hopper for
-multi-node Simple), the tree correction factors per size, the ring's LL cap (``llMaxBws``) and NVLSTree's per-channel
-cap (``perChMaxNVLSTreeBws``, 57.7 / 45.5 GB/s per channel on Hopper over 16 NVLS channels: above the NICs' rate):
-the flow network computes bandwidth from the links instead.
+The ring's LL128 cap (:func:`ring_rate_factor`): across nodes each ring channel carries LL128 at most at
+``perChMaxRingLL128Bws`` (36.7 GB/s on Hopper), below the 0.92 x 50 GB/s an NDR NIC's channel would otherwise move.
+
+Left out of the simulated price (documented, not silently): the ring's "plateau" latency factor (x1.4 on Hopper
+for multi-node Simple), the tree correction factors per size, the ring's LL cap (``llMaxBws``) and NVLSTree's
+per-channel cap (``perChMaxNVLSTreeBws``, 57.7 / 45.5 GB/s per channel on Hopper over 16 NVLS channels: above the
+NICs' rate): the flow network computes bandwidth from the links instead.  All of them enter the *choice* of
+algorithm and protocol, which follows NCCL's model whole (:mod:`.nccl_model`).
 """
 
 from __future__ import annotations
@@ -161,6 +165,29 @@ def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, n
     return max(1.0, _BW_EFFICIENCY.get(protocol, 1.0) * k * nic_rate_bytes_per_s / per_nic)
 
 
+#: NCCL's per-channel ring LL128 cap ``perChMaxRingLL128Bws`` (GB/s; the same for 1, 2 and more nodes),
+#: src/graph/tuning.cc NVIDIA/nccl 5067397
+_RING_LL128_CAP_GBYTE_PER_S = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
+
+
+def ring_rate_factor(protocol: str, nodes: int, device_name: str, nic_rate_bytes_per_s: float,
+                     model: str = "nccl", nic_line_bytes_per_s: float | None = None, nics_per_gpu: int = 1) -> float:
+    """Bytes-on-the-wire multiplier that holds a multi-node LL128 ring to NCCL's per-channel cap: NCCL prices it
+    at ``min(0.92 x channels x rate, channels x perChMaxRingLL128Bw)``; per NIC (channels per NIC as for the tree,
+    :func:`tree_rate_factor`) simfuse's LL128 ring already moves ``1 / 0.92`` bytes per byte, so the factor is
+    ``0.92 rate / min(0.92 rate, channels x cap)``, never below 1.  Other protocols, one node, ``protocol_model:
+    none`` and GPUs outside NCCL's tables: 1."""
+    if model != "nccl" or protocol != "LL128" or nodes < 2:
+        return 1.0
+    gen = nccl_generation(device_name)
+    if gen is None or nic_rate_bytes_per_s <= 0:
+        return 1.0
+    line = nic_line_bytes_per_s or nic_rate_bytes_per_s
+    channels = max(1, nics_per_gpu) * max(1, round(line / (_TOP_CHANNEL_GBYTE_PER_S[gen] * 1e9)))
+    eff = _BW_EFFICIENCY["LL128"] * nic_rate_bytes_per_s
+    return max(1.0, eff / min(eff, channels * _RING_LL128_CAP_GBYTE_PER_S[gen] * 1e9))
+
+
 def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
     """``(all flows, off-node flows)``: multipliers on ``algo``'s bytes on the wire for its algorithm-level limits
     under ``protocol_model: nccl`` (1, 1 otherwise).  All flows: the pipeline fill of the pipelined multi-node
@@ -176,6 +203,9 @@ def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
     net = tree_rate_factor(inner.family, inner.protocol, L.nodes, topology.device.name,
                            so.effective_nic_bw_bytes_per_s, co.protocol_model, so.nic_bw_bytes_per_s,
                            so.nics_per_node // max(1, L.gpus_per_node), so.nics_per_node)
+    if inner.family == "ring":
+        net = ring_rate_factor(inner.protocol, L.nodes, topology.device.name, so.effective_nic_bw_bytes_per_s,
+                               co.protocol_model, so.nic_bw_bytes_per_s, so.nics_per_node // max(1, L.gpus_per_node))
     fill = inner.fill_factor() if L.nodes > 1 and hasattr(inner, "fill_factor") else 1.0
     return fill, net
 
@@ -273,11 +303,12 @@ class ProtocolCost:
 
     @property
     def base_offset_s(self) -> float:
-        """Fixed cost relative to Simple's (added to the topology's launch time; may be negative)."""
+        """Fixed cost relative to the ring's Simple (the topology's launch time; may be negative): NCCL's base
+        latency of the family and protocol minus the ring's Simple one, so NVLS, NVLSTree and CollNet, whose
+        base latency is 0 in NCCL's model, start without the launch gap."""
         if not self.active:
             return 0.0
-        base = _BASE_LAT_US[self.family]
-        return (base[self.protocol] - base.get("Simple", base[self.protocol])) * 1e-6
+        return (_BASE_LAT_US[self.family][self.protocol] - _BASE_LAT_US["ring"]["Simple"]) * 1e-6
 
     def launch_gap_s(self, launch_s: float) -> float:
         """The launch gap of a collective run with this protocol: ``launch_s`` (the topology's, Simple's) plus

@@ -1,7 +1,11 @@
-"""The tuner: policy above the runner.  :class:`Tuner` picks, like NCCL's tuner, the fastest algorithm NCCL
-implements and its protocol for an (op, group shape, size) by simulating each candidate
-(:func:`~simfuse.collectives.groups.candidate_algorithms`) alone on the group with the runner (memoised per shape
-and size): the choice depends only on the group's geometry, so every group of one shape gets the same algorithm.
+"""The tuner: policy above the runner.  :class:`Tuner` picks, like NCCL's tuner, an algorithm NCCL implements and
+its protocol for an (op, group shape, size) among the candidates
+(:func:`~simfuse.collectives.groups.candidate_algorithms`), memoised per shape and size: the choice depends only on
+the group's geometry, so every group of one shape gets the same algorithm.  Across nodes, for the collectives
+NCCL's cost model prices (all-reduce, reduce-scatter, all-gather), it takes the candidate NCCL's own model
+prices cheapest (:mod:`.nccl_model`; the topology's ``collectives.tuner: nccl``, the default) and the simulation
+then prices that choice; elsewhere (one node, all-to-all, simfuse's what-if schedules, ``collectives.tuner:
+simulate``) it simulates each candidate alone on the group with the runner and keeps the fastest.
 Choices read ``"algorithm/protocol"`` (``"ring/LL"``, ``"nvls/Simple"``) under ``collectives.protocol_model: nccl``.
 :class:`GroupAlgorithms` instantiates the choices of one run.
 
@@ -20,6 +24,7 @@ from .groups import (
     group_layout,
     make_group_algorithm,
 )
+from .nccl_model import graphs_for, nccl_time_s
 from .protocols import protocols_for
 from .runner import check_hardware, simulate_group_collective
 
@@ -68,6 +73,8 @@ class Tuner:
             raise SpecError("<group>", group.name, f"no {op} algorithm is symmetric on this group; use full mode")
         if len(names) == 1 or group.size == 1:
             best = names[0]
+        elif (ranked := self.nccl_choice(op, group, size_bytes, names)) is not None:
+            best = ranked
         else:
             best, best_t = names[0], float("inf")
             for name in names:
@@ -76,6 +83,30 @@ class Tuner:
                 if t < best_t:
                     best, best_t = name, t
         self._cache[key] = best
+        return best
+
+    def nccl_choice(self, op: str, group: Group, size_bytes: float, names: list[str]) -> str | None:
+        """The candidate NCCL's cost model prices cheapest (ties: the first listed), or None where that model does
+        not decide (``collectives.tuner: simulate``, no protocol model, one node, an irregular group, a GPU
+        outside NCCL's tables, a what-if candidate, or none the model runs)."""
+        co = self.topology.collectives
+        if co.tuner != "nccl" or co.protocol_model != "nccl":
+            return None
+        shape = group.shape(self.gpus_per_node)
+        if shape is None or shape[0] < 2:
+            return None
+        graphs = graphs_for(self.topology, *shape)
+        if graphs is None:
+            return None
+        best, best_t = None, float("inf")
+        for name in names:
+            algorithm, protocol = split_choice(name)
+            cls = REGISTRY.get(op, {}).get(algorithm)
+            if cls is None or not cls.nccl or protocol is None:
+                return None
+            t = nccl_time_s(op, cls.family, protocol, shape[0], shape[1], size_bytes, graphs)
+            if t is not None and t < best_t:  # None: NCCL's model does not run it (NVLSTree on one GPU a node)
+                best, best_t = name, t
         return best
 
     def _as_named(self, op: str, group: Group, algorithm: str, size_bytes: float | None) -> list[str]:

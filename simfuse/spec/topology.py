@@ -267,6 +267,12 @@ class CollectiveOverheadSpec:
     #: peer of a point-to-point exchange (all-to-all); NCCL's ``getNetOverhead`` default 1 us on x86 (2 us on AMD
     #: CPUs), NVIDIA/nccl src/graph/tuning.cc.  Used with ``protocol_model: nccl`` only.
     net_overhead_s: float = 1e-6
+    #: how the tuner chooses among NCCL's algorithms and protocols across nodes: ``nccl`` ranks them with NCCL's own
+    #: cost model (:mod:`simfuse.collectives.nccl_model`) and simulates the winner, as NCCL picks what *its* model
+    #: prices cheapest; ``simulate`` simulates every candidate and keeps the fastest (simfuse's own optimum, a
+    #: what-if).  ``nccl`` applies under ``protocol_model: nccl`` to all-reduce / reduce-scatter / all-gather across
+    #: nodes on GPUs in NCCL's tables; everything else is simulated either way.
+    tuner: str = "nccl"
 
 
 @dataclass(frozen=True)
@@ -469,6 +475,7 @@ def _topology_body(data: dict, source: str) -> TopologySpec:
         channels=co.integer("channels", 0, min_value=0, max_value=MAX_GPUS_PER_NODE),
         protocol_model=co.string("protocol_model", "none", choices=("none", "nccl")),
         net_overhead_s=co.number("net_overhead_us", 1.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
+        tuner=co.string("tuner", "nccl", choices=("nccl", "simulate")),
     )
     co.reject_unknown()
 

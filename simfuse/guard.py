@@ -132,12 +132,29 @@ class CostEstimate:
                 f"ranks, <= {self.events:.2g} events (~{self.seconds:,.0f} s, ~{self.memory_bytes / 1e9:,.1f} GB)")
 
 
+#: A symmetric simulation (one rank) groups its flows of a wave by route class, not by peer: on a rail fabric
+#: inside the node, the same rail, another rail; a 3-tier fabric adds its pod levels.  So a symmetric graph's
+#: kernel costs at most this many flow groups a wave, however many ranks it pushes to: the TP decode's and the MoE
+#: layer's runs stay within 0.068-0.085 s from 1 to 64 nodes while their peers grow 64-fold (bench_guard_fit.csv).
+SYMMETRIC_ROUTE_CLASSES = 4
+#: Per-GPU wall time of the symmetric graph workloads' per-rank arrays, once per run (the fused operators'
+#: destination and ordering arrays of every workgroup, :func:`simfuse.fused.ops` ``wg_destinations``,
+#: :mod:`simfuse.fused.base` ``order``: 0.47 of 1.5 s at 8,192 GPUs under cProfile): slopes of the run's wall
+#: time against GPUs at 64-1,024 nodes, least squares on experiments/results/bench_guard_fit.csv (2-core VM, idle,
+#: 2026-12-07, 83f7c09): MoE layer 49 us a GPU (intercept 0.13 s), TP decode 12 us a GPU (0.07 s); checked on a
+#: later bench_targets.py run
+MOE_SECONDS_PER_GPU = 49e-6
+DECODE_SECONDS_PER_GPU = 12e-6
+
+
 def _estimate(what: str, ranks: int, simulated: int, w: int, slots: int, slice_wgs: int = 1,
-              kernels: int = 1) -> CostEstimate:
+              kernels: int = 1, route_classes: int | None = None) -> CostEstimate:
+    """``route_classes``: a symmetric simulation's flow groups per wave (None: one per peer)."""
     w = max(1, int(w))
     slots = max(1, int(slots))
     waves = math.ceil(w / slots)
-    per_rank_flows = min(math.ceil(w / max(1, slice_wgs)), waves * max(1, ranks - 1)) if ranks > 1 else 0
+    peers = max(1, ranks - 1) if route_classes is None else min(max(1, ranks - 1), route_classes)
+    per_rank_flows = min(math.ceil(w / max(1, slice_wgs)), waves * peers) if ranks > 1 else 0
     flows = simulated * per_rank_flows * kernels
     events = simulated * waves * kernels + 2 * flows
     return CostEstimate(what, ranks, simulated, w * kernels, waves * kernels, flows, events)

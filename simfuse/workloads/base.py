@@ -161,7 +161,8 @@ class Workload(ABC):
         """An :meth:`estimate` for a symmetric graph (one simulated rank) of ``kernels`` kernels of about
         ``workgroups`` workgroups each (the fused ones price their pushes by it)."""
         return pricing._estimate(f"{self.spec.name} on {nodes} x {gpus_per_node} GPUs", nodes * gpus_per_node, 1,
-                                 workgroups, pricing._slots(topology), kernels=kernels)
+                                 workgroups, pricing._slots(topology), kernels=kernels,
+                                 route_classes=pricing.SYMMETRIC_ROUTE_CLASSES)
 
     def estimate_run(self, pricing, topology, nodes: int, gpus_per_node: int, sim_mode: str, execution,
                      workers: int):
@@ -170,12 +171,16 @@ class Workload(ABC):
         est = self.estimate(pricing, topology, nodes, gpus_per_node, sim_mode, execution, workers)
         per_sim = max(pricing.SIM_FLOOR_S, est.seconds, self.min_simulation_s(pricing))
         n = pricing.simulations_of_run(self.spec, topology, execution)
-        extra = n * per_sim - est.seconds
+        extra = n * per_sim - est.seconds + self.array_seconds(pricing, nodes * gpus_per_node)
         return dataclasses.replace(est, what=f"{est.what}, {n} simulation(s)",
                                    extra_seconds=est.extra_seconds + extra)
 
     def min_simulation_s(self, pricing) -> float:
         """The least wall time one simulation of this workload takes (s; the guard's measured floor)."""
+        return 0.0
+
+    def array_seconds(self, pricing, gpus: int) -> float:
+        """Wall time of the run's per-rank arrays, once per run (s; 0 where the guard has not measured one)."""
         return 0.0
 
     def row_columns(self, result, gpus: int) -> dict:

@@ -122,6 +122,9 @@ class DecodeWorkload(Workload):
         return self.kernel_estimate(pricing, topology, nodes, gpus_per_node, max(sp.hidden, sp.ffn) / 64.0,
                                     2 * sp.layers)
 
+    def array_seconds(self, pricing, gpus):
+        return pricing.DECODE_SECONDS_PER_GPU * gpus
+
 
 @register_workload("moe_layer")
 class MoEWorkload(Workload):
@@ -137,3 +140,6 @@ class MoEWorkload(Workload):
         sp = self.spec
         w = sp.tokens_per_gpu * sp.top_k * max(sp.hidden, sp.ffn) / (128.0 * 128.0)
         return self.kernel_estimate(pricing, topology, nodes, gpus_per_node, w, 2 * sp.layers)
+
+    def array_seconds(self, pricing, gpus):
+        return pricing.MOE_SECONDS_PER_GPU * gpus

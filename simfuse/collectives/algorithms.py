@@ -308,11 +308,21 @@ NVLS_CHUNK_BYTES = 128 * 1024
 def _pipeline_fill(size_bytes: float, stages: int, chunk_bytes: float, ops: int) -> float:
     """Multiplier on a pipelined step's bytes for its pipeline fill.  ``ops`` pipelines (channels x heads) each
     carry ``size/ops`` in chunks through ``stages`` stages: ``(chunks + stages - 1)`` chunk times where the
-    steady state takes ``chunks``, i.e. ``1 + (stages - 1) x min(chunk, size/ops) x ops / size``."""
+    steady state takes ``chunks``, i.e. ``1 + (stages - 1) x min(chunk, size/ops) x ops / size``.  ``size`` is
+    what the pipelines carry through their bottleneck links in steady state (a tree across more than two nodes
+    moves each chunk over a NIC twice, up and down: :func:`_tree_nic_passes`), so one stage costs one chunk's
+    pass, not a chunk's whole share of the steady state."""
     if size_bytes <= 0 or stages <= 1 or ops <= 0:
         return 1.0
     c = min(chunk_bytes, size_bytes / ops)
     return 1.0 + (stages - 1) * c * ops / size_bytes
+
+
+def _tree_nic_passes(nodes: int) -> int:
+    """How many times the double binary tree moves a node's shard over its NIC each way: twice beyond two nodes
+    (an interior node receives its children's halves and sends the reduced half up, then the reverse), once on
+    two (each node the root of one tree and a leaf of the other): :class:`AllReduceTree`'s volumes."""
+    return 2 if nodes > 2 else 1
 
 
 def _tree_depth(nodes: int) -> int:
@@ -430,7 +440,7 @@ class AllReduceTree(_HierarchicalInNetwork):
         L = self.layout
         ops = 2 * (self.channels or L.gpus_per_node)
         stages = 2 * ((L.gpus_per_node - 1) + _tree_depth(L.nodes))
-        return _pipeline_fill(self.size_bytes, stages, TREE_CHUNK_BYTES, ops)
+        return _pipeline_fill(self.size_bytes * _tree_nic_passes(L.nodes), stages, TREE_CHUNK_BYTES, ops)
 
 
 class AllReduceNvls(_HierarchicalInNetwork):
@@ -509,7 +519,7 @@ class AllReduceNvlsTree(AllReduceTree):
         for below, floor, to in ((16, 131072, 131072), (4, 65536, 65536), (1, 32768, 32768)):
             if self.size_bytes < below * ops * chunk and chunk > floor:
                 chunk = to
-        return _pipeline_fill(self.size_bytes, 2 + 2 * _tree_depth(L.nodes), chunk, ops)
+        return _pipeline_fill(self.size_bytes * _tree_nic_passes(L.nodes), 2 + 2 * _tree_depth(L.nodes), chunk, ops)
 
 
 class AllReduceCollNet(_HierarchicalInNetwork):

@@ -60,9 +60,10 @@ def test_tree_fill_closed_form():
     # 8 GPUs, 2 nodes: 2 x 8 channels, 2 x (7 + 1) stages, 512 KiB chunks: 1 + 15 x 512 KiB x 16 / size
     t = make_algorithm("all_reduce", "tree", Layout(2, 8), 64 * MiB)
     assert t.fill_factor() == pytest.approx(1 + 15 * 0.5 * 16 / 64)
-    # 4 nodes: depth 2 -> 2 x (7 + 2) = 18 stages
+    # 4 nodes: depth 2 -> 2 x (7 + 2) = 18 stages; beyond two nodes each chunk crosses a NIC twice (up and down),
+    # so the pipelines carry twice the buffer through their NICs and a stage is half a steady-state chunk time
     t = make_algorithm("all_reduce", "tree", Layout(4, 8), 1024 * MiB)
-    assert t.fill_factor() == pytest.approx(1 + 17 * 0.5 * 16 / 1024)
+    assert t.fill_factor() == pytest.approx(1 + 17 * 0.5 * 16 / (2 * 1024))
     # LL and LL128: no fill beyond NCCL's per-hop latencies
     for proto in ("LL", "LL128"):
         assert make_algorithm("all_reduce", "tree", Layout(4, 8), 64 * MiB, protocol=proto).fill_factor() == 1.0
@@ -74,7 +75,7 @@ def test_nvls_tree_fill_closed_form():
     assert t.fill_factor() == pytest.approx(1 + 3 * 128 * 1024 * 128 / (128 * MiB))
     # 4 nodes: 64 KiB chunks, 2 + 2 x 2 stages
     t = make_algorithm("all_reduce", "nvls_tree", Layout(4, 8), 32 * MiB)
-    assert t.fill_factor() == pytest.approx(1 + 5 * 65536 * 128 / (32 * MiB))
+    assert t.fill_factor() == pytest.approx(1 + 5 * 65536 * 128 / (2 * 32 * MiB))
     # fewer bytes than the pipelines' chunks: every pipeline carries one partial chunk through every stage
     t = make_algorithm("all_reduce", "nvls_tree", Layout(2, 8), 1 * MiB)
     assert t.fill_factor() == pytest.approx(4.0)
@@ -105,7 +106,8 @@ def test_tree_time_under_nccl_model_closed_form(nodes):
     k = 2 if nodes == 2 else 1
     cap = 41.4e9 if nodes == 2 else 36.0e9
     rate = k * 50e9 / min(0.92 * k * 50e9, cap)
-    fill = 1 + (2 * ((g - 1) + depth) - 1) * 512 * 1024 * (2 * g) / size
+    passes = 1 if nodes == 2 else 2  # times a chunk crosses a NIC each way (up and down beyond two nodes)
+    fill = 1 + (2 * ((g - 1) + depth) - 1) * 512 * 1024 * (2 * g) / (passes * size)
     # the fill stretches both parts; the tree's rate per NIC only the network part
     inter = (size / g if nodes == 2 else 2 * size / g) * fill * rate / 50e9
     intra = 2 * size / g * fill / 400e9

@@ -30,8 +30,9 @@ from .runner import check_hardware, simulate_group_collective
 
 
 class Tuner:
-    """Picks the fastest algorithm per ``(op, group shape, size)`` by simulating each candidate alone on the
-    group (the fabric is the whole system, so the group's links are the real ones).  Memoised.
+    """Picks an algorithm per ``(op, group shape, size)``: across nodes NCCL's choice by NCCL's cost model
+    (:meth:`nccl_choice`, where it applies), else the fastest by simulating each candidate alone on the group (the
+    fabric is the whole system, so the group's links are the real ones).  Memoised.
 
     ``forced``: ``{op: algorithm}`` to skip tuning for some ops (a user's choice, e.g. ``--set
     baseline_algorithm=...``).  ``what_ifs``: tune over simfuse's own schedules too (not NCCL's; off by default,
@@ -48,8 +49,9 @@ class Tuner:
 
     def choose(self, op: str, group: Group, size_bytes: float, *, symmetric_only: bool = True,
                algorithm: str | None = None, protocol: str | None = None) -> str:
-        """The fastest ``"algorithm[/protocol]"``; ``algorithm`` / ``protocol`` (or a forced algorithm) restrict
-        the search to that algorithm / protocol (a name that carries its protocol is returned as given)."""
+        """The chosen ``"algorithm[/protocol]"`` (NCCL's model's cheapest or the fastest simulated, see the
+        class); ``algorithm`` / ``protocol`` (or a forced algorithm) restrict the search to that algorithm /
+        protocol (a name that carries its protocol is returned as given)."""
         forced = self.forced.get(op) or None
         algorithm = algorithm or forced
         if algorithm is not None and "/" in algorithm:

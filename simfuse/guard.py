@@ -134,8 +134,9 @@ class CostEstimate:
 
 #: A symmetric simulation (one rank) groups its flows of a wave by route class, not by peer: on a rail fabric
 #: inside the node, the same rail, another rail; a 3-tier fabric adds its pod levels.  So a symmetric graph's
-#: kernel costs at most this many flow groups a wave, however many ranks it pushes to: the TP decode's and the MoE
-#: layer's runs stay within 0.068-0.085 s from 1 to 64 nodes while their peers grow 64-fold (bench_guard_fit.csv).
+#: kernel costs at most this many flow groups a wave, however many ranks it pushes to: the TP decode's runs stay
+#: within 0.071-0.076 s from 1 to 64 nodes while their peers grow 64-fold (bench_guard_fit.csv).  The MoE layer's
+#: runs grow with their peers up to 64 nodes there, so its pushes keep one flow a peer.
 SYMMETRIC_ROUTE_CLASSES = 4
 #: Per-GPU wall time of the symmetric graph workloads' per-rank arrays, once per run (the fused operators'
 #: destination and ordering arrays of every workgroup, :func:`simfuse.fused.ops` ``wg_destinations``,

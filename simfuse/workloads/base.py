@@ -157,12 +157,12 @@ class Workload(ABC):
         :mod:`simfuse.guard` module, which prices it: workloads sit below the guard and never import it)."""
 
     def kernel_estimate(self, pricing, topology, nodes: int, gpus_per_node: int, workgroups: float,
-                        kernels: int):
+                        kernels: int, route_classes: int | None = None):
         """An :meth:`estimate` for a symmetric graph (one simulated rank) of ``kernels`` kernels of about
-        ``workgroups`` workgroups each (the fused ones price their pushes by it)."""
+        ``workgroups`` workgroups each (the fused ones price their pushes by it); ``route_classes``: flow groups a
+        wave where the pushes collapse by route class (None: one a peer, up to the workgroups)."""
         return pricing._estimate(f"{self.spec.name} on {nodes} x {gpus_per_node} GPUs", nodes * gpus_per_node, 1,
-                                 workgroups, pricing._slots(topology), kernels=kernels,
-                                 route_classes=pricing.SYMMETRIC_ROUTE_CLASSES)
+                                 workgroups, pricing._slots(topology), kernels=kernels, route_classes=route_classes)
 
     def estimate_run(self, pricing, topology, nodes: int, gpus_per_node: int, sim_mode: str, execution,
                      workers: int):

@@ -127,6 +127,18 @@ def nccl_generation(device_name: str) -> str | None:
 _TOP_CHANNEL_GBYTE_PER_S = {"volta": 48.0, "ampere": 48.0, "hopper": 48.0, "blackwell": 96.0}
 
 
+def _nic_channels(applies: bool, device_name: str, nic_rate_bytes_per_s: float, nic_line_bytes_per_s: float | None,
+                  nics_per_gpu: int) -> tuple[str, int] | None:
+    """``(NCCL's GPU class, channels a GPU's NICs carry)`` where an algorithm limit ``applies`` to a GPU in NCCL's
+    tables with a NIC, else None: one channel per :data:`_TOP_CHANNEL_GBYTE_PER_S` of the NIC's line rate (at
+    least one), times the NICs a GPU has."""
+    gen = nccl_generation(device_name) if applies else None
+    if gen is None or nic_rate_bytes_per_s <= 0:
+        return None
+    line = nic_line_bytes_per_s or nic_rate_bytes_per_s
+    return gen, max(1, nics_per_gpu) * max(1, round(line / (_TOP_CHANNEL_GBYTE_PER_S[gen] * 1e9)))
+
+
 def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, nic_rate_bytes_per_s: float,
                      model: str = "nccl", nic_line_bytes_per_s: float | None = None,
                      nics_per_gpu: int = 1, nics_per_node: int = 1) -> float:
@@ -148,13 +160,11 @@ def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, n
     ``x 1/3.8`` and at most ``llMaxBws`` in all (:data:`TREE_LL_SHARE`); the protocol's own wire factor
     (:data:`_BW_EFFICIENCY`) is taken out of the result.  Other families, one node, ``protocol_model: none`` and
     GPUs outside NCCL's tables: 1."""
-    if model != "nccl" or family != "tree" or nodes < 2:
+    found = _nic_channels(model == "nccl" and family == "tree" and nodes >= 2, device_name, nic_rate_bytes_per_s,
+                          nic_line_bytes_per_s, nics_per_gpu)
+    if found is None:
         return 1.0
-    gen = nccl_generation(device_name)
-    if gen is None or nic_rate_bytes_per_s <= 0:
-        return 1.0
-    line = nic_line_bytes_per_s or nic_rate_bytes_per_s
-    channels = max(1, nics_per_gpu) * max(1, round(line / (_TOP_CHANNEL_GBYTE_PER_S[gen] * 1e9)))
+    gen, channels = found
     idx = 0 if nodes <= 2 else 1
     k = 2.0 if nodes <= 2 else 1.0
     per_nic = min(TREE_BW_SHARE * k * nic_rate_bytes_per_s, channels * _TREE_CAP_GBYTE_PER_S["Simple"][gen][idx] * 1e9)
@@ -177,13 +187,11 @@ def ring_rate_factor(protocol: str, nodes: int, device_name: str, nic_rate_bytes
     :func:`tree_rate_factor`) simfuse's LL128 ring already moves ``1 / 0.92`` bytes per byte, so the factor is
     ``0.92 rate / min(0.92 rate, channels x cap)``, never below 1.  Other protocols, one node, ``protocol_model:
     none`` and GPUs outside NCCL's tables: 1."""
-    if model != "nccl" or protocol != "LL128" or nodes < 2:
+    found = _nic_channels(model == "nccl" and protocol == "LL128" and nodes >= 2, device_name,
+                          nic_rate_bytes_per_s, nic_line_bytes_per_s, nics_per_gpu)
+    if found is None:
         return 1.0
-    gen = nccl_generation(device_name)
-    if gen is None or nic_rate_bytes_per_s <= 0:
-        return 1.0
-    line = nic_line_bytes_per_s or nic_rate_bytes_per_s
-    channels = max(1, nics_per_gpu) * max(1, round(line / (_TOP_CHANNEL_GBYTE_PER_S[gen] * 1e9)))
+    gen, channels = found
     eff = _BW_EFFICIENCY["LL128"] * nic_rate_bytes_per_s
     return max(1.0, eff / min(eff, channels * _RING_LL128_CAP_GBYTE_PER_S[gen] * 1e9))
 

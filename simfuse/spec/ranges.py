@@ -152,7 +152,13 @@ def _set_path(data: dict, path: str, value, source: str) -> None:
 
 
 def _number(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    """A finite number a float holds (an integer beyond float's range, 1e400 written out, is not one)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
 def parse_uncertain(data: dict, source: str, parse: Callable) -> tuple[dict, InputSpace]:

@@ -41,6 +41,9 @@ def _with(raw, block):
     ({"scale_out.bogus_us": {"range": [0.8, 0.95], "source": "s"}}, "uncertain.scale_out.bogus_us", "no value"),
     ({"scale_out.efficiency": {"range": [0.8], "source": "s"}}, "uncertain.scale_out.efficiency.range",
      "two finite numbers"),
+    # an integer beyond float's range (YAML reads 1000...0 written out as an int): refused, not an OverflowError
+    ({"scale_out.efficiency": {"range": [0.8, 10**400], "source": "s"}}, "uncertain.scale_out.efficiency.range",
+     "two finite numbers"),
     ({"scale_out.efficiency": {"range": [0.8, 0.95], "choices": [1, 2], "source": "s"}},
      "uncertain.scale_out.efficiency", "exactly one"),
     ({"collectives.net_overhead_us": {"range": [0.0, 2.0], "distribution": "loguniform", "source": "s"}},

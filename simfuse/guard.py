@@ -70,7 +70,7 @@ DLRM_PUSH_EXPONENT = 0.5
 #: median wall-time ratio of the MLPerf-family files at 4, 8 and 64 nodes, 1.2-3.6x
 #: (experiments/results/bench_resolution.csv, one worker, 2026-12-07).
 DLRM_EXACT_RATE_FACTOR = 2.1
-#: Rank classes (uneven placements beyond 64 ranks; up to 8,192 ranks and 64 nodes counted from the placement
+#: Rank classes (uneven placements beyond 64 ranks; up to 16,384 ranks and 64 nodes counted from the placement
 #: itself, one orbit class a node for a planned MLPerf placement, and a table-wise placement's at any size), per
 #: simulation:
 #: :data:`DLRM_SECONDS_PER_CLASS` per simulated class (its program), plus, per class holding tables (the others

@@ -60,7 +60,7 @@ def test_post_share_is_posting_over_the_step(system):
     assert DLRMWorkload.post_share(system.topology, 1, 8, 57344, 28672) == 0.0  # one node: nothing leaves it
 
 
-@pytest.mark.parametrize("nodes", [2048, 4096])
+@pytest.mark.parametrize("nodes", [4096, 8192])
 def test_table_wise_classes_beyond_the_placed_limit(system, nodes):
     """Beyond PLACED_CLASS_MAX_RANKS a table-wise placement's load classes are counted on the ranks holding its
     tables and one empty node: the count the graph builder uses (DLRM v1: 6, not half its 26 tables)."""

@@ -335,7 +335,8 @@ def _candidates_wall_s(cands: list, workers: int) -> float:
     :func:`~simfuse.workloads.dlrm_candidates.simulate_modes` schedules them: the first alone, the rest shared by
     the workers when a simulation is worth shipping (:data:`~simfuse.workloads.parallel.MIN_PARALLEL_SIM_S`),
     every one of them shared where that makes a long run (:data:`~simfuse.workloads.parallel.MIN_PARALLEL_RUN_S`:
-    the run's estimate, of which these simulations are the bulk, sends them to the workers at once)."""
+    the run's estimate, of which these simulations are the bulk, sends them to the workers at once; where the
+    schedule would hinge on this very figure, the geometric mean of the two)."""
     from .parallel import MIN_PARALLEL_RUN_S, MIN_PARALLEL_SIM_S
 
     n = sum(c for c, _s in cands)
@@ -344,4 +345,12 @@ def _candidates_wall_s(cands: list, workers: int) -> float:
         return total
     first = next(s for c, s in cands if c > 0)
     staged = first + (total - first) / min(workers, n - 1)
-    return total / min(workers, n) if staged >= MIN_PARALLEL_RUN_S else staged
+    at_once = total / min(workers, n)
+    # the run sends its simulations to the workers at once where the guard's estimate -- this figure -- reaches
+    # MIN_PARALLEL_RUN_S (simfuse.workloads.parallel.Pool), so the schedule follows the estimate: at once where even
+    # that estimate reaches it, staged where even the staged one does not; in between either figure would send the
+    # run to the other schedule, and their geometric mean is within sqrt(staged / at once) <= sqrt(2) of whichever
+    # the run then takes
+    if at_once >= MIN_PARALLEL_RUN_S:
+        return at_once
+    return staged if staged < MIN_PARALLEL_RUN_S else math.sqrt(staged * at_once)

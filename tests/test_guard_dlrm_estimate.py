@@ -80,3 +80,21 @@ def test_busiest_units_give_the_graphs_waves(system):
     bags = 4  # 432 samples a GPU
     assert math.ceil(posted * spec.global_batch / bags / system.topology.device.workgroup_slots) \
         == graph.meta["fused_waves"]
+
+
+def test_candidates_follow_the_schedule_the_estimate_chooses():
+    """The run sends its candidate simulations to the workers at once when the guard's estimate reaches
+    MIN_PARALLEL_RUN_S, else runs the first alone: the guard prices the schedule its own figure leads to."""
+    import math
+
+    from simfuse.workloads.dlrm_workload import _candidates_wall_s
+    from simfuse.workloads.parallel import MIN_PARALLEL_RUN_S
+
+    # long: at once on two workers
+    assert _candidates_wall_s([(1, 3.0), (1, 3.0)], 2) == pytest.approx(3.0)
+    # short: the first alone, then the rest
+    assert _candidates_wall_s([(1, 0.3), (1, 0.6)], 2) == pytest.approx(0.9)
+    # in between (at once 1.1 s, staged 2.2 s around the 2 s threshold): their geometric mean
+    staged, at_once = 0.4 + 1.8, (0.4 + 1.8) / 2
+    assert at_once < MIN_PARALLEL_RUN_S <= staged
+    assert _candidates_wall_s([(1, 0.4), (1, 1.8)], 2) == pytest.approx(math.sqrt(staged * at_once))

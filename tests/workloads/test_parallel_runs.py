@@ -209,7 +209,9 @@ def test_workers_exit_when_the_run_is_killed(tmp_path):
         "import os, sys, time\n"
         "from simfuse.workloads.parallel import Pool\n"
         "def task(d, i):\n"
-        "    open(os.path.join(d, f'{i}.pid'), 'w').write(str(os.getpid()))\n"
+        "    tmp = os.path.join(d, f'{i}.tmp')\n"
+        "    open(tmp, 'w').write(str(os.getpid()))\n"
+        "    os.rename(tmp, os.path.join(d, f'{i}.pid'))  # whole: the test reads it as soon as it exists\n"
         "    time.sleep(60)\n"
         "with Pool(2) as p:\n"
         "    p.map(task, [(sys.argv[1], 0), (sys.argv[1], 1)])\n")

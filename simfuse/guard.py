@@ -59,9 +59,9 @@ SECONDS_PER_EVENT = 1 / 300_000
 #: DLRM file at 1-16,384 nodes (2-core VM, 2026-12-07, bench_targets run at commit 83f7c09, 19:31-19:39 UTC:
 #: experiments/results/bench_guard_fit.csv; the guard reading the placement of every planned run up to 8,192 ranks,
 #: each candidate plan's classes, busiest units and knob-grid screen): 36 of 36 fully simulated points within 2x,
-#: 0.50-1.89.  Checked on a later run (experiments/results/bench_targets.csv, ed42132, 20:00-20:08 UTC): 197 of 201
-#: run points within 2x, 0.43-2.22 (the misses: the HugeCTR files at 2,048 nodes, beyond the ranks whose
-#: placement the guard reads, 2.2; MoE at 1,024 nodes, 0.43; decode at 32 nodes, a 0.07 s run, 2.04).
+#: 0.50-1.89.  Checked on later runs (experiments/results/bench_targets.csv, bc90685, 23:02-23:10 UTC, its guard
+#: columns re-priced at 7dc977e): 201 of 201 run points within 2x, 0.51-1.95, after the guard came to read
+#: placements up to 16,384 ranks and to price the candidates' schedule the run takes from the estimate.
 DLRM_SECONDS_PER_EVENT = 2.95e-5
 DLRM_EVENT_PAIR_EXPONENT = 0.0
 DLRM_PUSH_EXPONENT = 0.5
@@ -394,13 +394,12 @@ def _run_cost(topology, op: str, nodes: int, g: int, size: float, mode: str, alg
         return f * sim, sim, 0.0, "every rank" if sim > 1 else "one rank"
     floor = COLLECTIVE_FLOOR_S
     if algorithm is None or "/" not in algorithm:
+        group = world(ranks)
         if algorithm is None:
-            cands = candidate_algorithms(op, world(ranks), g, symmetric_only=True, topology=topology,
-                                         size_bytes=float(size))
-            if len(cands) > 1 and tuner.nccl_choice(op, world(ranks), float(size), cands) is None:
+            cands = candidate_algorithms(op, group, g, symmetric_only=True, topology=topology, size_bytes=float(size))
+            if len(cands) > 1 and tuner.nccl_choice(op, group, float(size), cands) is None:
                 floor += COLLECTIVE_SECONDS_PER_CANDIDATE * len(cands)  # the tuner simulates each
-        algorithm = tuner.choose(op, world(ranks), float(size), symmetric_only=True, algorithm=algorithm,
-                                 protocol=protocol)
+        algorithm = tuner.choose(op, group, float(size), symmetric_only=True, algorithm=algorithm, protocol=protocol)
         protocol = None
     algo = make_algorithm(op, algorithm, Layout(nodes, g), float(size), topology.collectives.channels, protocol)
     steps = algo.steps(0)

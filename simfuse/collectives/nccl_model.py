@@ -36,11 +36,15 @@ from dataclasses import dataclass
 
 from .protocols import (
     _BASE_LAT_US,
+    _BW_EFFICIENCY,
     _HW_LAT_NET_US,
     _HW_LAT_NVLINK_US,
     _LL_MAX_GBYTE_PER_S,
+    _NET_OVERHEAD_MULT,
     _RING_LL128_CAP_GBYTE_PER_S,
     _TREE_CAP_GBYTE_PER_S,
+    TREE_BW_SHARE,
+    TREE_LL_SHARE,
     nccl_generation,
     ring_steps,
 )
@@ -69,7 +73,7 @@ _TREE_CORRECTION = {
 }
 #: NCCL's ring "plateau" latency factor for multi-node Simple all-reduce (sm >= 80: 1.4; older: 1.9)
 _RING_PLATEAU = 1.4
-#: ``getNetOverhead`` (us) on Intel x86; Simple pays it three times
+#: ``getNetOverhead`` (us) on Intel x86 (Simple pays it three times: ``_NET_OVERHEAD_MULT``)
 _NET_OVERHEAD_US = 1.0
 
 
@@ -142,7 +146,7 @@ def _bandwidth_gbyte_per_s(op: str, family: str, protocol: str, nodes: int, ppn:
     """``comm->bandwidths[op][family][protocol]`` (GB/s of algorithm bandwidth; 0: not run)."""
     gen, n = graphs.generation, nodes * ppn
     idx2 = 1 if nodes <= 2 else 2  # [N1, N2, N4] tables; N1 is never asked here
-    steps = ring_steps(op, n, nodes)[0] if op in ("all_reduce", "reduce_scatter", "all_gather") else n
+    steps = ring_steps(op, n, nodes)[0]
     if family in ("nvls", "nvls_tree"):
         g = graphs.nvls
         eff = _NVLS_EFFICIENCY.get(gen, 0.0)
@@ -158,13 +162,13 @@ def _bandwidth_gbyte_per_s(op: str, family: str, protocol: str, nodes: int, ppn:
         bw = g.bw_intra if (nodes <= 2 or family == "collnet") else g.bw_inter
         bus = g.channels * bw
     if family == "ring" and protocol == "LL":
-        bus = min(_LL_MAX_GBYTE_PER_S[idx2 - 1], bus * 0.5)
+        bus = min(_LL_MAX_GBYTE_PER_S[idx2 - 1], bus * _BW_EFFICIENCY["LL"])
     if family == "ring" and protocol == "LL128":
-        bus = min(bus * 0.92, g.channels * _RING_LL128_CAP_GBYTE_PER_S[gen])
+        bus = min(bus * _BW_EFFICIENCY["LL128"], g.channels * _RING_LL128_CAP_GBYTE_PER_S[gen])
     if family == "tree" and op == "all_reduce":
-        bus = min(bus * 0.92, g.channels * _TREE_CAP_GBYTE_PER_S["Simple"][gen][idx2 - 1])
+        bus = min(bus * TREE_BW_SHARE, g.channels * _TREE_CAP_GBYTE_PER_S["Simple"][gen][idx2 - 1])
     if family == "tree" and protocol == "LL":
-        bus = min(bus / 3.8, _LL_MAX_GBYTE_PER_S[idx2 - 1])
+        bus = min(bus * TREE_LL_SHARE, _LL_MAX_GBYTE_PER_S[idx2 - 1])
     if family == "tree" and protocol == "LL128":
         bus = min(bus * 120.0 / 128.0, g.channels * _TREE_CAP_GBYTE_PER_S["LL128"][gen][idx2 - 1])
     if family == "pat":
@@ -192,7 +196,7 @@ def _latency_us(op: str, family: str, protocol: str, nodes: int, ppn: int) -> fl
     inter = (_HW_LAT_NET_US["tree"][protocol] if ppn == 1 and protocol in _HW_LAT_NET_US["tree"]
              else _HW_LAT_NET_US[family][protocol])
     if family == "ring":
-        overhead = _NET_OVERHEAD_US * (3.0 if protocol == "Simple" else 1.0)
+        overhead = _NET_OVERHEAD_US * _NET_OVERHEAD_MULT[protocol]
         intra = max(intra, overhead)
         steps, inter_steps = ring_steps(op, n, nodes)
         return lat + (steps - inter_steps) * intra + inter_steps * inter

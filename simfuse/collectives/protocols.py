@@ -200,7 +200,8 @@ def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
     """``(all flows, off-node flows)``: multipliers on ``algo``'s bytes on the wire for its algorithm-level limits
     under ``protocol_model: nccl`` (1, 1 otherwise).  All flows: the pipeline fill of the pipelined multi-node
     all-reduces (``fill_factor`` of :mod:`.algorithms`; it stretches every stage alike).  Off-node flows: the
-    tree's rate per NIC (:func:`tree_rate_factor`; a limit of the network part, not of the NVLink part).
+    tree's rate per NIC (:func:`tree_rate_factor`) or a ring's LL128 cap (:func:`ring_rate_factor`); limits of the
+    network part, not of the NVLink part.
     ``algo``: an Algorithm or a group's wrapper of one."""
     co = topology.collectives
     if co.protocol_model != "nccl":
@@ -208,12 +209,14 @@ def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
     inner = getattr(algo, "algo", algo)
     L = algo.layout
     so = topology.scale_out
-    net = tree_rate_factor(inner.family, inner.protocol, L.nodes, topology.device.name,
-                           so.effective_nic_bw_bytes_per_s, co.protocol_model, so.nic_bw_bytes_per_s,
-                           so.nics_per_node // max(1, L.gpus_per_node), so.nics_per_node)
+    nics_per_gpu = so.nics_per_node // max(1, L.gpus_per_node)
     if inner.family == "ring":
         net = ring_rate_factor(inner.protocol, L.nodes, topology.device.name, so.effective_nic_bw_bytes_per_s,
-                               co.protocol_model, so.nic_bw_bytes_per_s, so.nics_per_node // max(1, L.gpus_per_node))
+                               co.protocol_model, so.nic_bw_bytes_per_s, nics_per_gpu)
+    else:
+        net = tree_rate_factor(inner.family, inner.protocol, L.nodes, topology.device.name,
+                               so.effective_nic_bw_bytes_per_s, co.protocol_model, so.nic_bw_bytes_per_s,
+                               nics_per_gpu, so.nics_per_node)
     fill = inner.fill_factor() if L.nodes > 1 and hasattr(inner, "fill_factor") else 1.0
     return fill, net
 

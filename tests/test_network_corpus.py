@@ -1,13 +1,20 @@
 """The public network corpus (data/network_corpus/): its loader, the consistency of every transcribed number, and
 its use by ``simfuse fit-fabric`` and ``simfuse validate``."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from simfuse.calibrate.corpus import default_connections, load_corpus, nvlink_gbyte_per_s, topology_for_run
+from simfuse.calibrate.corpus import (
+    default_connections,
+    load_corpus,
+    min_ctas,
+    nvlink_gbyte_per_s,
+    topology_for_run,
+)
 from simfuse.cli import main
 from simfuse.errors import SpecError
 from simfuse.spec import load_topology
@@ -101,6 +108,17 @@ def test_topology_for_run_drops_the_full_node_efficiency_where_the_run_tuned_its
     assert topo.scale_out.full_node_efficiency is None and any("full_node_efficiency" in n for n in notes)
     topo, _ = topology_for_run(corpus.run("ncclt309b_h100_ar_8x8"), base)
     assert topo.scale_out.full_node_efficiency == 0.85
+
+
+def test_topology_for_run_takes_the_runs_min_ctas(corpus):
+    # the tuned run sets NCCL_MIN_CTAS=24 (its env column); the default run leaves NCCL's own channel counts
+    base = load_topology(TOPO)
+    tuned = corpus.run("ncclt309b_h100_ar_8x8_tuned")
+    assert "NCCL_MIN_CTAS=24" in tuned.env and min_ctas(tuned) == 24
+    assert topology_for_run(tuned, base)[0].collectives.min_ctas == 24
+    assert topology_for_run(corpus.run("ncclt309b_h100_ar_8x8"), base)[0].collectives.min_ctas == 0
+    other = dataclasses.replace(tuned, env="NCCL_MIN_CTAS_X=3 NCCL_IB_QPS_PER_CONNECTION=2")
+    assert min_ctas(other) == 0
 
 
 def _copy(tmp_path):

@@ -256,6 +256,16 @@ _CONNECTION_TUNING = re.compile(r"NCCL_IB_QPS_PER_CONNECTION=(?!1\b)\d+|NCCL_MIN
 _MULTIPATH_FABRICS = ("EFA", "SLINGSHOT", "TCPXO")
 
 
+_MIN_CTAS = re.compile(r"(?:^|\s)NCCL_MIN_CTAS=(\d+)(?:\s|$)")
+
+
+def min_ctas(run: CorpusRun) -> int:
+    """The run's ``NCCL_MIN_CTAS`` (its ``env``), 0 where it did not set it: ``collectives.min_ctas`` of the
+    topology it is simulated on (:func:`topology_for_run`)."""
+    m = _MIN_CTAS.search(run.env or "")
+    return int(m.group(1)) if m else 0
+
+
 def default_connections(run: CorpusRun) -> bool:
     """Whether a run used NCCL's default connections on an InfiniBand / RoCE fabric (or one not stated, taken as
     the base topology's InfiniBand): one QP per connection and NCCL's own channel count -- no
@@ -306,6 +316,9 @@ def topology_for_run(run: CorpusRun, base):
                                or run.nvls.strip().lower().startswith(("no", "disabled"))):
         # NVLink SHARP needs a third-generation NVSwitch (Hopper and later); a run that turned it off ran without
         over["scale_up.nvls"] = False
+    if min_ctas(run):
+        # NCCL_MIN_CTAS raises the channels NCCL's pipelines run on (collectives.min_ctas)
+        over["collectives.min_ctas"] = min(64, min_ctas(run))
     if base.scale_out.full_node_efficiency is not None and not default_connections(run):
         # the full-node efficiency is that of NCCL's default connections on an InfiniBand / RoCE fabric
         over["scale_out.full_node_efficiency"] = None

@@ -365,10 +365,12 @@ class _HierarchicalInNetwork(Algorithm):
         """Network hop latencies of the inter-node part (the pipelined step counts as one)."""
         return 1
 
-    def fill_factor(self) -> float:
+    def fill_factor(self, min_channels: int = 0) -> float:
         """Multiplier on the pipelined step's bytes for NCCL's pipeline fill (:func:`_pipeline_fill`), charged
         under ``collectives.protocol_model: nccl`` across nodes (:func:`~.protocols.algorithm_rate_factor`: the
-        only step with bytes is the pipelined one); 1 where it is not modelled (CollNet, NVLS)."""
+        only step with bytes is the pipelined one); 1 where it is not modelled (CollNet, NVLS).
+        ``min_channels``: NCCL's ``NCCL_MIN_CTAS`` (``collectives.min_ctas``; 0 not set), which raises the
+        channel count the pipelines run on."""
         return 1.0
 
     def steps(self, rank):
@@ -429,16 +431,17 @@ class AllReduceTree(_HierarchicalInNetwork):
     def _inter_hops(self):
         return 2 * _tree_depth(self.layout.nodes)
 
-    def fill_factor(self):
+    def fill_factor(self, min_channels: int = 0):
         """Pipeline fill of NCCL's tree with Simple: each channel's 512 KiB chunks pass the intra-node chain
         (``g-1`` hops) and the tree (``depth`` network hops) up, then back down: ``2 ((g-1) + depth)`` stages.
         Channels: two per NIC (one tree channel per NIC, src/graph/search.cc; doubled for the second tree of the
         double binary tree, src/graph/connect.cc), NICs = ``channels`` or one per GPU.  LL and LL128 move small
-        chunks whose passage NCCL's per-hop latencies already hold (they were measured with them): no fill."""
+        chunks whose passage NCCL's per-hop latencies already hold (they were measured with them): no fill.
+        ``NCCL_MIN_CTAS`` (``min_channels``) raises the channels to it (src/graph/connect.cc ``copyChannels``)."""
         if self.protocol != "Simple":
             return 1.0
         L = self.layout
-        ops = 2 * (self.channels or L.gpus_per_node)
+        ops = max(2 * (self.channels or L.gpus_per_node), min_channels)
         stages = 2 * ((L.gpus_per_node - 1) + _tree_depth(L.nodes))
         return _pipeline_fill(self.size_bytes * _tree_nic_passes(L.nodes), stages, TREE_CHUNK_BYTES, ops)
 
@@ -507,14 +510,15 @@ class AllReduceNvlsTree(AllReduceTree):
     def __post_init__(self):
         self.name, self.op = "nvls_tree", "all_reduce"
 
-    def fill_factor(self):
+    def fill_factor(self, min_channels: int = 0):
         """Pipeline fill of NCCL's NVLSTree: ``16 channels x g heads`` pipelines (one head per NIC, src/graph/
         connect.cc ``connectNvls``), each chunk through the NVLS reduce-scatter, the tree up and down
         (``depth`` network hops each) and the NVLS all-gather: ``2 + 2 depth`` stages.  Chunk: 128 KiB (64 KiB
         from 4 nodes), shrunk as NCCL does when the pipelines carry few chunks (src/enqueue.cc: 128 KiB below
-        ``16 x ops x chunk`` bytes, 64 KiB below ``4 x``, 32 KiB below ``1 x``)."""
+        ``16 x ops x chunk`` bytes, 64 KiB below ``4 x``, 32 KiB below ``1 x``).  ``NCCL_MIN_CTAS``
+        (``min_channels``) raises the 16 channels to it (src/transport/nvls.cc ``ncclNvlsTuning``)."""
         L = self.layout
-        ops = NVLS_CHANNELS * L.gpus_per_node
+        ops = max(NVLS_CHANNELS, min_channels) * L.gpus_per_node
         chunk = float(NVLS_CHUNK_BYTES if L.nodes < 4 else 65536)
         for below, floor, to in ((16, 131072, 131072), (4, 65536, 65536), (1, 32768, 32768)):
             if self.size_bytes < below * ops * chunk and chunk > floor:

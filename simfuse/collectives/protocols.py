@@ -217,7 +217,7 @@ def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
         net = tree_rate_factor(inner.family, inner.protocol, L.nodes, topology.device.name,
                                so.effective_nic_bw_bytes_per_s, co.protocol_model, so.nic_bw_bytes_per_s,
                                nics_per_gpu, so.nics_per_node)
-    fill = inner.fill_factor() if L.nodes > 1 and hasattr(inner, "fill_factor") else 1.0
+    fill = inner.fill_factor(co.min_ctas) if L.nodes > 1 and hasattr(inner, "fill_factor") else 1.0
     return fill, net
 
 

@@ -273,6 +273,13 @@ class CollectiveOverheadSpec:
     #: what-if).  ``nccl`` applies under ``protocol_model: nccl`` to all-reduce / reduce-scatter / all-gather across
     #: nodes on GPUs in NCCL's tables; everything else is simulated either way.
     tuner: str = "nccl"
+    #: NCCL's ``NCCL_MIN_CTAS`` (``ncclConfig_t.minCTAs``): at least this many channels (CTAs) per collective; 0:
+    #: not set, NCCL's own counts.  NCCL raises its ring / tree channels to it (src/graph/connect.cc
+    #: ``copyChannels``) and clamps the NVLS channels (16 on Hopper) to it (src/transport/nvls.cc
+    #: ``ncclNvlsTuning``); simfuse charges it where channels set the price, the pipeline fill of the tree and
+    #: the NVLS tree (:mod:`simfuse.collectives.algorithms`): more channels carry fewer chunks each, so the fill
+    #: weighs more.  NCCL's *choice* is unchanged by it (its model reads the searched graphs' channels).
+    min_ctas: int = 0
 
 
 @dataclass(frozen=True)
@@ -476,6 +483,8 @@ def _topology_body(data: dict, source: str) -> TopologySpec:
         protocol_model=co.string("protocol_model", "none", choices=("none", "nccl")),
         net_overhead_s=co.number("net_overhead_us", 1.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         tuner=co.string("tuner", "nccl", choices=("nccl", "simulate")),
+        # NCCL's MAXCHANNELS is 64 (src/include/device.h)
+        min_ctas=co.integer("min_ctas", 0, min_value=0, max_value=64),
     )
     co.reject_unknown()
 

@@ -143,3 +143,28 @@ def test_tree_cap_slows_the_network_part_only(nvl_gbps):
     inter = size / g * fill * (100 / 41.4) / 50e9
     assert (intra > inter) == (nvl_gbps == 100)
     assert r.time_s == pytest.approx(4e-6 + max(intra + 4e-6, inter + 14e-6) + 14e-6 + 4e-6, rel=1e-6)
+
+
+def test_min_ctas_raises_the_pipelines_of_the_fill():
+    # NCCL_MIN_CTAS=24: NVLSTree's 16 channels become 24 (src/transport/nvls.cc ncclNvlsTuning), the tree's
+    # 2 x 8 channels become 24 (src/graph/connect.cc copyChannels); below NCCL's own counts it changes nothing
+    nv = make_algorithm("all_reduce", "nvls_tree", Layout(8, 8), 64 * MiB)
+    assert nv.fill_factor(24) == pytest.approx(1 + 7 * 65536 * 24 * 8 / (2 * 64 * MiB))
+    assert nv.fill_factor(8) == nv.fill_factor(0) == pytest.approx(1 + 7 * 65536 * 16 * 8 / (2 * 64 * MiB))
+    tr = make_algorithm("all_reduce", "tree", Layout(2, 8), 64 * MiB)
+    assert tr.fill_factor(24) == pytest.approx(1 + 15 * 0.5 * 24 / 64)
+    assert tr.fill_factor(16) == tr.fill_factor() == pytest.approx(1 + 15 * 0.5 * 16 / 64)
+
+
+def test_min_ctas_slows_a_mid_size_nvls_tree_through_the_topology():
+    def topo(min_ctas):
+        return make_topology(gpus_per_node=8, nics_per_node=8, nvl_gbps=400, nvl_lat_us=1.0, nic_gbit=400,
+                             nic_lat_us=3.0, fabric="rail_optimized", device_extra={"name": "H100"},
+                             scale_up_extra={"nvls": True},
+                             collectives_extra={"protocol_model": "nccl", "min_ctas": min_ctas})
+    a = make_algorithm("all_reduce", "nvls_tree", Layout(8, 8), 64 * MiB)
+    assert algorithm_rate_factors(topo(24), a)[0] == pytest.approx(a.fill_factor(24))
+    assert algorithm_rate_factors(topo(0), a)[0] == pytest.approx(a.fill_factor())
+    slow = run_collective(topo(24), 8, "all_reduce", 64 * MiB, algorithm="nvls_tree").time_s
+    base = run_collective(topo(0), 8, "all_reduce", 64 * MiB, algorithm="nvls_tree").time_s
+    assert slow > base

@@ -59,6 +59,10 @@ BAD_CASES = [
     ("full-node efficiency not a number", lambda d: d["scale_out"].__setitem__("full_node_efficiency", "high"),
      "scale_out.full_node_efficiency"),
     ("empty calibration path", lambda d: d.__setitem__("calibration", ""), "calibration"),
+    ("negative min_ctas", lambda d: d["collectives"].__setitem__("min_ctas", -1), "collectives.min_ctas"),
+    ("min_ctas above NCCL's 64 channels", lambda d: d["collectives"].__setitem__("min_ctas", 65),
+     "collectives.min_ctas"),
+    ("fractional min_ctas", lambda d: d["collectives"].__setitem__("min_ctas", 2.5), "collectives.min_ctas"),
 ]
 
 

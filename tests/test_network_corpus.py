@@ -96,9 +96,11 @@ def test_default_connections_from_the_runs_settings_and_fabric(corpus):
                 "xxrjun_c01_10x8_all_reduce"):
         assert default_connections(corpus.run(rid)), rid
     # more CTAs / QPs per connection (the same cluster's tuned run, the B200 report, OCI's shape settings), or a
-    # fabric that spreads a connection over paths (EFA), routes adaptively (Slingshot) or runs TCP (TCPXO)
+    # fabric that spreads a connection over paths (EFA), routes adaptively (Slingshot), runs TCP (TCPXO) or Google's
+    # own network and tuner plugins (gIB)
     for rid in ("ncclt309b_h100_ar_8x8_tuned", "together_b200_ar_8x8_ring", "oci_a100_ar_2x8",
-                "p5_h100_ar_2x8_nccl2203", "kestrel_h100_ar_16x4", "a3mega_ar_2x8"):
+                "p5_h100_ar_2x8_nccl2203", "kestrel_h100_ar_16x4", "a3mega_ar_2x8", "dranet_a3u_h200_ag_2x1",
+                "dranet_a4_b200_ag_2x8"):
         assert not default_connections(corpus.run(rid)), rid
 
 

@@ -251,9 +251,11 @@ NVLS_GENERATIONS = ("hopper", "blackwell")
 _CONNECTION_TUNING = re.compile(r"NCCL_IB_QPS_PER_CONNECTION=(?!1\b)\d+|NCCL_MIN_CTAS=|NCCL_MIN_NCHANNELS=|"
                                 r"NCCL_NCHANNELS_PER_NET_PEER=")
 #: fabrics that spread one connection's packets over many paths (AWS EFA's SRD), route adaptively (HPE
-#: Slingshot) or move data over TCP (GCP GPUDirect-TCPXO): unlike InfiniBand / RoCE RDMA, whose one QP per
-#: connection follows one path
-_MULTIPATH_FABRICS = ("EFA", "SLINGSHOT", "TCPXO")
+#: Slingshot), move data over TCP (GCP GPUDirect-TCPXO) or run Google's own network and tuner plugins over RoCE
+#: (GCP's NCCL/gIB on A3 Ultra / A4: "improved load balancing on Google's networks" and "a custom tuner plugin",
+#: https://cloud.google.com/ai-hypercomputer/docs/nccl/overview): unlike InfiniBand / RoCE RDMA with NCCL's own
+#: transport, whose one QP per connection follows one path
+_MULTIPATH_FABRICS = ("EFA", "SLINGSHOT", "TCPXO", "GIB")
 
 
 _MIN_CTAS = re.compile(r"(?:^|\s)NCCL_MIN_CTAS=(\d+)(?:\s|$)")
@@ -270,10 +272,10 @@ def default_connections(run: CorpusRun) -> bool:
     """Whether a run used NCCL's default connections on an InfiniBand / RoCE fabric (or one not stated, taken as
     the base topology's InfiniBand): one QP per connection and NCCL's own channel count -- no
     ``NCCL_IB_QPS_PER_CONNECTION`` above 1, no ``NCCL_MIN_CTAS`` / ``NCCL_MIN_NCHANNELS`` / ... in its settings
-    (``env``), and a fabric other than EFA, Slingshot or TCPXO.  Decided from the run's settings and hardware
+    (``env``), and a fabric other than EFA, Slingshot, TCPXO or GCP's gIB plugin.  Decided from the run's settings and hardware
     only; where ``scale_out.full_node_efficiency`` applies (:func:`topology_for_run`)."""
-    return not _CONNECTION_TUNING.search(run.env or "") and not any(
-        f in (run.fabric or "").upper() for f in _MULTIPATH_FABRICS)
+    words = set(re.findall(r"[A-Z0-9]+", (run.fabric or "").upper()))
+    return not _CONNECTION_TUNING.search(run.env or "") and not words.intersection(_MULTIPATH_FABRICS)
 
 
 def topology_for_run(run: CorpusRun, base):

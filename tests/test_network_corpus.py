@@ -12,6 +12,7 @@ from simfuse.calibrate.corpus import (
     default_connections,
     load_corpus,
     min_ctas,
+    min_nchannels,
     nvlink_gbyte_per_s,
     topology_for_run,
 )
@@ -121,6 +122,12 @@ def test_topology_for_run_takes_the_runs_min_ctas(corpus):
     assert topology_for_run(corpus.run("ncclt309b_h100_ar_8x8"), base)[0].collectives.min_ctas == 0
     other = dataclasses.replace(tuned, env="NCCL_MIN_CTAS_X=3 NCCL_IB_QPS_PER_CONNECTION=2")
     assert min_ctas(other) == 0
+    # nccl-tests#322's ring sets NCCL_MIN_NCHANNELS=32 (ring and tree channels, not NVLS ones)
+    ll128 = corpus.run("ncclt322_h100_ar_128x8_ring_ll128")
+    assert min_nchannels(ll128) == 32 and min_ctas(ll128) == 0
+    topo = topology_for_run(ll128, base)[0]
+    assert topo.collectives.min_nchannels == 32 and topo.collectives.min_ctas == 0
+    assert min_nchannels(dataclasses.replace(tuned, env="NCCL_MIN_NRINGS=8")) == 8
 
 
 def _copy(tmp_path):

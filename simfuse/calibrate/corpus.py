@@ -258,14 +258,21 @@ _CONNECTION_TUNING = re.compile(r"NCCL_IB_QPS_PER_CONNECTION=(?!1\b)\d+|NCCL_MIN
 _MULTIPATH_FABRICS = ("EFA", "SLINGSHOT", "TCPXO", "GIB")
 
 
-_MIN_CTAS = re.compile(r"(?:^|\s)NCCL_MIN_CTAS=(\d+)(?:\s|$)")
+def _env_int(run: CorpusRun, name: str) -> int:
+    m = re.search(rf"(?:^|\s){name}=(\d+)(?:\s|$)", run.env or "")
+    return int(m.group(1)) if m else 0
 
 
 def min_ctas(run: CorpusRun) -> int:
     """The run's ``NCCL_MIN_CTAS`` (its ``env``), 0 where it did not set it: ``collectives.min_ctas`` of the
     topology it is simulated on (:func:`topology_for_run`)."""
-    m = _MIN_CTAS.search(run.env or "")
-    return int(m.group(1)) if m else 0
+    return _env_int(run, "NCCL_MIN_CTAS")
+
+
+def min_nchannels(run: CorpusRun) -> int:
+    """The run's ``NCCL_MIN_NCHANNELS`` (or the older ``NCCL_MIN_NRINGS``), 0 where it did not set it:
+    ``collectives.min_nchannels`` of the topology it is simulated on."""
+    return max(_env_int(run, "NCCL_MIN_NCHANNELS"), _env_int(run, "NCCL_MIN_NRINGS"))
 
 
 def default_connections(run: CorpusRun) -> bool:
@@ -319,8 +326,10 @@ def topology_for_run(run: CorpusRun, base):
         # NVLink SHARP needs a third-generation NVSwitch (Hopper and later); a run that turned it off ran without
         over["scale_up.nvls"] = False
     if min_ctas(run):
-        # NCCL_MIN_CTAS raises the channels NCCL's pipelines run on (collectives.min_ctas)
+        # NCCL_MIN_CTAS / NCCL_MIN_NCHANNELS raise the channels NCCL runs on (collectives.min_ctas, min_nchannels)
         over["collectives.min_ctas"] = min(64, min_ctas(run))
+    if min_nchannels(run):
+        over["collectives.min_nchannels"] = min(64, min_nchannels(run))
     if base.scale_out.full_node_efficiency is not None and not default_connections(run):
         # the full-node efficiency is that of NCCL's default connections on an InfiniBand / RoCE fabric
         over["scale_out.full_node_efficiency"] = None

@@ -128,25 +128,39 @@ _TOP_CHANNEL_GBYTE_PER_S = {"volta": 48.0, "ampere": 48.0, "hopper": 48.0, "blac
 
 
 def _nic_channels(applies: bool, device_name: str, nic_rate_bytes_per_s: float, nic_line_bytes_per_s: float | None,
-                  nics_per_gpu: int) -> tuple[str, int] | None:
+                  nics_per_gpu: int, min_channels: int = 0) -> tuple[str, int] | None:
     """``(NCCL's GPU class, channels a GPU's NICs carry)`` where an algorithm limit ``applies`` to a GPU in NCCL's
     tables with a NIC, else None: one channel per :data:`_TOP_CHANNEL_GBYTE_PER_S` of the NIC's line rate (at
-    least one), times the NICs a GPU has."""
+    least one), times the NICs a GPU has; at least ``min_channels`` (a GPU's NICs' share of the channels
+    ``NCCL_MIN_NCHANNELS`` / ``NCCL_MIN_CTAS`` ask for, :func:`min_channels_per_nic`)."""
     gen = nccl_generation(device_name) if applies else None
     if gen is None or nic_rate_bytes_per_s <= 0:
         return None
     line = nic_line_bytes_per_s or nic_rate_bytes_per_s
-    return gen, max(1, nics_per_gpu) * max(1, round(line / (_TOP_CHANNEL_GBYTE_PER_S[gen] * 1e9)))
+    return gen, max(max(1, nics_per_gpu) * max(1, round(line / (_TOP_CHANNEL_GBYTE_PER_S[gen] * 1e9))),
+                    min_channels)
+
+
+def min_channels_per_nic(min_channels: int, gpus_per_node: int, nics_per_node: int, nics_per_gpu: int) -> int:
+    """The channels a GPU's NICs carry when NCCL runs at least ``min_channels`` channels (``NCCL_MIN_NCHANNELS`` /
+    ``NCCL_MIN_CTAS``; NCCL duplicates its searched channels up to that count, src/graph/connect.cc
+    ``copyChannels``): each channel crosses a node through one NIC, so a node's NICs in use (its GPUs' NICs, at
+    most the node's) share them evenly; 0 where no minimum is set."""
+    if min_channels <= 0:
+        return 0
+    nics_used = max(1, min(nics_per_node, gpus_per_node * max(1, nics_per_gpu)))
+    return max(1, nics_per_gpu) * (min_channels // nics_used)
 
 
 def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, nic_rate_bytes_per_s: float,
                      model: str = "nccl", nic_line_bytes_per_s: float | None = None,
-                     nics_per_gpu: int = 1, nics_per_node: int = 1) -> float:
+                     nics_per_gpu: int = 1, nics_per_node: int = 1, min_channels: int = 0) -> float:
     """Bytes-on-the-wire multiplier that holds a multi-node tree all-reduce to NCCL's tree rate per NIC
     (``nic_rate_bytes_per_s``: the NIC's achievable rate; ``nic_line_bytes_per_s``: its line rate, which sets
     its channel count, default the achievable rate; ``nics_per_gpu``: NICs per GPU of the group where a node has
     more NICs than the group has GPUs on it -- NCCL's channels use them all, simfuse's flows one;
-    ``nics_per_node``: shares LL's total cap).
+    ``nics_per_node``: shares LL's total cap; ``min_channels``: channels per NIC that ``NCCL_MIN_NCHANNELS`` /
+    ``NCCL_MIN_CTAS`` impose, :func:`min_channels_per_nic` -- the cap is per channel, so more channels raise it).
 
     NCCL's model: ``busBw = min(0.92 x channels x rate, channels x cap)``, ``algbw = busBw / 2`` (rate and cap
     per channel; below, per NIC).  simfuse's tree
@@ -161,7 +175,7 @@ def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, n
     (:data:`_BW_EFFICIENCY`) is taken out of the result.  Other families, one node, ``protocol_model: none`` and
     GPUs outside NCCL's tables: 1."""
     found = _nic_channels(model == "nccl" and family == "tree" and nodes >= 2, device_name, nic_rate_bytes_per_s,
-                          nic_line_bytes_per_s, nics_per_gpu)
+                          nic_line_bytes_per_s, nics_per_gpu, min_channels)
     if found is None:
         return 1.0
     gen, channels = found
@@ -181,14 +195,15 @@ _RING_LL128_CAP_GBYTE_PER_S = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "b
 
 
 def ring_rate_factor(protocol: str, nodes: int, device_name: str, nic_rate_bytes_per_s: float,
-                     model: str = "nccl", nic_line_bytes_per_s: float | None = None, nics_per_gpu: int = 1) -> float:
+                     model: str = "nccl", nic_line_bytes_per_s: float | None = None, nics_per_gpu: int = 1,
+                     min_channels: int = 0) -> float:
     """Bytes-on-the-wire multiplier that holds a multi-node LL128 ring to NCCL's per-channel cap: NCCL prices it
     at ``min(0.92 x channels x rate, channels x perChMaxRingLL128Bw)``; per NIC (channels per NIC as for the tree,
     :func:`tree_rate_factor`) simfuse's LL128 ring already moves ``1 / 0.92`` bytes per byte, so the factor is
-    ``0.92 rate / min(0.92 rate, channels x cap)``, never below 1.  Other protocols, one node, ``protocol_model:
-    none`` and GPUs outside NCCL's tables: 1."""
+    ``0.92 rate / min(0.92 rate, channels x cap)``, never below 1; ``min_channels`` as for the tree.  Other
+    protocols, one node, ``protocol_model: none`` and GPUs outside NCCL's tables: 1."""
     found = _nic_channels(model == "nccl" and protocol == "LL128" and nodes >= 2, device_name,
-                          nic_rate_bytes_per_s, nic_line_bytes_per_s, nics_per_gpu)
+                          nic_rate_bytes_per_s, nic_line_bytes_per_s, nics_per_gpu, min_channels)
     if found is None:
         return 1.0
     gen, channels = found
@@ -210,14 +225,18 @@ def algorithm_rate_factors(topology, algo) -> tuple[float, float]:
     L = algo.layout
     so = topology.scale_out
     nics_per_gpu = so.nics_per_node // max(1, L.gpus_per_node)
+    # NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS raise the ring and tree channels, NCCL_MIN_CTAS alone the NVLS ones
+    # (src/graph/connect.cc copyChannels, src/transport/nvls.cc ncclNvlsTuning)
+    min_ch = co.min_ctas if inner.family in ("nvls", "nvls_tree") else max(co.min_ctas, co.min_nchannels)
+    per_nic = min_channels_per_nic(min_ch, L.gpus_per_node, so.nics_per_node, nics_per_gpu)
     if inner.family == "ring":
         net = ring_rate_factor(inner.protocol, L.nodes, topology.device.name, so.effective_nic_bw_bytes_per_s,
-                               co.protocol_model, so.nic_bw_bytes_per_s, nics_per_gpu)
+                               co.protocol_model, so.nic_bw_bytes_per_s, nics_per_gpu, per_nic)
     else:
         net = tree_rate_factor(inner.family, inner.protocol, L.nodes, topology.device.name,
                                so.effective_nic_bw_bytes_per_s, co.protocol_model, so.nic_bw_bytes_per_s,
-                               nics_per_gpu, so.nics_per_node)
-    fill = inner.fill_factor(co.min_ctas) if L.nodes > 1 and hasattr(inner, "fill_factor") else 1.0
+                               nics_per_gpu, so.nics_per_node, per_nic)
+    fill = inner.fill_factor(min_ch) if L.nodes > 1 and hasattr(inner, "fill_factor") else 1.0
     return fill, net
 
 

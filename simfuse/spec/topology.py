@@ -278,8 +278,13 @@ class CollectiveOverheadSpec:
     #: ``copyChannels``) and clamps the NVLS channels (16 on Hopper) to it (src/transport/nvls.cc
     #: ``ncclNvlsTuning``); simfuse charges it where channels set the price, the pipeline fill of the tree and
     #: the NVLS tree (:mod:`simfuse.collectives.algorithms`): more channels carry fewer chunks each, so the fill
-    #: weighs more.  NCCL's *choice* is unchanged by it (its model reads the searched graphs' channels).
+    #: weighs more; and the per-channel caps of the tree and the LL128 ring (:mod:`simfuse.collectives.protocols`):
+    #: more channels carry more.  NCCL's *choice* is unchanged by it (its model reads the searched graphs'
+    #: channels).
     min_ctas: int = 0
+    #: NCCL's ``NCCL_MIN_NCHANNELS`` (older ``NCCL_MIN_NRINGS``): at least this many ring / tree channels (not NVLS
+    #: ones), src/graph/connect.cc ``copyChannels``; priced as :attr:`min_ctas` is for rings and trees.  0: not set.
+    min_nchannels: int = 0
 
 
 @dataclass(frozen=True)
@@ -485,6 +490,7 @@ def _topology_body(data: dict, source: str) -> TopologySpec:
         tuner=co.string("tuner", "nccl", choices=("nccl", "simulate")),
         # NCCL's MAXCHANNELS is 64 (src/include/device.h)
         min_ctas=co.integer("min_ctas", 0, min_value=0, max_value=64),
+        min_nchannels=co.integer("min_nchannels", 0, min_value=0, max_value=64),
     )
     co.reject_unknown()
 

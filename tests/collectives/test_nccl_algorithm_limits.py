@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from simfuse.collectives import run_collective
 from simfuse.collectives.algorithms import Layout, make_algorithm
-from simfuse.collectives.protocols import algorithm_rate_factors, nccl_generation, tree_rate_factor
+from simfuse.collectives.protocols import (
+    algorithm_rate_factors,
+    nccl_generation,
+    ring_rate_factor,
+    tree_rate_factor,
+)
 
 from ..conftest import make_topology
 
@@ -168,3 +173,36 @@ def test_min_ctas_slows_a_mid_size_nvls_tree_through_the_topology():
     slow = run_collective(topo(24), 8, "all_reduce", 64 * MiB, algorithm="nvls_tree").time_s
     base = run_collective(topo(0), 8, "all_reduce", 64 * MiB, algorithm="nvls_tree").time_s
     assert slow > base
+
+
+def test_min_channels_per_nic_shares_the_minimum_over_the_nodes_nics():
+    from simfuse.collectives.protocols import min_channels_per_nic
+    assert min_channels_per_nic(0, 8, 8, 1) == 0
+    assert min_channels_per_nic(32, 8, 8, 1) == 4  # 32 channels over 8 NICs
+    assert min_channels_per_nic(24, 8, 8, 1) == 3
+    assert min_channels_per_nic(32, 2, 8, 4) == 16  # two GPUs of the group drive 4 NICs each: 4 x 32 // 8
+    assert min_channels_per_nic(4, 8, 8, 1) == 0  # fewer than NCCL's own: no change
+
+
+@pytest.mark.parametrize("per_nic,expect", [(0, 0.92 * 50 / 36.7), (1, 0.92 * 50 / 36.7), (2, 1.0), (4, 1.0)])
+def test_min_channels_lift_the_ring_ll128_cap(per_nic, expect):
+    # NCCL's LL128 ring cap is per channel (36.7 GB/s on Hopper): with NCCL_MIN_NCHANNELS=16 or 32 on 8 x 400 Gb/s
+    # NICs each NIC carries 2 or 4 channels, above its 0.92 x 50 GB/s
+    f = ring_rate_factor("LL128", 4, "H100", 50 * GB, "nccl", None, 1, per_nic)
+    assert f == pytest.approx(expect)
+
+
+def test_min_nchannels_reaches_rings_and_trees_but_not_nvls_through_the_topology():
+    def topo(**co):
+        return make_topology(gpus_per_node=8, nics_per_node=8, nvl_gbps=400, nvl_lat_us=1.0, nic_gbit=400,
+                             nic_lat_us=3.0, fabric="rail_optimized", device_extra={"name": "H100"},
+                             scale_up_extra={"nvls": True}, collectives_extra={"protocol_model": "nccl", **co})
+    ring = make_algorithm("all_reduce", "ring", Layout(4, 8), 256 * MiB, protocol="LL128")
+    tree = make_algorithm("all_reduce", "tree", Layout(4, 8), 256 * MiB)
+    nvls = make_algorithm("all_reduce", "nvls_tree", Layout(4, 8), 256 * MiB)
+    base, more = topo(), topo(min_nchannels=32)
+    assert algorithm_rate_factors(more, ring)[1] < algorithm_rate_factors(base, ring)[1]
+    assert algorithm_rate_factors(more, tree)[1] < algorithm_rate_factors(base, tree)[1]
+    assert algorithm_rate_factors(more, tree)[0] > algorithm_rate_factors(base, tree)[0]  # fill: 32 pipelines
+    assert algorithm_rate_factors(more, nvls) == algorithm_rate_factors(base, nvls)
+    assert algorithm_rate_factors(topo(min_ctas=32), nvls)[0] > algorithm_rate_factors(base, nvls)[0]

@@ -63,6 +63,10 @@ BAD_CASES = [
     ("min_ctas above NCCL's 64 channels", lambda d: d["collectives"].__setitem__("min_ctas", 65),
      "collectives.min_ctas"),
     ("fractional min_ctas", lambda d: d["collectives"].__setitem__("min_ctas", 2.5), "collectives.min_ctas"),
+    ("negative min_nchannels", lambda d: d["collectives"].__setitem__("min_nchannels", -4),
+     "collectives.min_nchannels"),
+    ("min_nchannels not a number", lambda d: d["collectives"].__setitem__("min_nchannels", "many"),
+     "collectives.min_nchannels"),
 ]
 
 

@@ -205,3 +205,42 @@ def test_default_tuner_refuses_a_log_its_nics_cannot_explain(tmp_path, capsys):
                str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and "miss the log" in err and not out.exists()
+
+
+def test_channel_minimums_of_the_log_are_priced_and_noted():
+    # a log made on a topology with NCCL_MIN_NCHANNELS=32 (LL128 rings lifted above the per-channel cap) is fitted
+    # back on the file without it: the log's setting, read from the log, is applied and noted
+    topo = make_topology(gpus_per_node=8, nics_per_node=8, launch_us=8.4, device_extra={"name": "H100"},
+                         collectives_extra={"protocol_model": "nccl"})
+    made = topo.with_overrides({"collectives.min_nchannels": 32})
+    sizes = [2.0 ** k for k in range(16, 33, 2)]
+    log = _synthetic_log(made, 4, "all_reduce", 0.9, 4e-6, 0.0, sizes, algorithm="ring/LL128", env=False)
+    log.env.update({"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128", "NCCL_MIN_NCHANNELS": "32"})
+    res = fit_fabric(log, topo, force=True)
+    assert res.efficiency == pytest.approx(0.9, rel=0.02) and res.max_residual() < 0.02
+    assert any("collectives.min_nchannels = 32" in n for n in res.notes)
+    # without the setting the LL128 ring is held to one channel's cap per NIC (36.7 GB/s, below 0.92 x 0.9 x
+    # 50 GB/s): no efficiency reaches the log's large sizes, so the fit misses them
+    log.env.pop("NCCL_MIN_NCHANNELS")
+    blind = fit_fabric(log, topo, force=True)
+    assert blind.efficiency != pytest.approx(0.9, rel=0.02) and blind.max_residual(LARGE_BYTES) > 0.05
+    log.env["NCCL_MIN_CTAS"] = "lots"
+    with pytest.raises(SpecError, match="NCCL_MIN_CTAS"):
+        fit_fabric(log, topo, force=True)
+
+
+def test_the_reader_keeps_the_channel_settings_of_a_log(tmp_path):
+    p = tmp_path / "ar.log"
+    p.write_text(
+        "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20\n"
+        "#  Rank  0 Group  0 Pid 1 on nodeA device  0 [0x0a] NVIDIA H100 80GB HBM3\n"
+        "#  Rank  1 Group  0 Pid 2 on nodeB device  0 [0x0a] NVIDIA H100 80GB HBM3\n"
+        "nodeA:1:1 [0] NCCL INFO NCCL_MIN_CTAS set by environment to 24.\n"
+        "nodeA:1:1 [0] NCCL INFO NCCL_MIN_NCHANNELS set by environment to 16.\n"
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
+        "     1048576        262144     float     sum      -1    100.0   10.49   10.49      0    100.0   10.49   10.49      0\n"
+        "     2097152        524288     float     sum      -1    150.0   13.98   13.98      0    150.0   13.98   13.98      0\n"
+        "     4194304       1048576     float     sum      -1    250.0   16.78   16.78      0    250.0   16.78   16.78      0\n")
+    log = read_nccl_tests(p)
+    assert log.env.get("NCCL_MIN_CTAS") == "24" and log.env.get("NCCL_MIN_NCHANNELS") == "16"

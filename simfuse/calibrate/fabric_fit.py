@@ -166,6 +166,34 @@ def _protocol_for_log(log: NcclTestLog, protocol: str | None) -> str | None:
     return canonical_protocol(names[0], log.source, "--protocol" if protocol else "NCCL_PROTO")
 
 
+#: log settings -> the topology fields that price them (``collectives.min_ctas`` / ``min_nchannels``)
+_CHANNEL_SETTINGS = (("NCCL_MIN_CTAS", "collectives.min_ctas"), ("NCCL_MIN_NCHANNELS", "collectives.min_nchannels"),
+                     ("NCCL_MIN_NRINGS", "collectives.min_nchannels"))
+
+
+def log_settings(log: NcclTestLog, topo: TopologySpec) -> tuple[TopologySpec, list[str]]:
+    """``(topology, notes)``: ``topo`` with the channel minimums the log states (``NCCL_MIN_CTAS``,
+    ``NCCL_MIN_NCHANNELS`` / ``NCCL_MIN_NRINGS``: what the run used, so they override the file's), and a note for
+    each.  A value that is not an integer of 1..64 (NCCL's MAXCHANNELS) raises :class:`SpecError` naming the log
+    and the setting."""
+    over: dict = {}
+    notes = []
+    for name, field_name in _CHANNEL_SETTINGS:
+        raw = log.env.get(name)
+        if raw is None:
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if not 1 <= value <= 64:
+            raise SpecError(log.source, name, f"{raw!r}: expected an integer from 1 to 64 (NCCL's channel limit)")
+        over[field_name] = max(value, over.get(field_name, 0))
+    for field_name, value in over.items():
+        notes.append(f"{field_name} = {value}: the log's setting (it raises the channels the run used)")
+    return (topo.with_overrides(over) if over else topo), notes
+
+
 def _check_line_rate(log: NcclTestLog, topo: TopologySpec, op: str, level: str, sizes, meas) -> None:
     """Physics first: a log faster than line rate allows was not run on this topology."""
     from .plausibility import min_bytes_each_way
@@ -308,7 +336,7 @@ def fit_fabric(log: NcclTestLog, topology: TopologySpec, *, force: bool = False,
     if len(np.unique(sizes)) < need:
         raise SpecError(log.source, "rows", f"{len(np.unique(sizes))} distinct message sizes; a fit of "
                                             f"{n_params} parameters needs at least {need}")
-    topo = topology
+    topo, setting_notes = log_settings(log, topology)
     if g % min(topo.scale_out.nics_per_node, g):
         raise SpecError(log.source, "ranks", f"{g} GPUs per node do not share the topology's NICs evenly")
     _check_line_rate(log, topo, op, level, sizes, meas)
@@ -358,6 +386,7 @@ def fit_fabric(log: NcclTestLog, topology: TopologySpec, *, force: bool = False,
     res = FabricFitResult(log.source, level, op, nodes, g, float(eff), float(values[fitter.lat_field]), float(ovh),
                           list(all_algs), all_sizes.tolist(), all_meas.tolist(), sim.tolist(),
                           overhead_field=ovh_field)
+    res.notes.extend(setting_notes)
     _judge(res, values, fixed_lat, consistent, force)
     return res
 

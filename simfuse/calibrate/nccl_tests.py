@@ -42,6 +42,12 @@ from ._io import GZIP_ERRORS, open_text
 
 _RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+)\s+device\s+(\d+)"
                       r"\s*(?:\[[^\]]*\])?\s*(.*)$")
+#: NCCL settings a log may state (a command line's ``NCCL_X=v``, or NCCL's own "NCCL_X set by environment to v")
+#: that simfuse prices: the algorithm and protocol forced, and the channel minimums (``collectives.min_ctas``,
+#: ``collectives.min_nchannels``)
+LOG_SETTINGS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS")
+_ENV_RE = re.compile(r"\b(" + "|".join(LOG_SETTINGS) + r")=(\S+)")
+_ENV_INFO_RE = re.compile(r"\b(" + "|".join(LOG_SETTINGS) + r") set by environment to (\S+?)\.?$")
 _NTHREAD_RE = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _NRANKS_RE = re.compile(r"\bnranks\s+(\d+)")
 _INFO_HOST_RE = re.compile(r"^([A-Za-z0-9_.\-]+):\d+:\d+\s+\[\d+\]\s+NCCL\s+(?:INFO|WARN)")
@@ -111,7 +117,8 @@ class NcclTestLog:
     nodes: int | None = None
     notes: list[str] = field(default_factory=list)
     nccl_version: str | None = None
-    env: dict[str, str] = field(default_factory=dict)  # NCCL_ALGO / NCCL_PROTO when the log says
+    #: the NCCL settings the log states that simfuse prices (:data:`LOG_SETTINGS`), as written
+    env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.nodes is None:
@@ -337,8 +344,11 @@ class _Scan:
         s = line.strip()
         if not s:
             return True
-        for m in re.finditer(r"\b(NCCL_ALGO|NCCL_PROTO)=(\S+)", s):
+        for m in _ENV_RE.finditer(s):
             self.env[m.group(1)] = m.group(2).strip("'\"")
+        m = _ENV_INFO_RE.search(s)
+        if m:  # NCCL's own report of a setting: "NCCL INFO NCCL_MIN_CTAS set by environment to 24."
+            self.env[m.group(1)] = m.group(2)
         m = _NTHREAD_RE.search(s)
         if m and s.lstrip("#").lstrip().startswith("nThread"):
             self.threads, self.gpus = int(m.group(1)), int(m.group(2))

@@ -133,12 +133,20 @@ def test_nccl_tests_single_host_all_reduce():
 
 
 def test_nccl_tests_collective_inferred_from_content(tmp_path):
-    # No name hint: all-to-all is recognised from busbw/algbw = (n-1)/n and redop "none".
+    # No name hint: busbw/algbw = (n-1)/n with redop "none" is an all-gather or an all-to-all, which the table
+    # cannot tell apart (same ratio, same count column): refused with what to do, read once named
     text = (DATA / "alltoall_perf_1node.log").read_text()
     path = tmp_path / "run1.txt"
     path.write_text(text)
-    log = read_nccl_tests(path)
-    assert log.collective == "all_to_all"
+    with pytest.raises(TraceError, match="all_gather or an alltoall log.*--collective"):
+        read_nccl_tests(path)
+    assert read_nccl_tests(path, collective="alltoall").collective == "all_to_all"
+    assert read_nccl_tests(path, collective="all_gather").collective == "all_gather"
+    # a file name that says which (not only nccl-tests' binary name) settles it
+    for name, coll in (("msccl_a2a_2x8.txt", "all_to_all"), ("allgather_cluster.log", "all_gather"),
+                       ("alltoall_perf_1node.log", "all_to_all"), ("all_gather_perf_run3.txt", "all_gather")):
+        (tmp_path / name).write_text(text)
+        assert read_nccl_tests(tmp_path / name).collective == coll, name
     path.write_text((DATA / "nccl_2nodes.log").read_text())
     log = read_nccl_tests(path)
     assert log.collective == "all_reduce" and log.ranks == 16 and log.level == "scale_out"

@@ -55,7 +55,7 @@ _STARTING_RE = re.compile(r"Collective test starting:\s*(\S+)")
 #: the NCCL library's version: an ``NCCL version 2.21.5+cuda12.4`` line, else nccl-tests' ``nccl-library=22105``
 #: header field (nccl-tests' own ``nccl-tests version 2.17.8`` is the test suite's, not NCCL's)
 _VERSION_RE = re.compile(r"NCCL version\s+(\S+)|nccl-library=(\d{5})")
-_BINARY_RE = re.compile(r"(?:^|[/\s])([a-z_]+)_perf(?:_mpi)?\b")
+_BINARY_RE = re.compile(r"(?:^|[/\s])([a-z_]+?)_perf(?:_mpi)?(?![a-z])")
 _FAIL_RE = re.compile(r"NCCL failure|Test CUDA failure|Test failure|CUDA failure|NCCL WARN|Segmentation fault|"
                       r"segfault|Aborted|core dumped|mpirun noticed|exited on signal|srun: error|"
                       r"CANCELLED|DUE TO TIME LIMIT|Killed|terminate called|out of memory", re.I)
@@ -511,7 +511,7 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
     devices = sorted({d for _, d, _ in rank_lines.values() if d})
     coll = (collective_or_none(collective) if collective else None) or \
         (collective_or_none(starting) if starting else None) or _collective_hint(p.name) or \
-        _collective_hint(cmd) or _infer_collective(src, rows, n)
+        _collective_hint(cmd) or _infer_collective(src, rows, n, p.name)
     return NcclTestLog(src, coll, n, hosts if hosts else ["localhost"], devices, rows, nodes=k, notes=notes,
                        nccl_version=version.removeprefix("library ") if version else None, env=env)
 
@@ -578,7 +578,11 @@ def _nodes_from_cmd(cmd: str, ranks: int) -> int | None:
     return None
 
 
-def _infer_collective(src: str, rows: list[NcclRow], n: int) -> str:
+#: words in a file name that tell an all-gather from an all-to-all when the table cannot (``msccl_alltoall_2x8.log``)
+_NAME_WORDS = {"all_to_all": re.compile(r"all_?to_?all|a2a", re.I), "all_gather": re.compile(r"all_?gather", re.I)}
+
+
+def _infer_collective(src: str, rows: list[NcclRow], n: int, name: str = "") -> str:
     big = [r for r in rows if r.algbw_gbyte_per_s is not None and r.busbw_gbyte_per_s is not None and r.algbw_gbyte_per_s >= 1.0]
     if not big:
         raise TraceError(src, "", "cannot tell the collective (name the file e.g. all_reduce_perf.log, or pass "
@@ -589,7 +593,16 @@ def _infer_collective(src: str, rows: list[NcclRow], n: int) -> str:
     if abs(ratio - ar) < 0.02 * ar and reduces:
         return "all_reduce"
     if abs(ratio - a2a) < 0.02 * a2a:
-        return "reduce_scatter" if reduces else "all_to_all"
+        if reduces:
+            return "reduce_scatter"
+        # all-gather and all-to-all print the same ratio, count column and "none" reduction: the file's name may
+        # tell them apart, nothing else does
+        named = [c for c, rx in _NAME_WORDS.items() if rx.search(name)]
+        if len(named) == 1:
+            return named[0]
+        raise TraceError(src, "", f"busbw/algbw = (n-1)/n at {n} ranks with no reduction: an all_gather or an "
+                                  "alltoall log, which its table cannot tell apart (name the file e.g. "
+                                  "all_gather_perf.log or alltoall_perf.log, or pass --collective)")
     if abs(ratio - 1.0) < 0.02:
         raise TraceError(src, "", "busbw = algbw: a sendrecv, broadcast or reduce log (point-to-point or rooted "
                                   "results, which no collective model fits), or name the file e.g. "

@@ -31,13 +31,19 @@ def check_nodes(nodes: int, field: str = "--nodes") -> int:
 
 
 def resolve_gpus_per_node(topology, gpus_per_node: int | None, field: str = "--gpus-per-node") -> int:
-    """``gpus_per_node`` (``None``: the topology's) checked against the topology: 1..:data:`MAX_GPUS_PER_NODE`, and a
+    """``gpus_per_node`` (``None``: the topology's) checked against the topology: 1..:data:`MAX_GPUS_PER_NODE`, at
+    most the node's GPUs (``scale_up.gpus_per_node``: a run may use part of a node, not more than it holds), and a
     multiple of the NICs it uses (``min(nics_per_node, gpus_per_node)``), as the fabric needs."""
     if gpus_per_node is None:
         return int(topology.scale_up.gpus_per_node)
     g = gpus_per_node
     if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= MAX_GPUS_PER_NODE:
         raise SpecError("<argument>", field, f"must be an integer in 1..{MAX_GPUS_PER_NODE}, got {short_repr(g)}")
+    node = int(topology.scale_up.gpus_per_node)
+    if g > node:
+        raise SpecError("<argument>", field, f"{g} GPUs per node, but the topology's nodes hold {node} "
+                        f"({topology.source}: scale_up.gpus_per_node): use at most {node}, or a topology with "
+                        "larger nodes")
     nics = min(int(topology.scale_out.nics_per_node), g)
     if g % nics:
         raise SpecError("<argument>", field, f"{g} GPUs do not split over the topology's {nics} NICs per node "

@@ -578,3 +578,53 @@ def test_a_missing_calibration_profile_names_the_topology_field(tmp_path, capsys
     err = capsys.readouterr().err
     assert rc == 2 and f"{topo}: calibration: profile" in err and "not found" in err
     assert "Traceback" not in err
+
+
+def _uneven_log(tmp_path):
+    """An all-reduce log whose two hosts ran 8 and 4 ranks (our own fixture, nccl-tests' format)."""
+    lines = ["# nThread 1 nGpus 1 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20", "#"]
+    for r in range(12):
+        host, dev = ("node-00", r) if r < 8 else ("node-01", r - 8)
+        lines.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r} on {host} device  {dev} [0x18] NVIDIA H100 80GB HBM3")
+    lines += ["#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+              "   busbw #wrong",
+              "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)"
+              "  (GB/s)"]
+    for size, t in ((1048576, 78.1), (2097152, 126.1), (4194304, 222.2)):
+        alg = size / t / 1e3
+        lines.append(f"{size:12d} {size // 4:12d}     float     sum      -1 {t:8.1f} {alg:7.2f} {alg * 22 / 12:7.2f}"
+                     f"      0 {t:8.1f} {alg:7.2f} {alg * 22 / 12:7.2f}      0")
+    p = tmp_path / "all_reduce_perf_uneven.log"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_a_log_whose_hosts_ran_unequal_ranks_is_refused(tmp_path, capsys):
+    log = _uneven_log(tmp_path)
+    out = tmp_path / "fit.yaml"
+    rc = main(["fit-fabric", str(log), "--topology", str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"),
+               "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unequal numbers of ranks (node-00: 8, node-01: 4)" in err and not out.exists()
+
+
+def test_more_gpus_per_node_than_the_topologys_nodes_hold_is_refused(capsys):
+    rc = main(["collective", "--topology", str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--nodes", "2",
+               "--gpus-per-node", "16", "--op", "all_reduce", "--size", "1MiB"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--gpus-per-node: 16 GPUs per node, but the topology's nodes hold 8" in err
+    # part of a node is fine
+    assert main(["collective", "--topology", str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--nodes", "2",
+                 "--gpus-per-node", "4", "--op", "all_reduce", "--size", "1MiB", "--quiet"]) == 0
+
+
+def test_a_fabric_fit_of_more_gpus_per_node_than_the_topology_holds_is_refused():
+    from simfuse.calibrate.fabric_fit import fit_fabric
+    from simfuse.calibrate.nccl_tests import NcclRow, NcclTestLog
+    from simfuse.spec import load_topology
+
+    rows = [NcclRow(2 ** k, 2 ** k // 4, "float", "sum", 1e-5 * 2 ** (k - 20), None, None, None, i)
+            for i, k in enumerate(range(20, 31))]
+    log = NcclTestLog("<trace>", "all_reduce", 16, ["h0"], [], rows, nodes=1)
+    with pytest.raises(SpecError, match="16 GPUs per node, but the topology's nodes hold 8"):
+        fit_fabric(log, load_topology(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"))

@@ -337,6 +337,11 @@ def fit_fabric(log: NcclTestLog, topology: TopologySpec, *, force: bool = False,
         raise SpecError(log.source, "rows", f"{len(np.unique(sizes))} distinct message sizes; a fit of "
                                             f"{n_params} parameters needs at least {need}")
     topo, setting_notes = log_settings(log, topology)
+    if g > topo.scale_up.gpus_per_node:
+        raise SpecError(log.source, "ranks", f"{log.ranks} ranks on {nodes} node(s) are {g} GPUs per node, but the "
+                        f"topology's nodes hold {topo.scale_up.gpus_per_node} ({topo.source}: scale_up.gpus_per_node): "
+                        "pass --nodes M if the log does not say how many nodes it ran on, or use a topology with "
+                        "larger nodes")
     if g % min(topo.scale_out.nics_per_node, g):
         raise SpecError(log.source, "ranks", f"{g} GPUs per node do not share the topology's NICs evenly")
     _check_line_rate(log, topo, op, level, sizes, meas)

@@ -496,6 +496,13 @@ def read_nccl_tests(path: str | Path, collective: str | None = None, *, ranks: i
                                   "(pass --ranks N if the log does not list its ranks)")
     complete = bool(rank_lines) and len(rank_lines) == n and max(rank_lines) == n - 1
     hosts = sorted({h for h, _, _ in rank_lines.values()}) if complete else sorted(info_hosts)
+    if complete and nodes is None and len(hosts) > 1:
+        per_host = {h: sum(1 for hh, _, _ in rank_lines.values() if hh == h) for h in hosts}
+        if len(set(per_host.values())) > 1:
+            shown = ", ".join(f"{h}: {c}" for h, c in list(per_host.items())[:4]) + (", ..." if len(hosts) > 4 else "")
+            raise TraceError(src, "", f"the hosts ran unequal numbers of ranks ({shown}): simfuse simulates nodes "
+                                      "of equal size, so no simulated layout is the one measured (pass --nodes M to "
+                                      "read it anyway)")
     k = nodes or (len(hosts) if complete else None) or _nodes_from_cmd(launch, n)
     if k is None:
         if how == "nThread x nGpus":

@@ -146,6 +146,15 @@ def _copy(tmp_path):
                                                                      "repeated for run a3mega_ar_2x8"),
     (("points.csv", "a3mega_ar_2x8,262144,167.1,", "a3mega_ar_2x8,262144,0.001,"),
      r"points.csv: line 4 column time_us: 0.001 us for 262144 B is 2.621e\+05 GB/s, but algbw_gbyte_per_s says 1.57"),
+    # audit: a collective simfuse does not simulate, channel settings that are not 1..64, absurd hardware
+    (("runs.csv", "a3mega_ar_2x8,gcp_a3mega_fork,all_reduce", "a3mega_ar_2x8,gcp_a3mega_fork,broadcast"),
+     "runs.csv: line 2 column collective: 'broadcast': expected one of"),
+    (("runs.csv", "NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2,ok", "NCCL_MIN_CTAS=abc NCCL_IB_QPS_PER_CONNECTION=2,ok"),
+     r"runs.csv: line \d+ column env: NCCL_MIN_CTAS='abc'"),
+    (("runs.csv", "NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2,ok", "NCCL_MIN_CTAS=999 NCCL_IB_QPS_PER_CONNECTION=2,ok"),
+     r"runs.csv: line \d+ column env: NCCL_MIN_CTAS='999'"),
+    (("runs.csv", ",2,16,8,200,", ",2,16,1000000,200,"), r"runs.csv: line 2 column nics_per_node: '1000000' out of range"),
+    (("runs.csv", ",2,16,8,200,", ",2,16,8,1e9,"), r"runs.csv: line 2 column nic_gbps: '1e9' out of range"),
 ])
 def test_bad_corpus_names_file_line_and_column(tmp_path, edit, match):
     d = _copy(tmp_path)
@@ -181,6 +190,30 @@ def test_validate_corpus_cli(tmp_path, capsys):
     assert (out / "corpus_validation.csv").exists()
     rc = main(["validate", "--corpus", str(CORPUS), "--topology", str(TOPO), "--runs", "nope"])
     assert rc == 2
+    capsys.readouterr()
+    # audit: runs named that are all skipped checked nothing (was rc 0, "no points"); --runs without --corpus
+    out2 = tmp_path / "v2"
+    rc = main(["validate", "--corpus", str(CORPUS), "--topology", str(TOPO), "--runs", "ncclt78_v100_ar_8x8",
+               "rocm9406", "--out", str(out2)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "none of the runs named is simulated" in err and "anomalous" in err and not out2.exists()
+    assert main(["validate", "--topology", str(TOPO), "--runs", "xxrjun"]) == 2
+    assert "needs --corpus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("run_id, why", [("coreweave_gb200_ar_18x4_nvl72", "multi-node NVLink domain"),
+                                         ("ncclt78_v100_ar_8x8", "quality anomalous")])
+def test_fit_fabric_refuses_the_corpus_runs_validate_skips(run_id, why, tmp_path, capsys):
+    out = tmp_path / "fit.yaml"
+    rc = main(["fit-fabric", str(CORPUS), "--run", run_id, "--topology", str(TOPO), "--force", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"run {run_id}: not simulated: " in err and why in err and not out.exists()
+
+
+def test_fit_fabric_run_needs_a_corpus_folder(capsys):
+    log = ROOT / "tests" / "data" / "calibrate" / "nccl_2nodes.log"
+    assert main(["fit-fabric", str(log), "--run", "xxrjun_c01_10x8_all_to_all", "--topology", str(TOPO)]) == 2
+    assert "--run: names a run of a network corpus folder" in capsys.readouterr().err
 
 
 def test_corpus_csv_with_a_byte_order_mark_is_read(tmp_path):

@@ -152,7 +152,7 @@ def _rows(path: Path, columns: tuple[str, ...]) -> list[tuple[int, dict[str, str
 
 
 def _num(src: str, line: int, row: dict, key: str, *, integer: bool = False, optional: bool = False,
-         positive: bool = True) -> float | None:
+         positive: bool = True, max_value: float = math.inf) -> float | None:
     text = (row.get(key) or "").strip()
     if not text:
         if optional:
@@ -162,9 +162,31 @@ def _num(src: str, line: int, row: dict, key: str, *, integer: bool = False, opt
         v = float(text)
     except ValueError:
         raise SpecError(src, f"line {line} column {key}", f"{text[:40]!r} is not a number") from None
-    if not math.isfinite(v) or v < 0 or (positive and v <= 0) or (integer and not v.is_integer()):
-        raise SpecError(src, f"line {line} column {key}", f"{text[:40]!r} out of range")
+    if not math.isfinite(v) or v < 0 or (positive and v <= 0) or (integer and not v.is_integer()) or v > max_value:
+        top = f" (at most {max_value:g})" if math.isfinite(max_value) else ""
+        raise SpecError(src, f"line {line} column {key}", f"{text[:40]!r} out of range{top}")
     return int(v) if integer else v
+
+
+#: the collectives a corpus run may hold: those simfuse simulates
+CORPUS_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+#: sanity bounds of a run's hardware columns: GPUs per node (the topology files' limit), nodes, NICs per node, and
+#: a NIC's line rate (Gb/s; today's fastest ports are 800 Gb/s, 1.6 Tb/s announced: 3,200 leaves room)
+MAX_GPUS_PER_NODE = 1024
+MAX_NODES = 1_000_000
+MAX_NICS_PER_NODE = 128
+MAX_NIC_GBPS = 3200.0
+#: the env settings simfuse prices (``collectives.min_ctas`` / ``min_nchannels``): an integer of 1..64 (NCCL's
+#: MAXCHANNELS) where a run states one
+_CHANNEL_ENV = ("NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS")
+
+
+def _check_env(src: str, line: int, env: str) -> None:
+    for name in _CHANNEL_ENV:
+        for m in re.finditer(rf"(?:^|\s){name}=(\S*)", env or ""):
+            if not (m.group(1).isdigit() and 1 <= int(m.group(1)) <= 64):
+                raise SpecError(src, f"line {line} column env", f"{name}={m.group(1)[:20]!r}: expected an integer "
+                                "from 1 to 64 (NCCL's channel limit)")
 
 
 def load_corpus(path: str | Path) -> Corpus:
@@ -189,19 +211,22 @@ def load_corpus(path: str | Path) -> Corpus:
         if row["source_id"].strip() not in sources:
             raise SpecError(src, f"{where} column source_id", f"{row['source_id']!r} is not in sources.csv")
         coll = collective_or_none(row["collective"].strip())
-        if coll is None:
-            raise SpecError(src, f"{where} column collective", f"unknown collective {row['collective']!r}")
+        if coll not in CORPUS_COLLECTIVES:
+            raise SpecError(src, f"{where} column collective", f"{row['collective']!r}: expected one of "
+                            f"{', '.join(CORPUS_COLLECTIVES)} (the collectives simfuse simulates)")
         if row["quality"].strip() not in QUALITIES:
             raise SpecError(src, f"{where} column quality", f"expected one of {', '.join(QUALITIES)}")
-        g = _num(src, line, row, "gpus_per_node", integer=True)
-        nodes = _num(src, line, row, "nodes", integer=True)
+        g = _num(src, line, row, "gpus_per_node", integer=True, max_value=MAX_GPUS_PER_NODE)
+        nodes = _num(src, line, row, "nodes", integer=True, max_value=MAX_NODES)
         ranks = _num(src, line, row, "ranks", integer=True)
         if g * nodes != ranks:
             raise SpecError(src, f"{where} column ranks", f"{ranks} ranks != {nodes} nodes x {g} GPUs")
+        _check_env(src, line, row["env"])
         runs[rid] = CorpusRun(
             rid, row["source_id"].strip(), coll, row["gpu"].strip(), g, nodes, ranks,
-            _num(src, line, row, "nics_per_node", integer=True, optional=True),
-            _num(src, line, row, "nic_gbps", optional=True), *(row[c].strip() for c in RUN_COLUMNS[9:]),
+            _num(src, line, row, "nics_per_node", integer=True, optional=True, max_value=MAX_NICS_PER_NODE),
+            _num(src, line, row, "nic_gbps", optional=True, max_value=MAX_NIC_GBPS),
+            *(row[c].strip() for c in RUN_COLUMNS[9:]),
             source=str(folder))
     src = str(points_path)
     seen: set[tuple[str, int]] = set()
@@ -327,9 +352,9 @@ def topology_for_run(run: CorpusRun, base):
         over["scale_up.nvls"] = False
     if min_ctas(run):
         # NCCL_MIN_CTAS / NCCL_MIN_NCHANNELS raise the channels NCCL runs on (collectives.min_ctas, min_nchannels)
-        over["collectives.min_ctas"] = min(64, min_ctas(run))
+        over["collectives.min_ctas"] = min_ctas(run)
     if min_nchannels(run):
-        over["collectives.min_nchannels"] = min(64, min_nchannels(run))
+        over["collectives.min_nchannels"] = min_nchannels(run)
     if base.scale_out.full_node_efficiency is not None and not default_connections(run):
         # the full-node efficiency is that of NCCL's default connections on an InfiniBand / RoCE fabric
         over["scale_out.full_node_efficiency"] = None

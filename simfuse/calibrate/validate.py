@@ -528,6 +528,10 @@ def corpus_validation(corpus_path: str | Path, topology_path: str | Path, out_di
                          "size_bytes": r.size_bytes, "time_source": ts, "measured_s": r.time_s,
                          "simulated_s": float(res.time_s), "pct_error": 100.0 * (float(res.time_s) / r.time_s - 1.0),
                          "assumptions": "; ".join(assumptions)})
+    if runs is not None and not rows:  # every named run skipped, or none with sizes >= min_bytes: nothing checked
+        why = "; ".join(f"{s['run_id']}: {s['reason']}" for s in skipped[:3]) or \
+            f"no sizes of at least {min_bytes / 2**20:g} MiB"
+        raise SpecError(str(corpus_path), "--runs", f"none of the runs named is simulated ({why})")
     df = pd.DataFrame(rows, columns=list(CORPUS_COLUMNS))
 
     def stats(sub: pd.DataFrame) -> dict:

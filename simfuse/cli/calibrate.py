@@ -257,6 +257,8 @@ def _validate(args: argparse.Namespace) -> int:
         return _fail(ValueError("--topology is required (unless --campaign is given)"))
     if getattr(args, "corpus", None):
         return _validate_corpus(args)
+    if getattr(args, "runs", None):
+        return _fail(ValueError("--runs selects runs of a network corpus: it needs --corpus DIR"))
     try:
         check_out_dir(args.out)
         table, summary = run_validation(args.topology, args.measurements, args.out)

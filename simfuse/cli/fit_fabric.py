@@ -23,20 +23,25 @@ def cmd_fit_fabric(args) -> int:
         args.collective = canonical_collective(args.collective, "<argument>", "--collective")
     _check_log_sizes(args.ranks, args.nodes, "<argument>", "--ranks", "--nodes")  # before the log is read
     system = System.load(args.topology)
-    from ..calibrate.corpus import corpus_folder, load_corpus, topology_for_run
+    from ..calibrate.corpus import corpus_folder, load_corpus, simulation_problem, topology_for_run
     from ..calibrate.detect import TORCH_PROFILER
+    from ..errors import SpecError
 
     topology = system.topology
     if corpus_folder(args.log) is not None:  # a run of the public network corpus (data/network_corpus/)
         if not args.run:
-            from ..errors import SpecError
-
             raise SpecError(args.log, "--run", "a network corpus holds many runs: name one with --run RUN_ID")
         run = load_corpus(args.log).run(args.run)
+        problem = simulation_problem(run, topology)
+        if problem is not None:  # the runs `validate --corpus` skips, for the same reason
+            raise SpecError(args.log, f"run {run.run_id}", f"not simulated: {problem}")
         log = run.as_log()
         topology, assumptions = topology_for_run(run, topology)
         for note in assumptions:
             print(f"simfuse: note: {note}", file=sys.stderr)
+    elif args.run:
+        raise SpecError("<argument>", "--run", f"names a run of a network corpus folder; {args.log} is a single log "
+                        "(drop --run, or give the corpus folder, e.g. data/network_corpus)")
     elif _format(args) == TORCH_PROFILER:  # a Kineto trace: its NCCL kernels as nccl-tests rows
         from ..calibrate.kineto_nccl import read_kineto_nccl
 

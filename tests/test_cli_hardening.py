@@ -628,3 +628,44 @@ def test_a_fabric_fit_of_more_gpus_per_node_than_the_topology_holds_is_refused()
     log = NcclTestLog("<trace>", "all_reduce", 16, ["h0"], [], rows, nodes=1)
     with pytest.raises(SpecError, match="16 GPUs per node, but the topology's nodes hold 8"):
         fit_fabric(log, load_topology(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"))
+
+
+def test_collective_json_with_out_keeps_stdout_json(tmp_path, capsys):
+    out = tmp_path / "o.csv"
+    rc = main(["collective", "--topology", str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--nodes", "2",
+               "--op", "all_to_all", "--size", "1MiB", "--format", "json", "--out", str(out), "--quiet"])
+    cap = capsys.readouterr()
+    import json
+
+    row = json.loads(cap.out)
+    assert rc == 0 and out.exists() and row["time_s"] > 0 and "wrote" in cap.err
+
+
+def test_fit_fabric_residual_over_no_large_size_is_null_not_nan(tmp_path, capsys):
+    import json
+
+    lines = ["# nThread 1 nGpus 1 minBytes 1024 maxBytes 1048576 step: 2(factor) warmup iters: 5 iters: 20", "#"]
+    for r in range(16):
+        lines.append(f"#  Rank {r:2d} Group  0 Pid {1000 + r} on node-{r // 8} device  {r % 8} [0x18] NVIDIA H100")
+    lines += ["#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+              "   busbw #wrong",
+              "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)"
+              "  (GB/s)"]
+    for k in range(10, 21):
+        size, t = 2 ** k, 20.0 + 2 ** k / 2e4
+        alg = size / t / 1e3
+        lines.append(f"{size:12d} {size // 4:12d}     float     sum      -1 {t:8.2f} {alg:7.2f} {alg * 30 / 16:7.2f}"
+                     f"      0 {t:8.2f} {alg:7.2f} {alg * 30 / 16:7.2f}      0")
+    log = tmp_path / "all_reduce_perf_small.log"
+    log.write_text("\n".join(lines) + "\n")
+    yml = tmp_path / "fit.yaml"
+    rc = main(["fit-fabric", str(log), "--topology", str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--force",
+               "--format", "json", "--out", str(yml)])
+    out = capsys.readouterr().out
+
+    def no_constants(c):
+        raise ValueError(c)
+
+    res = json.loads(out, parse_constant=no_constants)  # NaN would raise here
+    assert rc == 0 and res["max_rel_residual_large"] is None and res["max_rel_residual"] >= 0
+    assert "n/a (>= 64 MiB)" in yml.read_text() and "nan" not in yml.read_text().lower()

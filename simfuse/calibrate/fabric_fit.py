@@ -108,12 +108,21 @@ class FabricFitResult:
         """Dotted-path topology overrides (:meth:`~simfuse.spec.TopologySpec.with_overrides`)."""
         return _overrides(self.level, self.efficiency, self.latency_s, self.overhead_s, self.overhead_field)
 
+    def residual_text(self) -> str:
+        """``"x% (all sizes), y% (>= 64 MiB)"``, ``n/a`` where the log has no such size."""
+        def pct(v: float) -> str:
+            return "n/a" if math.isnan(v) else f"{100 * v:.1f}%"
+        return f"{pct(self.max_residual())} (all sizes), {pct(self.max_residual(LARGE_BYTES))} (>= 64 MiB)"
+
     def as_dict(self) -> dict:
+        """JSON-safe: a residual over no sizes is None, not NaN."""
+        def num(v: float) -> float | None:
+            return None if math.isnan(v) else v
         return {"source": self.source, "level": self.level, "collective": self.collective, "nodes": self.nodes,
                 "gpus_per_node": self.gpus_per_node, "efficiency": self.efficiency, "latency_s": self.latency_s,
                 "overhead_s": self.overhead_s, "overhead_field": self.overhead_field,
-                "max_rel_residual": self.max_residual(),
-                "max_rel_residual_large": self.max_residual(LARGE_BYTES), "problems": list(self.problems),
+                "max_rel_residual": num(self.max_residual()),
+                "max_rel_residual_large": num(self.max_residual(LARGE_BYTES)), "problems": list(self.problems),
                 "notes": list(self.notes),
                 "points": [{"size_bytes": s, "algorithm": a, "measured_s": m, "simulated_s": t}
                            for s, a, m, t in zip(self.sizes_bytes, self.algorithms, self.measured_s,
@@ -455,8 +464,7 @@ def calibrated_topology_yaml(topology_path: str, result: FabricFitResult) -> str
             f"#   efficiency {result.efficiency:.4f}, latency {result.latency_s * 1e6:.3f} us, "
             + (f"{result.overhead_field.split('.')[1][:-2]} {result.overhead_s * 1e6:.3f} us"
                if result.overhead_field else "per-collective overhead kept (the topology's)"),
-            f"#   max relative residual {100 * result.max_residual():.1f}% (all sizes), "
-            f"{100 * result.max_residual(LARGE_BYTES):.1f}% (>= 64 MiB)"]
+            f"#   max relative residual {result.residual_text()}"]
     head += [f"#   note: {n}" for n in result.notes]
     if dropped:
         head.append(f"#   input ranges of the fitted fields removed (the fit replaces them): {', '.join(dropped)}")

@@ -76,7 +76,11 @@ def cmd_collective(args) -> int:
         df = pd.DataFrame(rows)
         if args.out:
             write_table(df, Path(args.out))
-            print(f"wrote {args.out} ({len(df)} sizes)")
+            if args.format == "json":  # stdout stays JSON (a pipeline into jq); the note goes to stderr
+                print(json.dumps(rows if len(rows) > 1 else rows[0]))
+                print(f"simfuse: wrote {args.out} ({len(df)} sizes)", file=sys.stderr)
+            else:
+                print(f"wrote {args.out} ({len(df)} sizes)")
         elif args.format == "json":
             print(json.dumps(rows))
         else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..calibrate.fabric_fit import LARGE_BYTES, calibrated_topology_yaml, fit_fabric
+from ..calibrate.fabric_fit import calibrated_topology_yaml, fit_fabric
 
 
 def cmd_fit_fabric(args) -> int:
@@ -74,8 +74,7 @@ def cmd_fit_fabric(args) -> int:
     print(f"  efficiency {res.efficiency:.4f}  latency {res.latency_s * 1e6:.3f} us  {ovh}")
     for note in res.notes:
         print(f"  note: {note}")
-    print(f"  max |simulated/measured - 1|: {100 * res.max_residual():.1f}% (all sizes), "
-          f"{100 * res.max_residual(LARGE_BYTES):.1f}% (>= 64 MiB)")
+    print(f"  max |simulated/measured - 1|: {res.residual_text()}")
     if out is not None:
         print(f"wrote {out}")
     return 0

@@ -244,3 +244,16 @@ def test_the_reader_keeps_the_channel_settings_of_a_log(tmp_path):
         "     4194304       1048576     float     sum      -1    250.0   16.78   16.78      0    250.0   16.78   16.78      0\n")
     log = read_nccl_tests(p)
     assert log.env.get("NCCL_MIN_CTAS") == "24" and log.env.get("NCCL_MIN_NCHANNELS") == "16"
+
+
+def test_repeated_sizes_are_fitted_at_their_median_and_noted():
+    topo = make_topology(gpus_per_node=4, nics_per_node=4, launch_us=0.0, sync_us=0.0)
+    sizes = [2.0 ** k for k in range(12, 31, 2)]
+    log = _synthetic_log(topo, 2, "all_reduce", 0.6, 5e-6, 0.0, sizes)
+    r = log.rows[-1]
+    # the largest size measured three times: once slower, once faster -- the median is the true one
+    log.rows += [NcclRow(r.size_bytes, r.count, r.dtype, r.redop, r.time_s * 1.5, None, None, None, 98),
+                 NcclRow(r.size_bytes, r.count, r.dtype, r.redop, r.time_s * 0.9, None, None, None, 99)]
+    res = fit_fabric(log, topo)
+    assert res.efficiency == pytest.approx(0.6, rel=0.02) and len(res.sizes_bytes) == len(sizes)
+    assert any("1 size(s) appear more than once (1,073,741,824 B x3)" in n for n in res.notes)

@@ -339,8 +339,16 @@ def fit_fabric(log: NcclTestLog, topology: TopologySpec, *, force: bool = False,
     ovh_field = overhead_field(level, op)
     n_params = 2 + (ovh_field is not None)
     rows = sorted((r for r in log.rows if r.size_bytes > 0 and r.time_s > 0), key=lambda r: r.size_bytes)
-    sizes = np.array([float(r.size_bytes) for r in rows])
-    meas = np.array([r.time_s for r in rows])
+    by_size: dict[int, list[float]] = {}
+    for r in rows:
+        by_size.setdefault(int(r.size_bytes), []).append(r.time_s)
+    repeated = {s: ts for s, ts in by_size.items() if len(ts) > 1}
+    sizes = np.array([float(s) for s in by_size])
+    meas = np.array([float(np.median(ts)) for ts in by_size.values()])  # a repeated size: its median time
+    shown = ", ".join(f"{s:,} B x{len(ts)}" for s, ts in list(repeated.items())[:3]) + (", ..." if len(repeated) > 3
+                                                                                      else "")
+    size_notes = [f"{len(repeated)} size(s) appear more than once ({shown}): the median of their times fitted"
+                  ] if repeated else []
     need = MIN_POINTS_PER_PARAMETER * n_params
     if len(np.unique(sizes)) < need:
         raise SpecError(log.source, "rows", f"{len(np.unique(sizes))} distinct message sizes; a fit of "
@@ -400,7 +408,7 @@ def fit_fabric(log: NcclTestLog, topology: TopologySpec, *, force: bool = False,
     res = FabricFitResult(log.source, level, op, nodes, g, float(eff), float(values[fitter.lat_field]), float(ovh),
                           list(all_algs), all_sizes.tolist(), all_meas.tolist(), sim.tolist(),
                           overhead_field=ovh_field)
-    res.notes.extend(setting_notes)
+    res.notes.extend(setting_notes + size_notes)
     _judge(res, values, fixed_lat, consistent, force)
     return res
 

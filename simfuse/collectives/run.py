@@ -33,6 +33,8 @@ class CollectiveResult:
     mode: str
     events: int
     wall_s: float
+    #: bytes the whole collective's flows put on the fabric and delivered (every rank, in every mode; the bytes on
+    #: the wire, a protocol's flags and pipeline fill included): equal when the collective completes
     injected_bytes: float
     delivered_bytes: float
 
@@ -99,14 +101,18 @@ def run_collective(topology: TopologySpec, nodes: int, op: str, size_bytes: floa
         sim.run(until=proc)
     t = sim.now
     n = layout.n
+    # bytes of the whole collective, whatever was simulated: the symmetric mode runs one representative rank, the
+    # quotient mode the ranks of one shift unit, and every rank of a symmetric schedule moves the same bytes
+    simulated = 1 if symmetric else quotient.unit_ranks if quotient is not None else n
+    scale = n / simulated if layout.n > 1 else 1.0
     algbw = size_bytes / t / 1e9 if t > 0 else 0.0
     res = CollectiveResult(op=op, algorithm=algo.name, protocol=algo.protocol, size_bytes=float(size_bytes), nodes=nodes,
                            gpus_per_node=g, ranks=n, time_s=t, algbw_gbps=algbw,
                            busbw_gbps=algbw * BUSBW_FACTOR[op](n) if n > 1 else 0.0,
                            mode="quotient" if quotient is not None else "symmetric" if symmetric else "full",
                            events=sim.events,
-                           wall_s=time.perf_counter() - wall0, injected_bytes=net.injected_bytes,
-                           delivered_bytes=net.delivered_bytes)
+                           wall_s=time.perf_counter() - wall0, injected_bytes=net.injected_bytes * scale,
+                           delivered_bytes=net.delivered_bytes * scale)
     if return_sim:  # in the quotient mode the network has the links of one shift unit, as the Quotient has
         return res, sim, quotient if quotient is not None else fabric, net
     return res

@@ -21,6 +21,7 @@ _SIZE_UNITS = {
     "M": 1024**2, "MIB": 1024**2, "MB": 1000**2,
     "G": 1024**3, "GIB": 1024**3, "GB": 1000**3,
     "T": 1024**4, "TIB": 1024**4, "TB": 1000**4,
+    "P": 1024**5, "PIB": 1024**5, "PB": 1000**5,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
@@ -55,7 +56,7 @@ MAX_SIZE_BYTES = 2**50
 
 def parse_size_bytes(text: str | int | float, source: str = "<argument>", field: str = "size",
                      max_bytes: int = MAX_SIZE_BYTES) -> int:
-    """Parse ``64MiB``, ``1GB``, ``4096`` ... into bytes (KiB/MiB/GiB binary, KB/MB/GB decimal).
+    """Parse ``64MiB``, ``1GB``, ``4096`` ... into bytes (KiB/MiB/GiB/TiB/PiB binary, KB/MB/GB/TB/PB decimal).
 
     Sizes must be finite, non-negative and at most ``max_bytes`` (default 1 PiB)."""
     if isinstance(text, bool):
@@ -83,7 +84,7 @@ def parse_size_bytes(text: str | int | float, source: str = "<argument>", field:
 
 def format_size(size_bytes: float) -> str:
     """Human-readable binary size (``64MiB``)."""
-    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+    for unit, factor in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if size_bytes >= factor and size_bytes % factor == 0:
             return f"{int(size_bytes // factor)}{unit}"
     return f"{int(size_bytes)}B"

@@ -294,7 +294,11 @@ def test_chakra_run_refuses_flags_it_would_ignore(tmp_path, capsys):
     for flags, field in ((["--nodes", "2"], "--nodes"), (["--mode", "fused"], "--mode")):
         assert main(["run", "--chakra", str(et), "--topology", str(H200), *flags]) == 2
         assert field in capsys.readouterr().err
+    capsys.readouterr()
     assert main(["run", "--chakra", str(et), "--topology", str(H200), "--nodes", "1"]) == 0
+    out = capsys.readouterr().out
+    # one mode, no baseline to compare with: no speedup column (it printed NaN)
+    assert "iteration_time_ms" in out and "speedup" not in out and "NaN" not in out
 
 
 def test_a_plan_for_a_workload_without_tables_is_refused(tmp_path, capsys):

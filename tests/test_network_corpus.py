@@ -222,3 +222,24 @@ def test_corpus_csv_with_a_byte_order_mark_is_read(tmp_path):
     for name in ("runs.csv", "points.csv", "sources.csv"):
         (d / name).write_text("\ufeff" + (d / name).read_text(), encoding="utf-8")
     assert len(load_corpus(d).runs) == len(load_corpus(CORPUS).runs)
+
+
+def test_the_docs_coverage_line_matches_the_corpus(corpus):
+    """docs/network_corpus.md's counts are the corpus's (audit: they went stale when a source was added)."""
+    import collections
+    import re
+
+    text = " ".join((ROOT / "docs" / "network_corpus.md").read_text().split())
+    by_coll = collections.Counter(r.collective for r in corpus.runs)
+    assert (f"Coverage: all-reduce {by_coll['all_reduce']} runs, all-gather {by_coll['all_gather']}, all-to-all "
+            f"{by_coll['all_to_all']}, reduce-scatter {by_coll['reduce_scatter']};") in text
+    gpus = collections.Counter(re.search(r"(?<![A-Z0-9])(GB200|H200|H100|B200|V100|A100)(?![0-9])", r.gpu.upper())
+                               .group(1) for r in corpus.runs
+                               if re.search(r"(?<![A-Z0-9])(GB200|H200|H100|B200|V100|A100)(?![0-9])", r.gpu.upper()))
+    assert f"B200 {gpus['B200']} runs, H100 {gpus['H100']}, V100 {gpus['V100']}, GB200 {gpus['GB200']}, " \
+           f"A100 {gpus['A100']}" in text
+    nodes = sorted({r.nodes for r in corpus.runs if r.collective == "all_to_all"})
+    assert "all-to-all at " + ", ".join(map(str, nodes[:-1])) + f" and {nodes[-1]} nodes" in text
+    sources = {r.source_id for r in corpus.runs}
+    assert f"{len(corpus.runs)} runs ({sum(len(r.rows) for r in corpus.runs)} message sizes) from {len(sources)} " \
+           "independent sources" in text

@@ -137,7 +137,9 @@ def _collective_arg(value: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..collectives import OPS
+    from ..collectives import OPS, REGISTRY
+
+    algorithm_names = list(dict.fromkeys(a for algos in REGISTRY.values() for a in algos))  # every op's, in order
 
     p = argparse.ArgumentParser(prog="simfuse", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -149,9 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--op", required=True, type=_collective_arg, metavar="OP",
                    help=f"{' | '.join(OPS)} (aliases such as alltoall, allreduce, allgather accepted)")
     c.add_argument("--algorithm", default=None,
-                   help="direct | hierarchical | ring | hierarchical_rhd | tree | nvls | nvls_tree | collnet "
-                        "(depends on --op and on the hardware the topology declares); default: the tuner's choice, "
-                        "as in workloads")
+                   help=f"{' | '.join(algorithm_names)} (depends on --op and on the hardware the topology "
+                        "declares; pat: all-gather / reduce-scatter with one GPU per node); default: the tuner's "
+                        "choice, as in workloads")
     c.add_argument("--protocol", default=None, type=str.strip,
                    help="LL | LL128 | Simple (NCCL_PROTO); default: the tuner's choice (needs "
                         "collectives.protocol_model: nccl in the topology for LL and LL128)")

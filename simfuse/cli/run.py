@@ -84,7 +84,9 @@ def cmd_run(args) -> int:
             _export_chakra(spec, system, nodes, g, ex, args.export_chakra,
                            plan=workload.plan_of(base) if base is not None else None)
     df = pd.DataFrame(rows)
-    cols = ["mode", "iteration_time_s", "compute_time_s", "exposed_comm_time_s"] + (["speedup"] if "speedup" in df
+    # a speedup needs both modes: a Chakra trace (or one mode) has none, so the column is left out, not NaN
+    has_speedup = "speedup" in df and df["speedup"].notna().any()
+    cols = ["mode", "iteration_time_s", "compute_time_s", "exposed_comm_time_s"] + (["speedup"] if has_speedup
                                                                                       else [])
     show = df[cols].copy()
     for c in ("iteration_time_s", "compute_time_s", "exposed_comm_time_s"):
@@ -342,7 +344,8 @@ def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="simulate one training iteration / step of a workload")
     _common(p)
     p.add_argument("--nodes", type=int, default=None, help="default: 1 (a Chakra trace: its own)")
-    p.add_argument("--out", default=None, help="write summary.csv, breakdown.csv, plan.csv (and trace.json) here")
+    p.add_argument("--out", default=None, help="write summary.csv, breakdown.csv, plan.csv (workloads with embedding tables) "
+                                                "and trace.json (with --trace) here")
     p.add_argument("--trace", action="store_true", help="write a Perfetto trace (DIR/trace.json)")
     p.add_argument("--chakra", default=None, metavar="DIR",
                    help="run a Chakra execution trace (ET files <prefix>.<rank>.et) instead of --model")

@@ -370,6 +370,16 @@ def _check_grid_cover(e: Entry, src: str, rows: int, dim: int, g: int) -> list[i
     return order
 
 
+def _in_context(check, args: tuple, e: Entry, t: int, rows: int, dim: int):
+    """``check(*args)``, its refusal saying which model table the entry was read as: a plan made for another model
+    maps its names by their trailing index and then fails on the shapes."""
+    try:
+        return check(*args)
+    except SpecError as exc:
+        raise SpecError(exc.source, exc.field, f"{exc.message} ({e.param[:40]!r} read as the model spec's t{t}, "
+                                               f"{rows:,} rows x {dim}: is the plan for this model?)") from None
+
+
 def to_rows(entries: list[Entry], src: str, spec, n_ranks: int, gpus_per_node: int,
             world_size: int | None = None) -> list[tuple[str, str, tuple[int, ...], str]]:
     """(table ``t<i>``, simfuse sharding, ranks, where) per entry, after the checks of the module docstring."""
@@ -402,12 +412,12 @@ def to_rows(entries: list[Entry], src: str, spec, n_ranks: int, gpus_per_node: i
                 raise SpecError(src, f"{fld} ranks", f"data_parallel replicates the table on every rank: the plan "
                                                      f"lists {len(ranks)} ranks, the run has {n} GPUs")
         elif e.shards and kind == "grid":
-            ranks = _check_grid_cover(e, src, rows, D, g)
+            ranks = _in_context(_check_grid_cover, (e, src, rows, D, g), e, t, rows, D)
             if e.ranks is not None and sorted(e.ranks) != sorted(ranks):
                 raise SpecError(src, f"{fld} ranks", f"ranks {e.ranks[:8]} disagree with the shard placements "
                                                      f"{ranks[:8]}")
         elif e.shards:
-            ranks = _check_cover(e, src, rows, D, kind)
+            ranks = _in_context(_check_cover, (e, src, rows, D, kind), e, t, rows, D)
             if e.ranks is not None and sorted(e.ranks) != sorted(ranks):
                 raise SpecError(src, f"{fld} ranks", f"ranks {e.ranks[:8]} disagree with the shard placements "
                                                      f"{ranks[:8]}")

@@ -25,12 +25,13 @@ def test_h200_has_more_hbm_than_h100(root):
 
 
 @pytest.mark.parametrize("text,unit", [("64MiB", 64 * 2**20), ("1GB", 10**9), ("4096", 4096), ("2KiB", 2048),
-                                       ("1.5KB", 1500), ("3G", 3 * 2**30)])
+                                       ("1.5KB", 1500), ("3G", 3 * 2**30), ("2TiB", 2 * 2**40),
+                                       ("1PiB", 2**50), ("0.5PB", 5 * 10**14)])
 def test_parse_size(text, unit):
     assert parse_size_bytes(text) == unit
 
 
-@pytest.mark.parametrize("bad", ["-1MiB", "abc", "12XB", ""])
+@pytest.mark.parametrize("bad", ["-1MiB", "abc", "12XB", "", "2PiB"])
 def test_parse_size_rejects(bad):
     with pytest.raises(SpecError):
         parse_size_bytes(bad)

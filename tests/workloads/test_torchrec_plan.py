@@ -494,3 +494,16 @@ def test_bad_repr_plans_name_file_and_field(tmp_path, small, edit, field, text):
         load_plan(p, _spec(), small, NODES, G, "baseline")
     assert str(p) in str(err.value) and field in str(err.value) and text in str(err.value)
     assert "CSV" not in str(err.value)
+
+
+def test_a_plan_for_another_model_says_which_table_it_was_read_as(capsys):
+    """The MLPerf model's t0 is 40 M x 128; the fixture's large_table_0 is 1,000 x 32: the refusal names the
+    mapping (audit: it only said the shard must span 128 columns)."""
+    from simfuse.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    rc = main(["run", "--model", str(root / "models" / "dlrm_dcnv2_mlperf.yaml"), "--topology",
+               str(root / "topologies" / "h100_nvl8_ib_ndr.yaml"), "--nodes", "1", "--plan", str(REPR)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'large_table_0' read as the model spec's t0, 40,000,000 rows x 128: is the plan for this " \
+        "model?" in err

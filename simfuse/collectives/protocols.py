@@ -128,7 +128,7 @@ _TOP_CHANNEL_GBYTE_PER_S = {"volta": 48.0, "ampere": 48.0, "hopper": 48.0, "blac
 
 
 def _nic_channels(applies: bool, device_name: str, nic_rate_bytes_per_s: float, nic_line_bytes_per_s: float | None,
-                  nics_per_gpu: int, min_channels: int = 0) -> tuple[str, int] | None:
+                  nics_per_gpu: int, min_channels: float = 0.0) -> tuple[str, float] | None:
     """``(NCCL's GPU class, channels a GPU's NICs carry)`` where an algorithm limit ``applies`` to a GPU in NCCL's
     tables with a NIC, else None: one channel per :data:`_TOP_CHANNEL_GBYTE_PER_S` of the NIC's line rate (at
     least one), times the NICs a GPU has; at least ``min_channels`` (a GPU's NICs' share of the channels
@@ -141,20 +141,22 @@ def _nic_channels(applies: bool, device_name: str, nic_rate_bytes_per_s: float, 
                     min_channels)
 
 
-def min_channels_per_nic(min_channels: int, gpus_per_node: int, nics_per_node: int, nics_per_gpu: int) -> int:
-    """The channels a GPU's NICs carry when NCCL runs at least ``min_channels`` channels (``NCCL_MIN_NCHANNELS`` /
-    ``NCCL_MIN_CTAS``; NCCL duplicates its searched channels up to that count, src/graph/connect.cc
-    ``copyChannels``): each channel crosses a node through one NIC, so a node's NICs in use (its GPUs' NICs, at
-    most the node's) share them evenly; 0 where no minimum is set."""
+def min_channels_per_nic(min_channels: int, gpus_per_node: int, nics_per_node: int, nics_per_gpu: int) -> float:
+    """The searched-graph channels a GPU's NICs stand for when NCCL runs at least ``min_channels`` channels
+    (``NCCL_MIN_NCHANNELS`` / ``NCCL_MIN_CTAS``; NCCL copies its channels up to that count, src/graph/connect.cc
+    ``copyChannels``), 0 where no minimum is set.  NCCL's per-channel caps count the search's channels, and it
+    runs twice as many (``nChannels * 2`` in ``ncclTopoPostset``, same file): a minimum of ``M`` running
+    channels is ``M / 2`` of the search's.  Each channel crosses a node through one NIC, so the node's NICs in use
+    (its GPUs' NICs, at most the node's) share them evenly; a minimum below NCCL's own count changes nothing."""
     if min_channels <= 0:
-        return 0
+        return 0.0
     nics_used = max(1, min(nics_per_node, gpus_per_node * max(1, nics_per_gpu)))
-    return max(1, nics_per_gpu) * (min_channels // nics_used)
+    return max(1, nics_per_gpu) * min_channels / (2.0 * nics_used)
 
 
 def tree_rate_factor(family: str, protocol: str, nodes: int, device_name: str, nic_rate_bytes_per_s: float,
                      model: str = "nccl", nic_line_bytes_per_s: float | None = None,
-                     nics_per_gpu: int = 1, nics_per_node: int = 1, min_channels: int = 0) -> float:
+                     nics_per_gpu: int = 1, nics_per_node: int = 1, min_channels: float = 0.0) -> float:
     """Bytes-on-the-wire multiplier that holds a multi-node tree all-reduce to NCCL's tree rate per NIC
     (``nic_rate_bytes_per_s``: the NIC's achievable rate; ``nic_line_bytes_per_s``: its line rate, which sets
     its channel count, default the achievable rate; ``nics_per_gpu``: NICs per GPU of the group where a node has
@@ -196,7 +198,7 @@ _RING_LL128_CAP_GBYTE_PER_S = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "b
 
 def ring_rate_factor(protocol: str, nodes: int, device_name: str, nic_rate_bytes_per_s: float,
                      model: str = "nccl", nic_line_bytes_per_s: float | None = None, nics_per_gpu: int = 1,
-                     min_channels: int = 0) -> float:
+                     min_channels: float = 0.0) -> float:
     """Bytes-on-the-wire multiplier that holds a multi-node LL128 ring to NCCL's per-channel cap: NCCL prices it
     at ``min(0.92 x channels x rate, channels x perChMaxRingLL128Bw)``; per NIC (channels per NIC as for the tree,
     :func:`tree_rate_factor`) simfuse's LL128 ring already moves ``1 / 0.92`` bytes per byte, so the factor is

@@ -177,17 +177,19 @@ def test_min_ctas_slows_a_mid_size_nvls_tree_through_the_topology():
 
 def test_min_channels_per_nic_shares_the_minimum_over_the_nodes_nics():
     from simfuse.collectives.protocols import min_channels_per_nic
+    # running channels over the NICs in use, halved: NCCL runs twice its searched channels (connect.cc)
     assert min_channels_per_nic(0, 8, 8, 1) == 0
-    assert min_channels_per_nic(32, 8, 8, 1) == 4  # 32 channels over 8 NICs
-    assert min_channels_per_nic(24, 8, 8, 1) == 3
-    assert min_channels_per_nic(32, 2, 8, 4) == 16  # two GPUs of the group drive 4 NICs each: 4 x 32 // 8
-    assert min_channels_per_nic(4, 8, 8, 1) == 0  # fewer than NCCL's own: no change
+    assert min_channels_per_nic(32, 8, 8, 1) == 2.0  # 32 running channels over 8 NICs: 2 searched a NIC
+    assert min_channels_per_nic(24, 8, 8, 1) == 1.5
+    assert min_channels_per_nic(32, 2, 8, 4) == 8.0  # two GPUs of the group drive 4 NICs each: 4 x 32 / (2 x 8)
+    assert min_channels_per_nic(16, 8, 8, 1) == 1.0  # NCCL's own 16 on 8 NICs: the default, no change
 
 
-@pytest.mark.parametrize("per_nic,expect", [(0, 0.92 * 50 / 36.7), (1, 0.92 * 50 / 36.7), (2, 1.0), (4, 1.0)])
+@pytest.mark.parametrize("per_nic,expect", [(0, 0.92 * 50 / 36.7), (1, 0.92 * 50 / 36.7), (1.2, 0.92 * 50 / 44.04),
+                                            (1.5, 1.0), (2, 1.0)])
 def test_min_channels_lift_the_ring_ll128_cap(per_nic, expect):
-    # NCCL's LL128 ring cap is per channel (36.7 GB/s on Hopper): with NCCL_MIN_NCHANNELS=16 or 32 on 8 x 400 Gb/s
-    # NICs each NIC carries 2 or 4 channels, above its 0.92 x 50 GB/s
+    # NCCL's LL128 ring cap is per searched channel (36.7 GB/s on Hopper): NCCL_MIN_NCHANNELS=24 or 32 on
+    # 8 x 400 Gb/s NICs are 1.5 or 2 searched channels a NIC, above its 0.92 x 50 GB/s
     f = ring_rate_factor("LL128", 4, "H100", 50 * GB, "nccl", None, 1, per_nic)
     assert f == pytest.approx(expect)
 

@@ -399,14 +399,21 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
         df = df.drop(columns=[c for c in ("sensitivity_json",) if c in df.columns])
         df.attrs["reused_points"] = len(nodes) - len(todo)
         atomic_write_df(df, inside(out, "results.csv"))
+        written = {"results.csv"}
         if sens is not None:
-            _write_sensitivity(sens, out, plots)
+            written |= _write_sensitivity(sens, out, plots)
         if plots and len(df):
             from .results.plots import plot_breakdown, plot_speedup_vs_nodes
 
             if "fused" in set(df["mode"]) and "baseline" in set(df["mode"]):
                 plot_speedup_vs_nodes(df, inside(out, "speedup_vs_nodes.png"))
+                written.add("speedup_vs_nodes.png")
             plot_breakdown(df, inside(out, "breakdown.png"))
+            written.add("breakdown.png")
+        for name in SWEEP_OUTPUTS:  # an earlier sweep's files this one did not write would be read as its own
+            stale = inside(out, name)
+            if name not in written and (stale.is_file() or stale.is_symlink()):
+                stale.unlink()
         if os.environ.get("SIMFUSE_SWEEP_KEEP_POINTS", "1") == "0":
             for p in points_dir.glob("*.json"):
                 p.unlink()
@@ -421,9 +428,14 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
             _remove_if_empty(out)
 
 
-def _write_sensitivity(sens: pd.DataFrame, out: Path, plots: bool) -> None:
+#: every file ``sweep --out`` may write (beside its point cache); those an earlier sweep wrote and this one does
+#: not are removed
+SWEEP_OUTPUTS = ("results.csv", "sensitivity.csv", "tornado.png", "speedup_vs_nodes.png", "breakdown.png")
+
+
+def _write_sensitivity(sens: pd.DataFrame, out: Path, plots: bool) -> set[str]:
     """The gathered ``sensitivity.csv`` and the tornado of the one-at-a-time points where there are any, else of
-    the draws' conditional ends."""
+    the draws' conditional ends; returns the names written."""
     from .results.tornado import plot_tornado
 
     atomic_write_df(sens, inside(out, "sensitivity.csv"))
@@ -432,6 +444,8 @@ def _write_sensitivity(sens: pd.DataFrame, out: Path, plots: bool) -> None:
     if plots and len(shown):
         show = _tornado_nodes(sorted(set(shown["nodes"])))
         plot_tornado(shown[shown["nodes"].isin(show)], inside(out, "tornado.png"), group="nodes")
+        return {"sensitivity.csv", "tornado.png"}
+    return {"sensitivity.csv"}
 
 
 def _sensitivity_table(df) -> pd.DataFrame | None:

@@ -673,3 +673,25 @@ def test_fit_fabric_residual_over_no_large_size_is_null_not_nan(tmp_path, capsys
     res = json.loads(out, parse_constant=no_constants)  # NaN would raise here
     assert rc == 0 and res["max_rel_residual_large"] is None and res["max_rel_residual"] >= 0
     assert "n/a (>= 64 MiB)" in yml.read_text() and "nan" not in yml.read_text().lower()
+
+
+def test_run_and_sweep_remove_an_earlier_runs_uncertainty_files(tmp_path, capsys):
+    """A run (or sweep) into a folder an uncertainty run wrote leaves no sensitivity.csv, uncertainty_draws.csv
+    or tornado.png of the earlier run beside its own files (audit: they survived, even for another model)."""
+    out = tmp_path / "r"
+    decode = str(ROOT / "models" / "transformer_tp_decode.yaml")
+    first = ["run", "--model", decode, "--topology", str(H200), "--nodes", "1", "--set", "uncertainty=inputs",
+             "--set", "uncertainty_draws=4", "--out", str(out), "--quiet"]
+    assert main(first) == 0
+    assert {"sensitivity.csv", "uncertainty_draws.csv", "tornado.png"} <= {p.name for p in out.iterdir()}
+    assert main(["run", "--model", decode, "--topology", str(H200), "--nodes", "1", "--out", str(out), "--quiet"]) == 0
+    left = {p.name for p in out.iterdir() if not p.name.startswith(".")}
+    assert left == {"summary.csv", "breakdown.csv"}, left
+    sw = tmp_path / "s"
+    base = ["sweep", "--model", decode, "--topology", str(H200), "--nodes", "1,2", "--out", str(sw), "--quiet"]
+    assert main(base + ["--set", "uncertainty=inputs", "--set", "uncertainty_draws=4"]) == 0
+    assert (sw / "sensitivity.csv").exists() and (sw / "tornado.png").exists()
+    assert main(base) == 0
+    assert not (sw / "sensitivity.csv").exists() and not (sw / "tornado.png").exists()
+    assert (sw / "results.csv").exists()
+    capsys.readouterr()

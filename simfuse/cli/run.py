@@ -146,7 +146,8 @@ def _check_run_args(args) -> None:
 
 
 #: every file ``run --out`` may write; those an earlier run wrote and this one does not are removed
-RUN_OUTPUTS = ("summary.csv", "breakdown.csv", "plan.csv", "trace.json")
+RUN_OUTPUTS = ("summary.csv", "breakdown.csv", "plan.csv", "trace.json", "uncertainty_draws.csv", "sensitivity.csv",
+               "tornado.png")
 
 
 def _write_locked(out: Path, write) -> list[Path]:

@@ -695,3 +695,36 @@ def test_run_and_sweep_remove_an_earlier_runs_uncertainty_files(tmp_path, capsys
     assert not (sw / "sensitivity.csv").exists() and not (sw / "tornado.png").exists()
     assert (sw / "results.csv").exists()
     capsys.readouterr()
+
+
+def test_breakdown_and_trace_say_they_show_one_of_the_repeated_steps(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+
+    out = tmp_path / "dec"
+    assert main(["run", "--model", str(ROOT / "models" / "transformer_tp_decode.yaml"), "--topology", str(H200),
+                 "--nodes", "1", "--out", str(out), "--trace", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "NaN" not in text  # the baseline row's speedup reads "-"
+    summ = pd.read_csv(out / "summary.csv")
+    br = pd.read_csv(out / "breakdown.csv")
+    rep = int(br["repeat"].iloc[0])
+    assert rep > 1 and (br["repeat"] == rep).all()
+    base = br[br["mode"] == "baseline"]
+    it = float(summ.loc[summ["mode"] == "baseline", "iteration_time_s"].iloc[0])
+    # one step's phases, times the steps, fill the iteration (phases of a step may overlap on two streams)
+    assert base["time_s"].sum() * rep >= 0.9 * it and (base["first_start_s"] < it / rep).all()
+    names = {e["args"]["name"] for e in json.loads((out / "trace.json").read_text())["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    assert any(f"(one of {rep} identical steps)" in n for n in names)
+
+
+@pytest.mark.parametrize("mode", ["fused", "baseline"])
+def test_a_one_mode_sweep_prints_its_rows_without_a_speedup(mode, tmp_path, capsys):
+    assert main(["sweep", "--model", str(ROOT / "models" / "transformer_tp_decode.yaml"), "--topology", str(H200),
+                 "--nodes", "1,2", "--mode", mode, "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split()[0] == "mode" and [ln.split()[0] for ln in lines[1:3]] == [mode, mode]
+    assert "None" not in out and "NaN" not in out and "speedup" not in out and "iteration_time_s" in out

@@ -106,7 +106,7 @@ def cmd_run(args) -> int:
         print(_json({"rows": rows, "written": [str(p) for p in written]}))
         return 0
     print(f"{name} on {topo.name}: {nodes} nodes x {g} GPUs ({res[next(iter(res))].sim_mode} simulation)")
-    print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(show.to_string(index=False, float_format=lambda v: f"{v:.4f}", na_rep="-"))  # the baseline has no speedup
     unc = df["uncertainty"].iloc[0] if "uncertainty" in df else "none"
     if unc == "inputs":
         an = next(r.input_analysis for r in res.values() if r.input_analysis is not None)
@@ -253,12 +253,15 @@ def cmd_sweep(args) -> int:
         print(_json({"rows": df.to_dict(orient="records"), "written": [str(Path(args.out) / "results.csv")],
                      "reused_points": reused}))
         return 0
-    fused = df[df["mode"] == "fused"]
-    if len(fused):
-        cols = ["nodes", "gpus", "iteration_time_s", "speedup"] + [
-            c for c in ("iteration_time_p10_s", "iteration_time_p50_s", "iteration_time_p90_s", "speedup_p10",
-                        "speedup_p50", "speedup_p90") if c in fused and fused[c].notna().any()]
-        print(fused[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    # the fused rows (their speedup over the baseline) where the sweep ran both modes, else the one mode's rows
+    shown = df[df["mode"] == "fused"] if "fused" in set(df["mode"]) else df
+    if len(shown):
+        cols = ["nodes", "gpus", "iteration_time_s"] + [
+            c for c in ("speedup", "iteration_time_p10_s", "iteration_time_p50_s", "iteration_time_p90_s",
+                        "speedup_p10", "speedup_p50", "speedup_p90") if c in shown and shown[c].notna().any()]
+        if set(shown["mode"]) != {"fused"} or "speedup" not in cols:
+            cols.insert(0, "mode")
+        print(shown[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
     done = f"; {reused} of {len(nodes)} points reused from an earlier run" if reused else ""
     print(f"wrote {Path(args.out) / 'results.csv'}{done}")
     return 0

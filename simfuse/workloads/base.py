@@ -143,7 +143,8 @@ class Workload(ABC):
             graph = self.build_graph(system, nodes, m, gpus_per_node=gpus_per_node, execution=ex)
             res = Executor(system, graph, seed=ex.seed, record=record, record_usage=record, tuner=tuner).run()
             ir = IterationResult(m, res.time_s, res.compute_time_s, res.exposed_comm_time_s, res.sim_mode, 1,
-                                 res.events, time.perf_counter() - wall0, phases=list(res.critical.phases))
+                                 res.events, time.perf_counter() - wall0, phases=list(res.critical.phases),
+                                 repeat=max(1, int(graph.repeat)))
             if record:
                 ir.sim, ir.net = res.sim, res.net
             out[m] = ir

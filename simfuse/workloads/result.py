@@ -22,7 +22,10 @@ class IterationResult:
     classes: int
     events: int
     wall_s: float
-    phases: list = field(default_factory=list)  # (phase, start_s, end_s) of the critical rank
+    phases: list = field(default_factory=list)  # (phase, start_s, end_s) of the critical rank, over one step
+    #: identical back-to-back steps (transformer layers, ``Graph.repeat``) the iteration is made of: ``phases`` and a
+    #: recorded trace cover one of them, the times above all of them
+    repeat: int = 1
     sim: object = None  # the simulator objects of a recorded run (a Perfetto trace reads them); None otherwise
     net: object = None
     launch: str = "eager"  # how its kernels were launched (eager | graph: simfuse.system.System.with_launch)

@@ -266,7 +266,8 @@ def simulate_graph(graph, system, *, execution: ExecutionSpec | None = None, rec
         raise SpecError(graph.name, "", "the graph deadlocks: some nodes never finish (a send without its "
                                         "receive, or a cycle across ranks)") from None
     ir = IterationResult(label, res.time_s, res.compute_time_s, res.exposed_comm_time_s, res.sim_mode,
-                         len(res.entities), res.events, time.perf_counter() - t0, phases=list(res.critical.phases))
+                         len(res.entities), res.events, time.perf_counter() - t0, phases=list(res.critical.phases),
+                         repeat=max(1, int(graph.repeat)))
     if record:
         ir.sim, ir.net = res.sim, res.net
     return {label: ir}
@@ -356,14 +357,17 @@ def interval_note(method: str, execution: ExecutionSpec | None = None) -> str:
 
 
 def breakdown_rows(results: dict) -> list[dict]:
-    """Per mode and phase of the critical rank: total time, number of intervals, start of the first one.
-    All-reduce buckets are summed into one ``allreduce`` phase."""
+    """Per mode and phase of the critical rank: total time, number of intervals, start of the first one, over one
+    step of the iteration; ``repeat``: the identical steps (transformer layers) the iteration is made of, so a
+    phase takes ``repeat x time_s`` of it.  All-reduce buckets are summed into one ``allreduce`` phase."""
     rows = []
     for m, r in results.items():
         agg: dict[str, dict] = {}  # phase -> row, in order of first appearance
+        rep = max(1, int(getattr(r, "repeat", 1)))
         for name, t0, t1 in r.phases:
             key = name.split("_bucket")[0] if name.startswith("allreduce") else name
-            row = agg.setdefault(key, {"mode": m, "phase": key, "time_s": 0.0, "count": 0, "first_start_s": t0})
+            row = agg.setdefault(key, {"mode": m, "phase": key, "time_s": 0.0, "count": 0, "first_start_s": t0,
+                                       "repeat": rep})
             row["time_s"] += t1 - t0
             row["count"] += 1
         rows.extend(agg.values())
@@ -428,7 +432,9 @@ def write_run_outputs(out: Path, results: dict, summary: list[dict], trace: bool
     if trace:
         from ..results.perfetto import write_chrome_trace
 
-        runs = [(m, r.sim, r.net) for m, r in results.items() if r.sim is not None]
+        # a trace shows one step of an iteration of identical steps: the process name says so
+        runs = [(m if r.repeat <= 1 else f"{m} (one of {r.repeat} identical steps)", r.sim, r.net)
+                for m, r in results.items() if r.sim is not None]
         write_chrome_trace(out / "trace.json", runs)
         written.append(out / "trace.json")
     return written

@@ -96,8 +96,10 @@ def check_setting(key: str, value, flag: str) -> None:
     setting's rules, with the error naming ``flag``."""
     from .fused.knobs import parse_execution
 
+    # settings that act only beside another are checked beside it (ExecutionSpec.validate refuses them alone)
+    context = {"uncertainty_draws": {"uncertainty": "inputs"}, "sensitivity": {"uncertainty": "inputs"}}
     try:
-        parse_execution({key: str(value)})
+        parse_execution({**context.get(key, {}), key: str(value)})
     except SpecError as exc:
         raise SpecError("<argument>", flag, exc.message) from None
 

@@ -728,3 +728,25 @@ def test_a_one_mode_sweep_prints_its_rows_without_a_speedup(mode, tmp_path, caps
     lines = out.splitlines()
     assert lines[0].split()[0] == "mode" and [ln.split()[0] for ln in lines[1:3]] == [mode, mode]
     assert "None" not in out and "NaN" not in out and "speedup" not in out and "iteration_time_s" in out
+
+
+@pytest.mark.parametrize("model, setting, field", [
+    ("transformer_tp_decode", "twrw_push=bulk", "twrw_push: bulk: applies to dlrm workloads"),
+    ("moe_layer", "tune_knobs=off", "tune_knobs: off: applies to dlrm workloads"),
+    ("moe_layer", "baseline_kernel=library", "baseline_kernel: library: applies to `simfuse op`"),
+    ("dlrm_dcnv2_mlperf", "baseline_kernel=library", "baseline_kernel: library: applies to `simfuse op`"),
+    ("dlrm_dcnv2_mlperf", "sensitivity=rank", "sensitivity: rank: applies with uncertainty=inputs"),
+    ("transformer_tp_decode", "uncertainty_draws=8", "uncertainty_draws: 8: applies with uncertainty=mc or inputs"),
+])
+def test_settings_a_run_would_ignore_are_refused(model, setting, field, capsys):
+    rc = main(["run", "--model", str(ROOT / "models" / f"{model}.yaml"), "--topology", str(H200), "--nodes", "1",
+               "--set", setting])
+    assert rc == 2 and field in capsys.readouterr().err
+
+
+def test_op_refuses_the_dlrm_only_knob_and_takes_the_library_baseline(capsys):
+    topo = str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml")
+    assert main(["op", "--op", "gemv_all_reduce", "--topology", topo, "--set", "twrw_push=bulk"]) == 2
+    assert "twrw_push: bulk: applies to dlrm workloads" in capsys.readouterr().err
+    assert main(["op", "--op", "gemm_all_to_all", "--topology", topo, "--nodes", "2", "--set",
+                 "baseline_kernel=library", "--quiet"]) == 0

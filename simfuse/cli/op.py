@@ -12,7 +12,7 @@ def cmd_op(args) -> int:
     from ..arguments import refuse_repeated_keys, split_knobs
     from ..checks import check_nodes, resolve_gpus_per_node
     from ..collectives import REGISTRY
-    from ..fused.knobs import fused_knob_names, parse_set_pairs
+    from ..fused.knobs import parse_set_pairs
     from ..fused.ops import OPS, make_op
     from ..guard import check_cost, estimate_op
     from ..system import System
@@ -24,7 +24,10 @@ def cmd_op(args) -> int:
     unknown = set(params) - set(OPS[args.op].defaults) if args.op in OPS else set()
     if unknown:
         raise SpecError("<argument>", "--set", f"unknown parameter {short_repr(sorted(unknown)[0])} for {args.op}; "
-                        f"known: {', '.join(list(OPS[args.op].defaults) + fused_knob_names())}")
+                        f"known: {', '.join(list(OPS[args.op].defaults) + _op_knobs())}")
+    if knobs.twrw_push != "hierarchical":  # a DLRM knob: table-row-wise shards exist only in DLRM's embedding
+        raise SpecError("<argument>", "twrw_push", f"{knobs.twrw_push}: applies to dlrm workloads (`simfuse run`), "
+                        f"not the {args.op} operator")
     algos = REGISTRY.get(OPS[args.op].collective, {})
     if knobs.baseline_algorithm is not None and knobs.baseline_algorithm not in algos:
         raise SpecError("<argument>", "baseline_algorithm", f"unknown {short_repr(knobs.baseline_algorithm)} for "
@@ -64,6 +67,13 @@ def cmd_op(args) -> int:
     return 0
 
 
+def _op_knobs() -> list[str]:
+    """The fused-operator knobs an operator alone takes (``twrw_push`` acts on DLRM's table-row-wise shards only)."""
+    from ..fused.knobs import fused_knob_names
+
+    return [k for k in fused_knob_names() if k != "twrw_push"]
+
+
 def op_help() -> str:
     """``op --help``'s epilog: every operator of :data:`~simfuse.fused.ops.OPS` with the first line of its
     docstring and its parameters with their defaults, then the fused-operator knobs (all from the code)."""
@@ -82,6 +92,8 @@ def op_help() -> str:
         lines.extend(textwrap.wrap(params, 104, initial_indent="    ", subsequent_indent="        "))
     lines.append("fused-operator knobs (--set NAME=VALUE):")
     for name, f in _scalar_fields(FusedKnobs).items():
+        if name == "twrw_push":  # DLRM's embedding only (refused here)
+            continue
         ch = f.metadata.get("choices")
         text = f"{name}: {f.metadata.get('help', '')}" + (f" [{'|'.join(ch)}]" if ch else "")
         lines.extend(textwrap.wrap(text, 104, initial_indent="  ", subsequent_indent="      "))

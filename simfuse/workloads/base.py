@@ -98,6 +98,14 @@ class Workload(ABC):
                 raise SpecError("<argument>", f.name, (f.metadata.get("elsewhere") or
                                                        "applies to {owner} workloads, not {kind}").format(
                     kind=self.spec.kind, owner=kind))
+        # execution knobs that only some kinds act on, set away from their defaults
+        for name, value, default, owners in (
+                ("twrw_push", execution.knobs.twrw_push, "hierarchical", ("dlrm",)),
+                ("tune_knobs", execution.tune_knobs, "auto", ("dlrm",)),
+                ("baseline_kernel", execution.knobs.baseline_kernel, "same", ())):
+            if value != default and self.kind not in owners:
+                where = f"{' / '.join(owners)} workloads" if owners else "`simfuse op` (one fused operator)"
+                raise SpecError("<argument>", name, f"{value}: applies to {where}, not {self.spec.kind}")
 
     def modes(self, execution) -> tuple[str, ...]:
         """The results a run makes: ``baseline`` and / or ``fused`` as ``execution.mode`` asks."""

@@ -51,6 +51,7 @@ class DLRMWorkload(Workload):
     def scaled(self, nodes: int, gpus_per_node: int, execution) -> DLRMWorkload:
         """The spec with the settings' placement and dense kernels, and the global batch the scaling mode asks
         for: ``batch_per_gpu`` x GPUs (weak scaling), ``global_batch`` (strong scaling), or the model file's."""
+        self.refuse_foreign_settings(execution)
         st, spec = self._settings(execution), self.spec
         if st.placement is not None:
             spec = dataclasses.replace(spec, placement=st.placement)

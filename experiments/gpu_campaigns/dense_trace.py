@@ -70,4 +70,8 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print(f"usage: python {Path(__file__).name} OUT_DIR  (needs a CUDA GPU; {__doc__.splitlines()[0]})",
+              file=sys.stderr if len(sys.argv) != 2 else sys.stdout)
+        sys.exit(0 if sys.argv[1:] in (["--help"], ["-h"]) else 2)
     main(sys.argv[1])

@@ -33,6 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+if "--smoke" in sys.argv and not torch.cuda.is_available():  # the CPU smoke run needs Triton's interpreter,
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # set before the kernels are compiled (imported)
+
 import triton  # noqa: E402
 
 import simfuse.kernels as sk  # noqa: E402
@@ -857,6 +861,7 @@ def main():
         ("prof", lambda: profiler(S, dev, out, gen)),
         ("sym", lambda: symmetric(R, S, args.sym_timeout)),
     ]
+    failed = []
     for name, fn in steps:
         if name not in sec:
             continue
@@ -866,6 +871,7 @@ def main():
             fn()
         except Exception:  # noqa: BLE001
             log(traceback.format_exc())
+            failed.append(name)
         log(f"== {name} done in {time.time() - t0:.1f} s")
         R.write(out)
         if dev.type == "cuda":
@@ -876,7 +882,12 @@ def main():
         if r["variant"].startswith(("torch", "compute-tune")) or r["variant"].startswith(("baseline", "fused")) or r["operator"] == "copy":
             log(f"{r['operator'][:14]:14s} {r['variant'][:16]:16s} {r['backend'][:4]} W={r['world_size']} {r['dtype']} "
                 f"{r['shape'][:34]:34s} {r['median_us']:9.1f} {r['value']:8.3f} {r['metric']:7s} {r['target']}")
+    if failed:
+        print(f"kernel_bench.py: error: section(s) {', '.join(failed)} failed (tracebacks in {out / 'log.txt'})",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -24,13 +24,17 @@ import datetime as dt
 import gzip
 import io
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-import simfuse.kernels as sk
+if "--smoke" in sys.argv and not torch.cuda.is_available():  # the CPU smoke run needs Triton's interpreter,
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # set before the kernels are compiled (imported)
+
+import simfuse.kernels as sk  # noqa: E402
 from simfuse.kernels import _launch
 from simfuse.kernels.timing import graph_bench
 
@@ -513,6 +517,10 @@ def main():
         n = C.rec.write(out / "traces.csv.gz")
         log(f"traces: {len(C.rec.traces)} launches, {n} rows")
     (out / "log.txt").write_text("\n".join(LOG) + "\n")
+    if pts and not C.rows:
+        print(f"trace_campaign.py: error: no shape measured of {len(pts)} (see {out / 'log.txt'})", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -750,3 +750,21 @@ def test_op_refuses_the_dlrm_only_knob_and_takes_the_library_baseline(capsys):
     assert "twrw_push: bulk: applies to dlrm workloads" in capsys.readouterr().err
     assert main(["op", "--op", "gemm_all_to_all", "--topology", topo, "--nodes", "2", "--set",
                  "baseline_kernel=library", "--quiet"]) == 0
+
+
+def test_a_smaller_chakra_export_replaces_the_earlier_ranks(tmp_path, capsys):
+    et = tmp_path / "et"
+    model = str(ROOT / "models" / "transformer_tp_decode.yaml")
+    for nodes in ("2", "1"):
+        assert main(["run", "--model", model, "--topology", str(H200), "--nodes", nodes, "--mode", "baseline",
+                     "--set", "uncertainty=none", "--export-chakra", str(et)]) == 0
+    assert len(list(et.glob("transformer_tp_decode.*.et"))) == 8  # ranks 8-15 of the 2-node export are gone
+    assert main(["run", "--chakra", str(et), "--topology", str(H200), "--nodes", "1"]) == 0
+    capsys.readouterr()
+
+
+def test_a_dtype_without_a_peak_names_the_topology_field(capsys):
+    assert main(["op", "--op", "gemv_all_reduce", "--topology", str(ROOT / "topologies" / "h100_nvl8_ib_ndr.yaml"),
+                 "--set", "dtype=int8"]) == 2
+    err = capsys.readouterr().err
+    assert "device.peak_tflops.int8: no peak FLOP/s given for dtype 'int8'" in err and "bf16" in err

@@ -215,6 +215,14 @@ def _export_chakra(spec, system, nodes: int, g: int, ex, directory: str, plan=No
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     paths = export_et(graph, d, prefix=spec.name)
+    import re
+
+    # an earlier export of more ranks under the same prefix: its extra rank files would be read with these
+    mine = {p.name for p in paths}
+    rank_file = re.compile(re.escape(spec.name) + r"\.\d+\.et(\.gz)?$")
+    for old in d.iterdir():
+        if rank_file.match(old.name) and old.name not in mine and (old.is_file() or old.is_symlink()):
+            old.unlink()
     print(f"wrote {len(paths) - 1} Chakra ET files and {paths[-1].name} to {d} (baseline graph)")
 
 

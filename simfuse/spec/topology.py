@@ -134,7 +134,10 @@ class DeviceSpec:
 
     def flops(self, dtype: str) -> float:
         if dtype not in self.peak_flops:
-            raise SpecError("<device>", "peak_tflops", f"no peak FLOP/s given for dtype {dtype!r}")
+            raise SpecError(f"topology device {self.name!r}", f"device.peak_tflops.{dtype}",
+                            f"no peak FLOP/s given for dtype {dtype!r} (the topology gives "
+                            f"{', '.join(sorted(self.peak_flops)) or 'none'}): add it to the topology file, or run "
+                            f"another dtype")
         return self.peak_flops[dtype]
 
 

@@ -69,6 +69,11 @@ class EntityResult:
     busy_intervals: list = field(default_factory=list)  # (start_s, end_s) of busy nodes, when concurrent_compute
 
 
+#: ranks whose end is within this fraction of the step's end tie for the critical rank (the busiest of them is
+#: reported): 0.1%, far above the sub-microsecond differences of ranks a collective releases together
+CRITICAL_TIE_REL = 1e-3
+
+
 @dataclass
 class GraphResult:
     """Outcome of one graph run.  Times are per step times ``graph.repeat``."""
@@ -225,8 +230,12 @@ class Executor:
             if r.concurrent_compute:
                 r.busy_s = _union_s(r.busy_intervals)
         rep = max(1, int(self.graph.repeat))
-        crit = max(results, key=lambda x: (x.end_s, x.busy_s))
         t = max((r.end_s for r in results), default=0.0)
+        # the critical rank: the busiest of the ranks that end with the step (within CRITICAL_TIE_REL of its
+        # end: collectives finish every rank together, so the last to end by a fraction of a microsecond is a tie,
+        # and picking it by that fraction made the compute / exposed split flip with the simulation mode)
+        tied = [r for r in results if r.end_s >= t * (1.0 - CRITICAL_TIE_REL)]
+        crit = max(tied or results, key=lambda x: (x.busy_s, x.end_s))
         kend = max((t1 for r in results for (lbl, t0, t1, s) in r.phases if _is_compute_stream(s)), default=0.0)
         for r in results:
             r.phases = [(lbl, t0, t1) for (lbl, t0, t1, _s) in r.phases]

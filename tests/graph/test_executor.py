@@ -176,11 +176,17 @@ def test_fast_path_equals_full_simulation(nodes, g, fabric, steps):
     assert is_symmetric(graph)
     folded = fold(graph)
     assert list(folded.programs) == [0]
-    full = execute(sysm, graph)
-    fast = execute(sysm, folded)
+    # exact fluid model: the folded graph gives the full simulation's time.  With the default re-sharing grid the
+    # full run re-shares on it once 128 path entries are in flight (an all-to-all-v on 3 x 4 GPUs: 132) while
+    # the folded one stays exact, so the two agree within the grid (docs/design.md, re-sharing grid)
+    exact = sysm.with_rate_resolution(0.0)
+    full = execute(exact, graph)
+    fast = execute(exact, folded)
     assert fast.sim_mode == "symmetric"
     assert full.sim_mode == ("full" if nodes * g > 1 else "symmetric")
     assert fast.time_s == pytest.approx(full.time_s, rel=1e-9, abs=1e-15)
+    gridded = execute(sysm, graph)
+    assert abs(gridded.time_s - fast.time_s) <= 2 * len(steps) * sysm.rate_resolution_s + 1e-12
 
 
 def test_signature_sees_asymmetry():
@@ -196,3 +202,20 @@ def test_signature_sees_asymmetry():
     assert sorted(folded.programs) == [0, 3]
     sysm = system(gpus_per_node=2, nics_per_node=2)
     assert execute(sysm, folded).time_s == pytest.approx(execute(sysm, graph).time_s)
+
+
+def test_the_critical_rank_is_the_busiest_of_those_that_end_with_the_step():
+    """Ranks a collective releases together end within a fraction of a microsecond; the split of the step into
+    compute and exposed communication is the busiest such rank's, whichever ends last by that fraction (the
+    audit: classes and full simulation reported 12% apart on 2-node DLRM)."""
+    def build(graph, rg, r):
+        graph.add_group(world(4))
+        c = rg.add(ComputeNode(name="c", time_s=1e-6 * (1 + r)))  # rank 3 computes longest
+        rg.add(CollectiveNode(name="ar", op="all_reduce", group="world", size_bytes=1 << 20, deps=(c,)))
+
+    res = execute(system(gpus_per_node=2, nics_per_node=2), full_graph(2, 2, build))
+    ends = [e.end_s for e in res.entities]
+    assert max(ends) - min(ends) <= 1e-3 * max(ends)  # the all-reduce releases them together
+    assert res.critical.busy_s == max(e.busy_s for e in res.entities)
+    assert res.compute_time_s == pytest.approx(res.critical.busy_s, rel=1e-12)
+    assert res.critical is max(res.entities, key=lambda e: e.busy_s)

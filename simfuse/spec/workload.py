@@ -331,6 +331,11 @@ def _dlrm(root: Fields, source: str) -> DLRMSpec:
     emb.reject_unknown()
     inter = root.sub("interaction")
     kind = inter.string("kind", choices=INTERACTIONS)
+    if kind != "dcn":  # the cross network's shape: a setting the other interactions would silently ignore
+        for key in ("layers", "low_rank"):
+            if inter.has(key):
+                raise SpecError(inter.source, inter.name(key), f"applies to kind: dcn (the cross network), not {kind}")
+    # a DCN of 0 cross layers is its concatenation alone (HugeCTR's Concat without MultiCross)
     dcn_layers = inter.integer("layers", 3 if kind == "dcn" else 0, min_value=0, max_value=MAX_LAYERS)
     dcn_rank = inter.integer("low_rank", 512 if kind == "dcn" else 0, min_value=0, max_value=MAX_WIDTH)
     inter.reject_unknown()

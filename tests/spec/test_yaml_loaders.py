@@ -104,3 +104,22 @@ def test_random_documents_agree(doc, flow):
     slow, fast = _both(text)
     assert slow[0] == "ok"
     assert fast == slow
+
+
+@pytest.mark.parametrize("edit, field", [
+    # the cross network's shape given to another interaction was silently ignored
+    (lambda t: t.replace("kind: dcn", "kind: dot"), "interaction.layers"),
+    (lambda t: t.replace("kind: dcn", "kind: dot").replace("  layers: 3\n", ""), "interaction.low_rank"),
+])
+def test_interaction_settings_that_would_be_ignored_are_refused(tmp_path, edit, field):
+    from pathlib import Path
+
+    from simfuse.errors import SpecError
+    from simfuse.spec import load_workload
+
+    root = Path(__file__).resolve().parents[2]
+    p = tmp_path / "m.yaml"
+    p.write_text(edit((root / "models" / "dlrm_dcnv2_mlperf.yaml").read_text()))
+    with pytest.raises(SpecError) as err:
+        load_workload(p)
+    assert err.value.field == field and str(p) in str(err.value)

@@ -29,7 +29,7 @@ from pathlib import Path
 from ..collectives.protocols import nccl_generation
 from ..errors import SpecError
 from ..names import collective_or_none
-from .nccl_tests import NcclRow, NcclTestLog
+from .nccl_tests import NcclRow, NcclTestLog, channel_minimums, settings_in
 
 RUN_COLUMNS = ("run_id", "source_id", "collective", "gpu", "gpus_per_node", "nodes", "ranks", "nics_per_node",
                "nic_gbps", "fabric", "nccl_version", "nccl_algo", "nccl_proto", "collnet_sharp", "nvls", "env",
@@ -176,19 +176,6 @@ MAX_GPUS_PER_NODE = 1024
 MAX_NODES = 1_000_000
 MAX_NICS_PER_NODE = 128
 MAX_NIC_GBPS = 3200.0
-#: the env settings simfuse prices (``collectives.min_ctas`` / ``min_nchannels``): an integer of 1..64 (NCCL's
-#: MAXCHANNELS) where a run states one
-_CHANNEL_ENV = ("NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS")
-
-
-def _check_env(src: str, line: int, env: str) -> None:
-    for name in _CHANNEL_ENV:
-        for m in re.finditer(rf"(?:^|\s){name}=(\S*)", env or ""):
-            if not (m.group(1).isdigit() and 1 <= int(m.group(1)) <= 64):
-                raise SpecError(src, f"line {line} column env", f"{name}={m.group(1)[:20]!r}: expected an integer "
-                                "from 1 to 64 (NCCL's channel limit)")
-
-
 def load_corpus(path: str | Path) -> Corpus:
     """Read and check a corpus folder (or one of its CSV files); see the module doc."""
     folder = corpus_folder(path)
@@ -221,7 +208,8 @@ def load_corpus(path: str | Path) -> Corpus:
         ranks = _num(src, line, row, "ranks", integer=True)
         if g * nodes != ranks:
             raise SpecError(src, f"{where} column ranks", f"{ranks} ranks != {nodes} nodes x {g} GPUs")
-        _check_env(src, line, row["env"])
+        # the channel minimums simfuse prices (collectives.min_ctas / min_nchannels): checked here, read later
+        channel_minimums(settings_in(row["env"]), src, lambda _name, where=where: f"{where} column env")
         runs[rid] = CorpusRun(
             rid, row["source_id"].strip(), coll, row["gpu"].strip(), g, nodes, ranks,
             _num(src, line, row, "nics_per_node", integer=True, optional=True, max_value=MAX_NICS_PER_NODE),
@@ -283,21 +271,20 @@ _CONNECTION_TUNING = re.compile(r"NCCL_IB_QPS_PER_CONNECTION=(?!1\b)\d+|NCCL_MIN
 _MULTIPATH_FABRICS = ("EFA", "SLINGSHOT", "TCPXO", "GIB")
 
 
-def _env_int(run: CorpusRun, name: str) -> int:
-    m = re.search(rf"(?:^|\s){name}=(\d+)(?:\s|$)", run.env or "")
-    return int(m.group(1)) if m else 0
+def channel_overrides(run: CorpusRun) -> dict[str, int]:
+    """The topology fields the run's channel minimums set (``collectives.min_ctas`` / ``min_nchannels``, from
+    ``NCCL_MIN_CTAS`` / ``NCCL_MIN_NCHANNELS`` / ``NCCL_MIN_NRINGS`` in its ``env``; :func:`topology_for_run`)."""
+    return channel_minimums(settings_in(run.env), run.source, lambda _name: f"run {run.run_id} env")
 
 
 def min_ctas(run: CorpusRun) -> int:
-    """The run's ``NCCL_MIN_CTAS`` (its ``env``), 0 where it did not set it: ``collectives.min_ctas`` of the
-    topology it is simulated on (:func:`topology_for_run`)."""
-    return _env_int(run, "NCCL_MIN_CTAS")
+    """The run's ``NCCL_MIN_CTAS``, 0 where it did not set it."""
+    return channel_overrides(run).get("collectives.min_ctas", 0)
 
 
 def min_nchannels(run: CorpusRun) -> int:
-    """The run's ``NCCL_MIN_NCHANNELS`` (or the older ``NCCL_MIN_NRINGS``), 0 where it did not set it:
-    ``collectives.min_nchannels`` of the topology it is simulated on."""
-    return max(_env_int(run, "NCCL_MIN_NCHANNELS"), _env_int(run, "NCCL_MIN_NRINGS"))
+    """The run's ``NCCL_MIN_NCHANNELS`` (or the older ``NCCL_MIN_NRINGS``), 0 where it did not set it."""
+    return channel_overrides(run).get("collectives.min_nchannels", 0)
 
 
 def default_connections(run: CorpusRun) -> bool:
@@ -350,11 +337,8 @@ def topology_for_run(run: CorpusRun, base):
                                or run.nvls.strip().lower().startswith(("no", "disabled"))):
         # NVLink SHARP needs a third-generation NVSwitch (Hopper and later); a run that turned it off ran without
         over["scale_up.nvls"] = False
-    if min_ctas(run):
-        # NCCL_MIN_CTAS / NCCL_MIN_NCHANNELS raise the channels NCCL runs on (collectives.min_ctas, min_nchannels)
-        over["collectives.min_ctas"] = min_ctas(run)
-    if min_nchannels(run):
-        over["collectives.min_nchannels"] = min_nchannels(run)
+    # NCCL_MIN_CTAS / NCCL_MIN_NCHANNELS raise the channels NCCL runs on (collectives.min_ctas, min_nchannels)
+    over.update(channel_overrides(run))
     if base.scale_out.full_node_efficiency is not None and not default_connections(run):
         # the full-node efficiency is that of NCCL's default connections on an InfiniBand / RoCE fabric
         over["scale_out.full_node_efficiency"] = None

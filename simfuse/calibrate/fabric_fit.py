@@ -47,7 +47,7 @@ from ..collectives.tuner import Tuner
 from ..errors import SpecError
 from ..names import canonical_collective
 from ..spec import TopologySpec
-from .nccl_tests import NcclTestLog
+from .nccl_tests import NcclTestLog, channel_minimums
 
 FIT_PARAMETERS = 3
 MIN_POINTS_PER_PARAMETER = 2
@@ -175,31 +175,14 @@ def _protocol_for_log(log: NcclTestLog, protocol: str | None) -> str | None:
     return canonical_protocol(names[0], log.source, "--protocol" if protocol else "NCCL_PROTO")
 
 
-#: log settings -> the topology fields that price them (``collectives.min_ctas`` / ``min_nchannels``)
-_CHANNEL_SETTINGS = (("NCCL_MIN_CTAS", "collectives.min_ctas"), ("NCCL_MIN_NCHANNELS", "collectives.min_nchannels"),
-                     ("NCCL_MIN_NRINGS", "collectives.min_nchannels"))
-
-
 def log_settings(log: NcclTestLog, topo: TopologySpec) -> tuple[TopologySpec, list[str]]:
     """``(topology, notes)``: ``topo`` with the channel minimums the log states (``NCCL_MIN_CTAS``,
     ``NCCL_MIN_NCHANNELS`` / ``NCCL_MIN_NRINGS``: what the run used, so they override the file's), and a note for
-    each.  A value that is not an integer of 1..64 (NCCL's MAXCHANNELS) raises :class:`SpecError` naming the log
-    and the setting."""
-    over: dict = {}
-    notes = []
-    for name, field_name in _CHANNEL_SETTINGS:
-        raw = log.env.get(name)
-        if raw is None:
-            continue
-        try:
-            value = int(raw)
-        except ValueError:
-            value = -1
-        if not 1 <= value <= 64:
-            raise SpecError(log.source, name, f"{raw!r}: expected an integer from 1 to 64 (NCCL's channel limit)")
-        over[field_name] = max(value, over.get(field_name, 0))
-    for field_name, value in over.items():
-        notes.append(f"{field_name} = {value}: the log's setting (it raises the channels the run used)")
+    each (:func:`~.nccl_tests.channel_minimums`, which refuses a value outside 1..MAX_CHANNELS naming the log and
+    the setting)."""
+    over = channel_minimums(log.env, log.source)
+    notes = [f"{field_name} = {value}: the log's setting (it raises the channels the run used)"
+             for field_name, value in over.items()]
     return (topo.with_overrides(over) if over else topo), notes
 
 

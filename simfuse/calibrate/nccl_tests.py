@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import TraceError
+from ..errors import SpecError, TraceError
 from ..io_limits import bounded_lines
 from ..names import collective_or_none
 from ._io import GZIP_ERRORS, open_text
@@ -48,6 +48,39 @@ _RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)(?:\s+Group\s+\d+)?(?:\s+Pid\s+(\d+))?
 LOG_SETTINGS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS")
 _ENV_RE = re.compile(r"\b(" + "|".join(LOG_SETTINGS) + r")=(\S+)")
 _ENV_INFO_RE = re.compile(r"\b(" + "|".join(LOG_SETTINGS) + r") set by environment to (\S+?)\.?$")
+#: the channel minimums among them -> the topology fields that price them (``NCCL_MIN_NRINGS`` is the older name of
+#: ``NCCL_MIN_NCHANNELS``)
+CHANNEL_SETTINGS = {"NCCL_MIN_CTAS": "collectives.min_ctas", "NCCL_MIN_NCHANNELS": "collectives.min_nchannels",
+                    "NCCL_MIN_NRINGS": "collectives.min_nchannels"}
+
+
+_SETTING_WORD_RE = re.compile(r"(?:^|\s)(" + "|".join(LOG_SETTINGS) + r")=(\S*)")
+
+
+def settings_in(text: str) -> dict[str, str]:
+    """The :data:`LOG_SETTINGS` a line of settings (``NCCL_X=v NCCL_Y=w``, space-separated words) states, as
+    written (an empty value included, so that it is refused, not skipped)."""
+    return {m.group(1): m.group(2) for m in _SETTING_WORD_RE.finditer(text or "")}
+
+
+def channel_minimums(settings: dict[str, str], source: str, field_of=lambda name: name) -> dict[str, int]:
+    """``{topology field: value}`` of the channel minimums in ``settings`` (``{NCCL_X: value}``; the larger where
+    two names set one field).  A value that is not an integer of 1..:data:`~simfuse.spec.topology.MAX_CHANNELS`
+    raises :class:`SpecError` naming ``source`` and ``field_of(name)``."""
+    from ..spec.topology import MAX_CHANNELS
+
+    out: dict[str, int] = {}
+    for name, field_name in CHANNEL_SETTINGS.items():
+        raw = settings.get(name)
+        if raw is None:
+            continue
+        if not (raw.isdigit() and 1 <= int(raw) <= MAX_CHANNELS):
+            raise SpecError(source, field_of(name), f"{name}={raw[:20]!r}: expected an integer from 1 to "
+                                                    f"{MAX_CHANNELS} (NCCL's channel limit)")
+        out[field_name] = max(int(raw), out.get(field_name, 0))
+    return out
+
+
 _NTHREAD_RE = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _NRANKS_RE = re.compile(r"\bnranks\s+(\d+)")
 _INFO_HOST_RE = re.compile(r"^([A-Za-z0-9_.\-]+):\d+:\d+\s+\[\d+\]\s+NCCL\s+(?:INFO|WARN)")

@@ -37,6 +37,7 @@ MAX_GPUS_PER_NODE = 1024
 MAX_COMPUTE_UNITS = 100_000
 MAX_RATE = 1e15         # TFLOP/s, GB/s, Gbit/s in the file's units (huge values model free links)
 MAX_LATENCY_US = 1e9    # about 17 minutes
+MAX_CHANNELS = 64       # NCCL's MAXCHANNELS (src/include/device.h): the channel minimums' upper bound
 
 
 @dataclass(frozen=True)
@@ -491,9 +492,8 @@ def _topology_body(data: dict, source: str) -> TopologySpec:
         protocol_model=co.string("protocol_model", "none", choices=("none", "nccl")),
         net_overhead_s=co.number("net_overhead_us", 1.0, min_value=0.0, max_value=MAX_LATENCY_US) * 1e-6,
         tuner=co.string("tuner", "nccl", choices=("nccl", "simulate")),
-        # NCCL's MAXCHANNELS is 64 (src/include/device.h)
-        min_ctas=co.integer("min_ctas", 0, min_value=0, max_value=64),
-        min_nchannels=co.integer("min_nchannels", 0, min_value=0, max_value=64),
+        min_ctas=co.integer("min_ctas", 0, min_value=0, max_value=MAX_CHANNELS),
+        min_nchannels=co.integer("min_nchannels", 0, min_value=0, max_value=MAX_CHANNELS),
     )
     co.reject_unknown()
 

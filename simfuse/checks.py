@@ -111,6 +111,15 @@ def check_out_file(path: str | Path | None, field: str = "--out") -> Path | None
     return p
 
 
+def remove_stale(root: str | Path, outputs, written) -> None:
+    """Remove each of ``outputs`` (names a command may write into ``root``) that this run did not write
+    (``written``: names): an earlier run's file left beside this run's would be read as its own."""
+    for name in outputs:
+        stale = inside(root, name)
+        if name not in written and (stale.is_file() or stale.is_symlink()):
+            os.unlink(stale)
+
+
 def inside(root: str | Path, *names: str) -> Path:
     """``root/names...`` for fixed, simfuse-chosen names, refusing a result that resolves outside ``root``
     (a ``..`` or absolute name, or a symbolic link inside ``root`` pointing elsewhere).  The last component may be a

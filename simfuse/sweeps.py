@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .checks import MAX_NODES, MAX_SWEEP_POINTS, check_out_dir, inside, resolve_gpus_per_node
+from .checks import MAX_NODES, MAX_SWEEP_POINTS, check_out_dir, inside, remove_stale, resolve_gpus_per_node
 from .errors import SimfuseError, SpecError, short_repr
 from .results.io import atomic_write_df, atomic_write_text
 from .spec import load_topology, load_workload
@@ -410,10 +410,7 @@ def run_sweep(model: str, topology: str, nodes: list[int], out: Path | str, *, g
                 written.add("speedup_vs_nodes.png")
             plot_breakdown(df, inside(out, "breakdown.png"))
             written.add("breakdown.png")
-        for name in SWEEP_OUTPUTS:  # an earlier sweep's files this one did not write would be read as its own
-            stale = inside(out, name)
-            if name not in written and (stale.is_file() or stale.is_symlink()):
-                stale.unlink()
+        remove_stale(out, SWEEP_OUTPUTS, written)
         if os.environ.get("SIMFUSE_SWEEP_KEEP_POINTS", "1") == "0":
             for p in points_dir.glob("*.json"):
                 p.unlink()

@@ -156,9 +156,8 @@ def _write_locked(out: Path, write) -> list[Path]:
     writers), then remove the outputs of an earlier run that this one did not write (a stale plan.csv or
     trace.json would be read as this run's)."""
     import contextlib
-    import os
 
-    from ..checks import inside
+    from ..checks import remove_stale
     from ..sweeps import SweepLock
 
     created = not out.exists()
@@ -173,11 +172,7 @@ def _write_locked(out: Path, write) -> list[Path]:
         raise SpecError(exc.source, exc.field, exc.message.replace("another sweep", "another run or sweep")) from None
     try:
         written = write()
-        mine = {p.name for p in written}
-        for name in RUN_OUTPUTS:
-            stale = inside(out, name)
-            if name not in mine and (stale.is_file() or stale.is_symlink()):
-                os.unlink(stale)
+        remove_stale(out, RUN_OUTPUTS, {p.name for p in written})
         return written
     finally:
         lock.release()

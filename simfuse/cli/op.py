@@ -12,7 +12,7 @@ def cmd_op(args) -> int:
     from ..arguments import refuse_repeated_keys, split_knobs
     from ..checks import check_nodes, resolve_gpus_per_node
     from ..collectives import REGISTRY
-    from ..fused.knobs import parse_set_pairs
+    from ..fused.knobs import FusedKnobs, parse_set_pairs
     from ..fused.ops import OPS, make_op
     from ..guard import check_cost, estimate_op
     from ..system import System
@@ -25,7 +25,7 @@ def cmd_op(args) -> int:
     if unknown:
         raise SpecError("<argument>", "--set", f"unknown parameter {short_repr(sorted(unknown)[0])} for {args.op}; "
                         f"known: {', '.join(list(OPS[args.op].defaults) + _op_knobs())}")
-    if knobs.twrw_push != "hierarchical":  # a DLRM knob: table-row-wise shards exist only in DLRM's embedding
+    if knobs.twrw_push != FusedKnobs().twrw_push:  # a DLRM knob: table-row-wise shards exist only in DLRM's embedding
         raise SpecError("<argument>", "twrw_push", f"{knobs.twrw_push}: applies to dlrm workloads (`simfuse run`), "
                         f"not the {args.op} operator")
     algos = REGISTRY.get(OPS[args.op].collective, {})
@@ -91,9 +91,9 @@ def op_help() -> str:
         params = "parameters: " + ", ".join(f"{k} ({v})" for k, v in cls.defaults.items())
         lines.extend(textwrap.wrap(params, 104, initial_indent="    ", subsequent_indent="        "))
     lines.append("fused-operator knobs (--set NAME=VALUE):")
-    for name, f in _scalar_fields(FusedKnobs).items():
-        if name == "twrw_push":  # DLRM's embedding only (refused here)
-            continue
+    fields = _scalar_fields(FusedKnobs)
+    for name in _op_knobs():  # not twrw_push: DLRM's embedding only (refused here)
+        f = fields[name]
         ch = f.metadata.get("choices")
         text = f"{name}: {f.metadata.get('help', '')}" + (f" [{'|'.join(ch)}]" if ch else "")
         lines.extend(textwrap.wrap(text, 104, initial_indent="  ", subsequent_indent="      "))

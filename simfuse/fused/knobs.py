@@ -133,10 +133,11 @@ class ExecutionSpec:
 
         # names checked here, whether or not the run meets that collective (a typo must not pass silently)
         # settings that only act with another setting: refused without it (a setting is never silently ignored)
-        if self.sensitivity != "oat" and self.uncertainty != "inputs":
+        default = ExecutionSpec()
+        if self.sensitivity != default.sensitivity and self.uncertainty != "inputs":
             raise SpecError(source, "sensitivity", f"{self.sensitivity}: applies with uncertainty=inputs, not "
                                                    f"{self.uncertainty}")
-        if self.uncertainty_draws != 16 and self.uncertainty not in ("mc", "inputs"):
+        if self.uncertainty_draws != default.uncertainty_draws and self.uncertainty not in ("mc", "inputs"):
             raise SpecError(source, "uncertainty_draws", f"{self.uncertainty_draws}: applies with uncertainty=mc "
                                                          f"or inputs, not {self.uncertainty}")
         for key, ops in (("allreduce_algorithm", ("all_reduce",)), ("alltoall_algorithm", ("all_to_all",)),

@@ -88,6 +88,7 @@ class GraphResult:
     wall_s: float
     algorithms: dict = field(default_factory=dict)  # (node name) -> algorithm chosen
     kernel_end_s: float = 0.0  # latest end of a compute-stream node (one step)
+    repeat: int = 1  # the identical back-to-back steps the times cover (``Graph.repeat``); phases are one step's
     sim: object = None
     net: object = None
     fabric: object = None
@@ -243,7 +244,7 @@ class Executor:
                            exposed_comm_time_s=max(0.0, rep * (t - crit.busy_s)), sim_mode=self.sim_mode,
                            entities=results, critical=crit, events=sim.events,
                            wall_s=time.perf_counter() - wall0, algorithms=dict(self._algorithms),
-                           kernel_end_s=kend, sim=sim, net=net, fabric=self.fabric)
+                           kernel_end_s=kend, sim=sim, net=net, fabric=self.fabric, repeat=rep)
 
     def _stream(self, e: int, er: EntityResult, nodes, done, keys):
         env = self.env

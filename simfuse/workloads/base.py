@@ -99,10 +99,13 @@ class Workload(ABC):
                                                        "applies to {owner} workloads, not {kind}").format(
                     kind=self.spec.kind, owner=kind))
         # execution knobs that only some kinds act on, set away from their defaults
+        from ..fused.knobs import ExecutionSpec, FusedKnobs
+
+        ex0, kn0 = ExecutionSpec(), FusedKnobs()
         for name, value, default, owners in (
-                ("twrw_push", execution.knobs.twrw_push, "hierarchical", ("dlrm",)),
-                ("tune_knobs", execution.tune_knobs, "auto", ("dlrm",)),
-                ("baseline_kernel", execution.knobs.baseline_kernel, "same", ())):
+                ("twrw_push", execution.knobs.twrw_push, kn0.twrw_push, ("dlrm",)),
+                ("tune_knobs", execution.tune_knobs, ex0.tune_knobs, ("dlrm",)),
+                ("baseline_kernel", execution.knobs.baseline_kernel, kn0.baseline_kernel, ())):
             if value != default and self.kind not in owners:
                 where = f"{' / '.join(owners)} workloads" if owners else "`simfuse op` (one fused operator)"
                 raise SpecError("<argument>", name, f"{value}: applies to {where}, not {self.spec.kind}")
@@ -152,7 +155,7 @@ class Workload(ABC):
             res = Executor(system, graph, seed=ex.seed, record=record, record_usage=record, tuner=tuner).run()
             ir = IterationResult(m, res.time_s, res.compute_time_s, res.exposed_comm_time_s, res.sim_mode, 1,
                                  res.events, time.perf_counter() - wall0, phases=list(res.critical.phases),
-                                 repeat=max(1, int(graph.repeat)))
+                                 repeat=res.repeat)
             if record:
                 ir.sim, ir.net = res.sim, res.net
             out[m] = ir

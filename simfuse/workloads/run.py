@@ -267,7 +267,7 @@ def simulate_graph(graph, system, *, execution: ExecutionSpec | None = None, rec
                                         "receive, or a cycle across ranks)") from None
     ir = IterationResult(label, res.time_s, res.compute_time_s, res.exposed_comm_time_s, res.sim_mode,
                          len(res.entities), res.events, time.perf_counter() - t0, phases=list(res.critical.phases),
-                         repeat=max(1, int(graph.repeat)))
+                         repeat=res.repeat)
     if record:
         ir.sim, ir.net = res.sim, res.net
     return {label: ir}
@@ -363,7 +363,7 @@ def breakdown_rows(results: dict) -> list[dict]:
     rows = []
     for m, r in results.items():
         agg: dict[str, dict] = {}  # phase -> row, in order of first appearance
-        rep = max(1, int(getattr(r, "repeat", 1)))
+        rep = r.repeat
         for name, t0, t1 in r.phases:
             key = name.split("_bucket")[0] if name.startswith("allreduce") else name
             row = agg.setdefault(key, {"mode": m, "phase": key, "time_s": 0.0, "count": 0, "first_start_s": t0,
